@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Start (if stopped) and prepare the local PostgreSQL and Redis that the deployment tests use.
+set -uo pipefail
+
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+fi
+
+psql_admin() { psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+for db in airo_airflow airo_airflow_celery airo_dagster; do
+  if ! psql_admin -c "SELECT 1 FROM pg_database WHERE datname='${db}'" | grep -q 1; then
+    psql_admin -c "CREATE DATABASE ${db}" || true
+  fi
+done
+pg_isready -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping

@@ -1,0 +1,117 @@
+"""Typed errors, so orchestrators can tell what is worth retrying.
+
+Configuration problems (``WorkloadError``, ``ConfigurationError``, ``AuthError``) are never
+retryable; platform hiccups (``RateLimited``, ``PlatformError`` with a 5xx) are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class AirError(Exception):
+    """Base class of every error raised by air-orchestration."""
+
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a workload: where it is and what to do about it."""
+
+    path: str
+    message: str
+    hint: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def location(self) -> str:
+        if self.line is None:
+            return self.path or "<workload>"
+        col = f":{self.column}" if self.column is not None else ""
+        return f"{self.path or '<workload>'} (line {self.line}{col})"
+
+    def __str__(self) -> str:
+        text = f"{self.location()}: {self.message}"
+        return f"{text} Fix: {self.hint}" if self.hint else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+class WorkloadError(AirError, ValueError):
+    """The workload is invalid. ``problems`` lists every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        head = f"invalid workload{f' {source}' if source else ''}: {len(self.problems)} problem(s)"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+
+
+class ConfigurationError(AirError):
+    """Something the user must change outside the workload (connection, image registration...)."""
+
+
+class AuthError(AirError):
+    """The workspace refused the credentials. Never contains the token itself."""
+
+
+class NotFound(AirError):
+    """The workspace says the object does not exist (404 / RESOURCE_DOES_NOT_EXIST)."""
+
+
+class PlatformError(AirError):
+    """An error answer from the workspace that is not one of the more specific ones."""
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, error_code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.error_code = error_code
+        self.retryable = status_code is None or status_code >= 500 or status_code == 429
+
+
+class RateLimited(PlatformError):
+    """429 or 503 beyond the retry budget."""
+
+    retryable = True
+
+
+class CapacityError(PlatformError):
+    """The platform reports it has no GPU capacity for the request."""
+
+    retryable = True
+
+
+class RunFailed(AirError):
+    """A run ended in any state other than SUCCESS."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: int | None = None,
+        result_state: str | None = None,
+        run_page_url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.result_state = result_state
+        self.run_page_url = run_page_url
+
+
+class RunTimeout(AirError):
+    """The caller's deadline passed before the run ended."""
+
+    def __init__(self, message: str, *, run_id: int | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id

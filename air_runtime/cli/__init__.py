@@ -1,0 +1,43 @@
+"""The ``airo`` command line. Each sub-command group lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Modules that each expose ``register(subparsers)``; a command's handler is stored as
+# ``func`` on its parser and returns the exit code.
+_COMMAND_MODULES = (
+    "air_runtime.cli._workload_cmds",  # validate, plan, schema
+    "air_runtime.cli._workspace_cmd",  # workspace
+    "air_runtime.cli._run_cmds",  # run, logs, cancel, images
+    "air_runtime.cli._demo_cmd",  # demo
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="airo", description="Run Databricks AI Runtime workloads and a local workspace."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
