@@ -1,0 +1,74 @@
+"""Provider metadata read by Airflow's providers manager (``apache_airflow_provider`` entry point).
+
+Kept free of imports: Airflow loads this for every process that touches its configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INTEGRATION = "Databricks AI Runtime"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "air-orchestration",
+        "name": "Databricks AI Runtime",
+        "description": "Run Databricks AI Runtime (serverless GPU) workloads from Apache Airflow: "
+        "single workloads, multi-stage workflows, Docker image registration.",
+        "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://docs.databricks.com/aws/en/machine-learning/ai-runtime/",
+                "tags": ["service"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_air.operators", "airflow_air.workflow"],
+            }
+        ],
+        "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_air.hooks"]}],
+        "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_air.triggers"]}],
+        "extra-links": [
+            "airflow_air.links.AirRunLink",
+            "airflow_air.links.AirMlflowRunLink",
+        ],
+        # The ``databricks`` connection type stays owned by apache-airflow-providers-databricks:
+        # AirHook reads the same fields, so registering it again would only compete for the UI form.
+        "connection-types": [],
+        "config": {
+            "air": {
+                "description": "Defaults of the Databricks AI Runtime operators and triggers.",
+                "options": {
+                    "default_poll_interval": {
+                        "description": "Seconds between status checks of a run when an operator "
+                        "does not set poll_interval.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "10",
+                        "default": "5",
+                    },
+                    "workspace_request_budget": {
+                        "description": "Upper bound of status requests per second that one "
+                        "triggerer or worker process sends to one workspace, shared by all runs "
+                        "it waits on.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "20",
+                        "default": "10",
+                    },
+                    "default_secret_scope": {
+                        "description": "Databricks secret scope that secret_env values are "
+                        "written to when an operator does not set secret_scope.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "airflow-secrets",
+                        "default": "airflow-air",
+                    },
+                },
+            }
+        },
+    }
