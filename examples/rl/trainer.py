@@ -1,0 +1,150 @@
+"""Rank 1 of the toy RL workload: REINFORCE against the policy server on rank 0.
+
+Stands in for a TRL/GRPO trainer. Waits for ``http://$MASTER_ADDR:$MASTER_PORT/health``,
+reads ``hyperparameters.yaml`` from its working directory (``learning_rate``, ``epochs``,
+``rollouts_per_epoch``, ``seed``), then per epoch pulls a batch of rollouts, computes the
+policy gradient with a mean-reward baseline and sends it back. Writes
+``$RL_OUTPUT_DIR/metrics.json``, tells the server to shut down and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from rl_common import METRICS_FILE, fail, load_hyperparameters, log, output_dir
+
+ROLE = "trainer"
+DEFAULTS = {"learning_rate": 2.0, "epochs": 15, "rollouts_per_epoch": 32, "seed": 0}
+DEFAULT_HEALTH_TIMEOUT_SECONDS = 60.0
+
+
+def call(
+    base_url: str, path: str, body: dict[str, Any] | None = None, timeout: float = 10.0
+) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        base_url + path,
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_for_server(base_url: str, timeout: float) -> None:
+    # Rank 0 may start after us: poll its health endpoint, but never wait forever.
+    deadline = time.monotonic() + timeout
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            call(base_url, "/health", timeout=2.0)
+            log(ROLE, f"policy server at {base_url} is healthy (attempt {attempts})")
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            if time.monotonic() >= deadline:
+                fail(ROLE, f"policy server at {base_url} not healthy after {timeout:.0f}s")
+            time.sleep(0.2)
+
+
+def policy_gradient(rollouts: list[dict[str, Any]], probs: list[float]) -> list[float]:
+    """REINFORCE with a mean baseline: mean of (r - b) * d log pi(a) / d logits."""
+    baseline = sum(r["reward"] for r in rollouts) / len(rollouts)
+    gradient = [0.0] * len(probs)
+    for rollout in rollouts:
+        advantage = rollout["reward"] - baseline
+        for k, p in enumerate(probs):
+            gradient[k] += advantage * ((1.0 if k == rollout["action"] else 0.0) - p)
+    return [g / len(rollouts) for g in gradient]
+
+
+def main() -> int:
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        fail(
+            ROLE,
+            "MASTER_ADDR/MASTER_PORT are not set; this script runs as rank 1 of a "
+            "multi-node workload",
+        )
+    base_url = f"http://{addr}:{port}"
+    params = {**DEFAULTS, **load_hyperparameters()}
+    learning_rate = float(params["learning_rate"])
+    epochs = int(params["epochs"])
+    batch = int(params["rollouts_per_epoch"])
+    if epochs < 1 or batch < 1:
+        fail(ROLE, f"epochs and rollouts_per_epoch must be >= 1, got {epochs} and {batch}")
+    log(
+        ROLE,
+        f"hyperparameters: learning_rate={learning_rate} epochs={epochs} "
+        f"rollouts_per_epoch={batch} (world size {os.environ.get('WORLD_SIZE', '?')})",
+    )
+
+    wait_for_server(
+        base_url, float(os.environ.get("RL_HEALTH_TIMEOUT_SECONDS", DEFAULT_HEALTH_TIMEOUT_SECONDS))
+    )
+    history = []
+    started = time.monotonic()
+    for epoch in range(1, epochs + 1):
+        batch_result = call(base_url, "/rollout", {"n": batch})
+        rollouts = batch_result["rollouts"]
+        mean_reward = sum(r["reward"] for r in rollouts) / len(rollouts)
+        update = call(
+            base_url,
+            "/update",
+            {
+                "gradient": policy_gradient(rollouts, batch_result["probs"]),
+                "learning_rate": learning_rate,
+            },
+        )
+        history.append(
+            {
+                "epoch": epoch,
+                "mean_reward": mean_reward,
+                "expected_reward": update["expected_reward"],
+            }
+        )
+        log(
+            ROLE,
+            f"epoch {epoch}/{epochs}: mean reward {mean_reward:.3f}, "
+            f"expected reward after update {update['expected_reward']:.3f}",
+        )
+
+    final = call(base_url, "/rollout", {"n": batch})
+    probs = final["probs"]
+    metrics = {
+        # Reward of a fresh batch sampled from the trained policy.
+        "mean_reward": sum(r["reward"] for r in final["rollouts"]) / len(final["rollouts"]),
+        "expected_reward": final["expected_reward"],
+        "epochs": epochs,
+        "rollouts_per_epoch": batch,
+        "learning_rate": learning_rate,
+        "history": history,
+        "final_policy": {"probs": probs, "best_action": probs.index(max(probs))},
+        "train_seconds": round(time.monotonic() - started, 3),
+    }
+    out = output_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    log(
+        ROLE,
+        f"final mean reward {metrics['mean_reward']:.3f} (expected "
+        f"{metrics['expected_reward']:.3f}), best action {metrics['final_policy']['best_action']}; "
+        f"wrote {out / METRICS_FILE}",
+    )
+
+    try:
+        call(base_url, "/shutdown", {})
+    except (urllib.error.URLError, OSError) as exc:
+        log(ROLE, f"policy server did not acknowledge shutdown: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
