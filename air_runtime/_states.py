@@ -1,0 +1,264 @@
+"""Run-state normalization (workload.md §8) and the failure message both orchestrators show.
+
+The platform adds life-cycle states over time, so anything not known here counts as still in
+flight (with ``unknown_state`` set so callers can warn once) instead of failing a run that is
+in fact fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+IN_FLIGHT_STATES = frozenset(
+    {"QUEUED", "PENDING", "RUNNING", "TERMINATING", "BLOCKED", "WAITING_FOR_RETRY"}
+)
+TERMINAL_STATES = frozenset({"TERMINATED", "SKIPPED", "INTERNAL_ERROR"})
+KNOWN_STATES = IN_FLIGHT_STATES | TERMINAL_STATES
+
+# Words the platform uses in PENDING messages when it waits for GPUs rather than booting.
+_CAPACITY_WORDS = ("capacity", "waiting for gpu", "no gpu", "insufficient", "quota")
+
+# What each result tells the user, in words they can act on.
+_RESULT_EXPLANATIONS = {
+    "CANCELED": "the run was cancelled (by a user, the orchestrator or the platform) before it finished",
+    "TIMEDOUT": "the run exceeded its timeout (timeout_minutes) and was stopped",
+    "FAILED": "a command exited with an error",
+    "INTERNAL_ERROR": "the platform failed while setting up or running the workload; "
+    "this is usually transient, resubmitting may help",
+    "SKIPPED": "the run was skipped: an upstream task failed or its run_if condition was not met",
+    "MAXIMUM_CONCURRENT_RUNS_REACHED": "the workspace's limit of concurrent runs was reached, "
+    "so the run never started; retry later or raise the limit",
+    "UPSTREAM_FAILED": "a task it depends on failed, so it did not run",
+    "UPSTREAM_CANCELED": "a task it depends on was cancelled, so it did not run",
+    "EXCLUDED": "the task was excluded from this run",
+}
+
+_LOG_TAIL_LINES = 20
+_TRACE_TAIL_LINES = 15
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _state_fields(body: Mapping[str, Any]) -> tuple[str, str | None, str]:
+    state = body.get("state")
+    if not isinstance(state, Mapping):
+        state = {}
+    life_cycle = _text(state.get("life_cycle_state")) or "PENDING"
+    return life_cycle, _text(state.get("result_state")), _text(state.get("state_message")) or ""
+
+
+def _is_terminal(life_cycle_state: str, result_state: str | None) -> bool:
+    return life_cycle_state in TERMINAL_STATES or result_state is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """The latest attempt of one task of a run."""
+
+    task_key: str
+    run_id: int | None
+    attempt_number: int
+    life_cycle_state: str
+    result_state: str | None = None
+    state_message: str = ""
+    start_time: int | None = None
+    end_time: int | None = None
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> TaskState:
+        life_cycle, result, message = _state_fields(body)
+        return cls(
+            task_key=_text(body.get("task_key")) or "",
+            run_id=_int(body.get("run_id")),
+            attempt_number=_int(body.get("attempt_number")) or 0,
+            life_cycle_state=life_cycle,
+            result_state=result,
+            state_message=message,
+            start_time=_int(body.get("start_time")) or None,
+            end_time=_int(body.get("end_time")) or None,
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return _is_terminal(self.life_cycle_state, self.result_state)
+
+    @property
+    def is_success(self) -> bool:
+        return self.result_state == "SUCCESS"
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A normalized view of ``runs/get`` (or a ``runs/list`` entry, which has no tasks)."""
+
+    run_id: int
+    life_cycle_state: str
+    result_state: str | None = None
+    state_message: str = ""
+    run_name: str | None = None
+    run_page_url: str | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    tasks: tuple[TaskState, ...] = field(default=())
+    job_id: int | None = None
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> RunState:
+        """Build from an API answer; missing or odd fields get neutral defaults."""
+        life_cycle, result, message = _state_fields(body)
+        latest: dict[str, TaskState] = {}
+        raw_tasks = body.get("tasks")
+        for raw in raw_tasks if isinstance(raw_tasks, list) else ():
+            if not isinstance(raw, Mapping):
+                continue
+            task = TaskState.from_api(raw)
+            seen = latest.get(task.task_key)
+            # A retried task appears once per attempt; only the newest attempt decides.
+            if seen is None or task.attempt_number >= seen.attempt_number:
+                latest[task.task_key] = task
+        return cls(
+            run_id=_int(body.get("run_id")) or 0,
+            life_cycle_state=life_cycle,
+            result_state=result,
+            state_message=message,
+            run_name=_text(body.get("run_name")),
+            run_page_url=_text(body.get("run_page_url")),
+            start_time=_int(body.get("start_time")) or None,
+            end_time=_int(body.get("end_time")) or None,
+            tasks=tuple(latest.values()),
+            job_id=_int(body.get("job_id")),
+        )
+
+    @property
+    def unknown_state(self) -> bool:
+        """True for a life-cycle state this version does not know (treated as in flight)."""
+        return self.life_cycle_state not in KNOWN_STATES
+
+    @property
+    def is_terminal(self) -> bool:
+        return _is_terminal(self.life_cycle_state, self.result_state)
+
+    @property
+    def is_success(self) -> bool:
+        return self.result_state == "SUCCESS"
+
+    @property
+    def is_waiting_for_capacity(self) -> bool:
+        if self.is_terminal:
+            return False
+        if self.life_cycle_state == "QUEUED":
+            return True
+        if self.life_cycle_state != "PENDING":
+            return False
+        message = self.state_message.lower()
+        return any(word in message for word in _CAPACITY_WORDS)
+
+    @property
+    def failed_task(self) -> TaskState | None:
+        """The task that explains the failure: one that failed itself before one only
+        skipped because of an upstream task."""
+        unsuccessful = [t for t in self.tasks if t.is_terminal and not t.is_success]
+        for task in unsuccessful:
+            if not (task.result_state or "").startswith("UPSTREAM_") and task.result_state not in (
+                "SKIPPED",
+                "EXCLUDED",
+            ):
+                return task
+        return unsuccessful[0] if unsuccessful else None
+
+    def describe(self) -> str:
+        """One line for logs: ``RUNNING``, ``TERMINATED/FAILED: <message>``."""
+        text = self.life_cycle_state + (f"/{self.result_state}" if self.result_state else "")
+        return f"{text}: {self.state_message}" if self.state_message else text
+
+
+def explain_result(result_state: str | None) -> str:
+    if result_state is None:
+        return "the run ended without a result"
+    if result_state in _RESULT_EXPLANATIONS:
+        return _RESULT_EXPLANATIONS[result_state]
+    if result_state.startswith("UPSTREAM_"):
+        return f"a task it depends on ended with {result_state.removeprefix('UPSTREAM_')}"
+    return f"the run ended with result {result_state}"
+
+
+def _tail(text: str, lines: int) -> list[str]:
+    return text.rstrip().splitlines()[-lines:]
+
+
+def failure_message(
+    state: RunState,
+    *,
+    output: Mapping[str, Any] | None = None,
+    log_tail: Sequence[str] | None = None,
+    node: int | None = None,
+) -> str:
+    """A message a user can act on: what ended how, where, the last log lines, the error
+    and its trace, MLflow ids and the run page. ``node`` is the node ``log_tail`` came from."""
+    name = f" ({state.run_name})" if state.run_name else ""
+    result = state.result_state or state.life_cycle_state
+    lines = [f"Run {state.run_id}{name} ended {result}: {explain_result(state.result_state)}."]
+    if state.life_cycle_state == "INTERNAL_ERROR" and state.result_state is None:
+        lines[0] = (
+            f"Run {state.run_id}{name} ended INTERNAL_ERROR: {explain_result('INTERNAL_ERROR')}."
+        )
+    if state.state_message:
+        lines.append(f"State message: {state.state_message}")
+    task = state.failed_task
+    if task is not None:
+        where = f"Failed task: {task.task_key}"
+        details = []
+        if task.result_state:
+            details.append(task.result_state)
+        if task.run_id is not None:
+            details.append(f"task run {task.run_id}")
+        if task.attempt_number:
+            details.append(f"attempt {task.attempt_number + 1}")
+        if node is not None:
+            details.append(f"node {node}")
+        if details:
+            where += f" ({', '.join(details)})"
+        lines.append(where)
+        if task.state_message and task.state_message != state.state_message:
+            lines.append(f"Task message: {task.state_message}")
+    elif node is not None:
+        lines.append(f"Failed node: {node}")
+    output = output or {}
+    runtime_output = output.get("ai_runtime_task_output")
+    if not isinstance(runtime_output, Mapping):
+        runtime_output = {}
+    status = _text(runtime_output.get("status_message"))
+    if status and status != state.state_message:
+        lines.append(f"Platform status: {status}")
+    error = _text(output.get("error"))
+    if error:
+        lines.append(f"Error: {error}")
+    if log_tail:
+        origin = f" of node {node}" if node is not None else ""
+        lines.append(f"Last log lines{origin}:")
+        lines.extend(f"  | {line}" for line in list(log_tail)[-_LOG_TAIL_LINES:])
+    trace = _text(output.get("error_trace"))
+    if trace:
+        lines.append("Error trace (last lines):")
+        lines.extend(f"  | {line}" for line in _tail(trace, _TRACE_TAIL_LINES))
+    experiment = _text(runtime_output.get("mlflow_experiment_id"))
+    mlflow_run = _text(runtime_output.get("mlflow_run_id"))
+    if experiment or mlflow_run:
+        lines.append(f"MLflow: experiment {experiment or '?'}, run {mlflow_run or '?'}")
+    if state.run_page_url:
+        lines.append(f"Run page: {state.run_page_url}")
+    return "\n".join(lines)
