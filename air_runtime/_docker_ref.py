@@ -1,0 +1,127 @@
+"""Docker Hub image references: parsing and the one normal form used everywhere.
+
+The platform registers images by their normal form (``docker.io/<org>/<repo>:<tag>``), so the
+workload model, the submit body and image registration must all agree on it byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io")
+
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
+
+# Hosts people often try, to give a precise reason in the error.
+_KNOWN_OTHER_REGISTRIES = {
+    ".amazonaws.com": "Amazon ECR",
+    "gcr.io": "Google Container Registry",
+    "pkg.dev": "Google Artifact Registry",
+    "ghcr.io": "GitHub Container Registry",
+    "azurecr.io": "Azure Container Registry",
+    "quay.io": "Quay",
+}
+
+DOCKER_HUB_HINT = (
+    "push the image to Docker Hub and reference it as docker.io/<org>/<repo>:<tag> "
+    "(or publish it to Unity Catalog and use environment.unity_catalog_image)"
+)
+
+
+class DockerRefError(ValueError):
+    """A reference that is malformed or not on Docker Hub; ``hint`` says what to do."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class DockerRef:
+    """A parsed Docker Hub reference (``repository`` always has the ``<org>/`` part)."""
+
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @property
+    def normal_form(self) -> str:
+        # A digest pins the content, so the tag next to it carries no information.
+        if self.digest:
+            return f"docker.io/{self.repository}@{self.digest}"
+        return f"docker.io/{self.repository}:{self.tag or 'latest'}"
+
+    def __str__(self) -> str:
+        return self.normal_form
+
+
+def _registry_name(host: str) -> str:
+    for suffix, name in _KNOWN_OTHER_REGISTRIES.items():
+        if host == suffix or host.endswith(suffix if suffix.startswith(".") else "." + suffix):
+            return name
+    return host
+
+
+def parse_docker_ref(reference: str) -> DockerRef:
+    """Parse ``reference``; raise ``DockerRefError`` unless it is a valid Docker Hub image."""
+    if not isinstance(reference, str) or not reference.strip():
+        raise DockerRefError("the image reference is empty", "give e.g. docker.io/myorg/repo:tag")
+    text = reference.strip()
+    if "://" in text:
+        raise DockerRefError(
+            f"image reference {reference!r} must not contain a URL scheme",
+            f"drop the scheme: {text.split('://', 1)[1]}",
+        )
+    if any(ch.isspace() for ch in text):
+        raise DockerRefError(
+            f"image reference {reference!r} contains whitespace", "remove the spaces"
+        )
+
+    name, digest = text, None
+    if "@" in name:
+        name, digest = name.split("@", 1)
+        if not _DIGEST.match(digest):
+            raise DockerRefError(
+                f"image reference {reference!r} has a malformed digest {digest!r}",
+                "use @sha256:<64 hex digits>",
+            )
+    tag = None
+    last_slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > last_slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.match(tag):
+            raise DockerRefError(
+                f"image reference {reference!r} has an invalid tag {tag!r}",
+                "tags are up to 128 characters of letters, digits, '_', '.', '-'",
+            )
+
+    parts = name.split("/")
+    first = parts[0]
+    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost"):
+        host = first.lower()
+        if host not in DOCKER_HUB_HOSTS:
+            raise DockerRefError(
+                f"image {reference!r} is on {_registry_name(host)}, but Docker Hub is required "
+                "for environment.docker_image",
+                DOCKER_HUB_HINT,
+            )
+        parts = parts[1:]
+    if len(parts) == 1:
+        parts = ["library", *parts]
+    for part in parts:
+        if not _COMPONENT.match(part):
+            raise DockerRefError(
+                f"image reference {reference!r} has an invalid name component {part!r}",
+                "names are lower case letters and digits separated by '.', '_' or '-'",
+            )
+    return DockerRef(repository="/".join(parts), tag=None if digest else tag, digest=digest)
+
+
+def normalize_docker_ref(reference: str) -> str:
+    """The normal form ``docker.io/<org>/<repo>:<tag>`` (or ``@<digest>``) of ``reference``."""
+    return parse_docker_ref(reference).normal_form

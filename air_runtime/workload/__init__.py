@@ -1,0 +1,32 @@
+"""The workload: YAML loading, the validated model and every rule of workload.md §1-§3."""
+
+from air_runtime.workload._load import lint_workload, load_workload
+from air_runtime.workload._models import (
+    GPUS_PER_NODE,
+    CodeSource,
+    Compute,
+    Container,
+    DockerImage,
+    Environment,
+    GitSource,
+    Permission,
+    SecretRef,
+    Workload,
+)
+from air_runtime.workload._schema import workload_json_schema
+
+__all__ = [
+    "GPUS_PER_NODE",
+    "CodeSource",
+    "Compute",
+    "Container",
+    "DockerImage",
+    "Environment",
+    "GitSource",
+    "Permission",
+    "SecretRef",
+    "Workload",
+    "lint_workload",
+    "load_workload",
+    "workload_json_schema",
+]

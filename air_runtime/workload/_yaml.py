@@ -1,0 +1,226 @@
+"""Safe YAML reading that remembers where every value came from.
+
+We compose with PyYAML's ``SafeLoader`` and build Python values ourselves, so that we can
+record the line/column of each node under its dotted path, keep environment variable values
+as the literal text the user wrote (``RANK: 0`` is ``"0"``, ``X: 1.50`` is ``"1.50"``), and
+count nodes while expanding aliases: a "billion laughs" document hits the bound after a few
+thousand nodes instead of exhausting memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from air_runtime._errors import Problem
+
+MAX_BYTES = 1024 * 1024
+# Nodes built, counting each alias expansion again; real workloads have a few hundred.
+MAX_NODES = 50_000
+MAX_DEPTH = 64
+
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+_LITERAL_PATHS = re.compile(
+    r"^(env_variables\.[^.\[\]]+|containers\[\d+\]\.environment_variables\.variables\.[^.\[\]]+)$"
+)
+
+Mark = tuple[int, int]
+
+
+def is_literal_path(path: str) -> bool:
+    """Values at these paths are environment variables: keep the text as written."""
+    return bool(_LITERAL_PATHS.match(path))
+
+
+@dataclass
+class SourceMarks:
+    """1-based (line, column) of each value and of each mapping key, by dotted path."""
+
+    values: dict[str, Mark] = field(default_factory=dict)
+    keys: dict[str, Mark] = field(default_factory=dict)
+
+
+class YamlLoadError(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+def child_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _mark(node: Node) -> Mark:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, loader: yaml.SafeLoader, keep_literal: Callable[[str], bool]) -> None:
+        self.loader = loader
+        self.keep_literal = keep_literal
+        self.count = 0
+        self.marks = SourceMarks()
+
+    def fail(self, node: Node, path: str, message: str, hint: str | None = None) -> None:
+        line, column = _mark(node)
+        raise YamlLoadError(Problem(path, message, hint, line, column))
+
+    def build(self, node: Node, path: str, depth: int) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            self.fail(
+                node,
+                path,
+                f"the document expands to more than {MAX_NODES} values (aliases included)",
+                "remove the nested anchors/aliases; a workload needs only a few hundred values",
+            )
+        if depth > MAX_DEPTH:
+            self.fail(
+                node,
+                path,
+                f"the document nests deeper than {MAX_DEPTH} levels",
+                "flatten the structure",
+            )
+        self.marks.values.setdefault(path, _mark(node))
+        if isinstance(node, ScalarNode):
+            return self.scalar(node, path)
+        if isinstance(node, SequenceNode):
+            if node.tag != _SEQ_TAG:
+                self.fail(node, path, f"unsupported YAML tag {node.tag!r}", "remove the tag")
+            return [
+                self.build(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
+            ]
+        if isinstance(node, MappingNode):
+            if node.tag != _MAP_TAG:
+                self.fail(node, path, f"unsupported YAML tag {node.tag!r}", "remove the tag")
+            return self.mapping(node, path, depth)
+        self.fail(node, path, "unsupported YAML node")  # pragma: no cover
+        return None  # pragma: no cover
+
+    def scalar(self, node: ScalarNode, path: str) -> Any:
+        if self.keep_literal(path) and node.tag != _NULL_TAG:
+            return str(node.value)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            self.fail(
+                node,
+                path,
+                f"cannot read this value: {getattr(exc, 'problem', exc)}",
+                "use plain YAML scalars, lists and mappings (no tags)",
+            )
+        except (ValueError, OverflowError) as exc:
+            self.fail(node, path, f"cannot read this value: {exc}")
+        return None  # pragma: no cover
+
+    def mapping(self, node: MappingNode, path: str, depth: int) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        merged: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                # `<<: *base` merges; built through `build` so expansions are counted.
+                sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                for source in sources:
+                    value = self.build(source, path, depth + 1)
+                    if not isinstance(value, dict):
+                        self.fail(source, path, "a merge key (<<) must refer to a mapping")
+                    for k, v in value.items():
+                        merged.setdefault(k, v)
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self.fail(
+                    key_node,
+                    path,
+                    "mapping keys must be plain scalars",
+                    "use a simple name as the key",
+                )
+            key = self.scalar(key_node, "")
+            if key is None or isinstance(key, list | dict):
+                self.fail(
+                    key_node,
+                    path,
+                    "mapping keys must be plain scalars",
+                    "use a simple name as the key",
+                )
+            sub = child_path(path, key)
+            if key in result:
+                self.fail(key_node, sub, f"duplicate key {key!r}", "keep only one of them")
+            self.marks.keys.setdefault(sub, _mark(key_node))
+            result[key] = self.build(value_node, sub, depth + 1)
+        for k, v in merged.items():
+            result.setdefault(k, v)
+        return result
+
+
+def decode_source(data: bytes) -> str:
+    """UTF-8 text of ``data`` (size limit first, so huge inputs are never decoded)."""
+    if len(data) > MAX_BYTES:
+        raise YamlLoadError(
+            Problem(
+                "",
+                f"the workload is {len(data)} bytes, over the 1 MiB limit",
+                "keep the YAML small: move large data into code_source or a volume",
+            )
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise YamlLoadError(
+            Problem(
+                "", f"the workload is not valid UTF-8 (byte {exc.start})", "save the file as UTF-8"
+            )
+        ) from None
+
+
+def load_yaml_text(
+    text: str, keep_literal: Callable[[str], bool] = is_literal_path
+) -> tuple[Any, SourceMarks]:
+    """Parse one YAML document; raise ``YamlLoadError`` with a located problem otherwise."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlLoadError(
+            Problem(
+                "",
+                "the workload is over the 1 MiB limit",
+                "keep the YAML small: move large data into code_source or a volume",
+            )
+        )
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+            message = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+            raise YamlLoadError(
+                Problem("", f"YAML syntax error: {message}", "fix the YAML syntax", line, column)
+            ) from None
+        except yaml.YAMLError as exc:
+            raise YamlLoadError(Problem("", f"YAML error: {exc}", "fix the YAML syntax")) from None
+        except RecursionError:
+            raise YamlLoadError(
+                Problem("", "the document nests too deeply", "flatten the structure")
+            ) from None
+        if node is None:
+            raise YamlLoadError(
+                Problem("", "the workload is empty", "start from one of the examples/ files")
+            )
+        builder = _Builder(loader, keep_literal)
+        try:
+            data = builder.build(node, "", 0)
+        except RecursionError:
+            raise YamlLoadError(
+                Problem("", "the document nests too deeply", "flatten the structure")
+            ) from None
+        return data, builder.marks
+    finally:
+        loader.dispose()
