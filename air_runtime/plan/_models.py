@@ -1,0 +1,119 @@
+"""The plan of one submission: everything that will be uploaded and sent, as plain data."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from air_runtime.workload import Workload
+
+
+@dataclass(frozen=True)
+class UploadFile:
+    """One file of a launch directory (``path`` is the absolute workspace path)."""
+
+    path: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class CodeSnapshot:
+    """The client packs ``local_root`` (only ``include_paths`` when given) as a tar.gz at ``target_path``."""
+
+    local_root: str
+    include_paths: tuple[str, ...]
+    target_path: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One workload of a multi-stage run: a task of the single runs/submit."""
+
+    task_key: str
+    workload: Workload
+    depends_on: tuple[str, ...] = ()
+    run_if: str = "ALL_SUCCESS"
+
+
+@dataclass(frozen=True)
+class SubmissionPlan:
+    run_name: str
+    idempotency_token: str
+    home: str
+    launch_dirs: dict[str, str]
+    folders: tuple[str, ...]
+    files: tuple[UploadFile, ...]
+    code_snapshots: tuple[CodeSnapshot, ...]
+    preflight_bodies: tuple[dict[str, Any], ...]
+    submit_body: dict[str, Any]
+    docker_images: tuple[str, ...] = ()
+    permissions: tuple[dict[str, Any], ...] = ()
+    usage_policy_name: str | None = None
+
+    def file(self, path: str) -> UploadFile:
+        """The file whose path is ``path`` or ends with ``/<path>`` (first match)."""
+        for upload in self.files:
+            if upload.path == path or upload.path.endswith("/" + path):
+                return upload
+        raise KeyError(path)
+
+    def _as_dict(self, files: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "run_name": self.run_name,
+            "idempotency_token": self.idempotency_token,
+            "home": self.home,
+            "launch_dirs": dict(self.launch_dirs),
+            "folders": list(self.folders),
+            "files": files,
+            "code_snapshots": [
+                {
+                    "local_root": s.local_root,
+                    "include_paths": list(s.include_paths),
+                    "target_path": s.target_path,
+                }
+                for s in self.code_snapshots
+            ],
+            "preflight_bodies": list(self.preflight_bodies),
+            "submit_body": self.submit_body,
+            "docker_images": list(self.docker_images),
+            "permissions": list(self.permissions),
+            "usage_policy_name": self.usage_policy_name,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible dict (file contents as base64); ``from_json`` reverses it."""
+        return self._as_dict(
+            [
+                {"path": f.path, "content_base64": base64.b64encode(f.content).decode("ascii")}
+                for f in self.files
+            ]
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SubmissionPlan:
+        return cls(
+            run_name=data["run_name"],
+            idempotency_token=data["idempotency_token"],
+            home=data["home"],
+            launch_dirs=dict(data["launch_dirs"]),
+            folders=tuple(data["folders"]),
+            files=tuple(
+                UploadFile(f["path"], base64.b64decode(f["content_base64"])) for f in data["files"]
+            ),
+            code_snapshots=tuple(
+                CodeSnapshot(s["local_root"], tuple(s["include_paths"]), s["target_path"])
+                for s in data["code_snapshots"]
+            ),
+            preflight_bodies=tuple(data["preflight_bodies"]),
+            submit_body=data["submit_body"],
+            docker_images=tuple(data.get("docker_images", ())),
+            permissions=tuple(data.get("permissions", ())),
+            usage_policy_name=data.get("usage_policy_name"),
+        )
+
+    def redacted(self) -> dict[str, Any]:
+        """What ``airo plan`` prints: file contents as text. Plans hold secret references only."""
+        return self._as_dict(
+            [{"path": f.path, "content": f.content.decode("utf-8", "replace")} for f in self.files]
+        )
