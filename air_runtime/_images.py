@@ -1,0 +1,272 @@
+"""Docker Hub image registration (rest-api.md §4) and local Docker credential discovery.
+
+A public image is registered without credentials. A private one needs the registry user's
+credentials stored as a workspace secret first; they are looked up where ``docker login``
+left them (``~/.docker/config.json``: inline ``auths`` or a credential helper).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._docker_ref import DockerRefError, normalize_docker_ref
+from ._errors import AuthError, ConfigurationError, NotFound
+from .client._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
+from .client._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
+from .client._submit import whoami
+
+logger = logging.getLogger("air_runtime.images")
+
+IMAGES_API = "/api/2.0/ai-compute-manager/images"
+# Keys Docker uses for Docker Hub in config.json, newest convention last.
+_DOCKER_HUB_KEYS = (
+    "https://index.docker.io/v1/",
+    "index.docker.io",
+    "docker.io",
+    "registry-1.docker.io",
+    "https://registry-1.docker.io",
+)
+_HELPER_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class DockerCredential:
+    """A registry login found on this machine. ``origin`` names where it came from."""
+
+    registry: str
+    username: str
+    password: str
+    origin: str
+
+    def secret_value(self) -> str:
+        return base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+
+    def __repr__(self) -> str:  # never show the password
+        return f"DockerCredential(registry={self.registry!r}, username={self.username!r}, origin={self.origin!r})"
+
+
+def register_command(image: str) -> str:
+    """What to tell a user whose image is not registered yet."""
+    return (
+        f"airo images register {image}  (or the AirRegisterImageOperator in Airflow / "
+        "the register image op in Dagster)"
+    )
+
+
+def normal_image(reference: str) -> str:
+    try:
+        return normalize_docker_ref(reference)
+    except DockerRefError as error:
+        raise ConfigurationError(f"{error.message}; {error.hint}") from error
+
+
+def _docker_config_path() -> Path:
+    root = os.environ.get("DOCKER_CONFIG")
+    return Path(root) / "config.json" if root else Path.home() / ".docker" / "config.json"
+
+
+def _from_helper(helper: str, server: str) -> DockerCredential | None:
+    try:
+        done = subprocess.run(
+            [f"docker-credential-{helper}", "get"],
+            input=server.encode(),
+            capture_output=True,
+            timeout=_HELPER_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        logger.warning("docker credential helper %r failed: %s", helper, type(error).__name__)
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        return None
+    user, secret = answer.get("Username"), answer.get("Secret")
+    if not user or not secret:
+        return None
+    return DockerCredential("docker.io", user, secret, origin=helper)
+
+
+def find_docker_credentials(
+    config_path: str | os.PathLike[str] | None = None,
+) -> DockerCredential | None:
+    """Docker Hub credentials from ``~/.docker/config.json`` (``$DOCKER_CONFIG`` honoured):
+    a per-registry ``credHelpers`` entry, else inline ``auths``, else the ``credsStore``."""
+    path = Path(config_path) if config_path else _docker_config_path()
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    helpers = config.get("credHelpers") or {}
+    for key in _DOCKER_HUB_KEYS:
+        if key in helpers:
+            found = _from_helper(str(helpers[key]), key)
+            if found:
+                return found
+    auths = config.get("auths") or {}
+    for key in _DOCKER_HUB_KEYS:
+        entry = auths.get(key)
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except ValueError:
+                continue
+            if user and password:
+                return DockerCredential("docker.io", user, password, origin="docker-config")
+        if entry.get("username") and entry.get("password"):
+            return DockerCredential(
+                "docker.io", entry["username"], entry["password"], origin="docker-config"
+            )
+    store = config.get("credsStore")
+    if store:
+        for key in _DOCKER_HUB_KEYS[:1]:
+            found = _from_helper(str(store), key)
+            if found:
+                return found
+    return None
+
+
+def credentials_secret_location(user_name: str, credential: DockerCredential) -> tuple[str, str]:
+    """Scope and key where registry credentials are stored (rest-api.md §4)."""
+    scope = secret_scope_name(f"docker-credentials-{user_name}")
+    key = secret_key_name(f"{credential.registry}-{credential.username}-{credential.origin}")
+    return scope, key
+
+
+# --- flows ---------------------------------------------------------------------------------
+
+
+def get_image(core: ClientCore, reference: str) -> Flow[ImageRegistration | None]:
+    url = normal_image(reference)
+    try:
+        body = yield from core.call("GET", f"{IMAGES_API}:get", params={"docker_image_url": url})
+    except NotFound:
+        return None
+    return ImageRegistration.from_api(body, url)
+
+
+def check_image_access(core: ClientCore, reference: str) -> Flow[bool]:
+    url = normal_image(reference)
+    body = yield from core.call(
+        "GET", f"{IMAGES_API}:checkImageAccess", params={"docker_image_url": url}
+    )
+    return bool(body.get("publicly_accessible"))
+
+
+def _post_registration(
+    core: ClientCore, url: str, scope: str | None, key: str | None
+) -> Flow[ImageRegistration]:
+    body: dict[str, Any] = {"docker_image_url": url}
+    if scope and key:
+        body["credentials_scope"], body["credentials_key"] = scope, key
+    try:
+        answer = yield from core.call("POST", IMAGES_API, json=body)
+    except AuthError as error:
+        if scope and key:
+            raise ConfigurationError(
+                f"Docker Hub refused the credentials stored in secret {scope}/{key} for "
+                f"{url}: update that secret (docker login, then register again) or pass "
+                "another scope/key"
+            ) from error
+        raise
+    return ImageRegistration.from_api(answer, url)
+
+
+def register_image(
+    core: ClientCore,
+    reference: str,
+    *,
+    credentials_scope: str | None,
+    credentials_key: str | None,
+    refresh: bool,
+    docker_credential: DockerCredential | None = None,
+) -> Flow[ImageRegistration]:
+    """Register (or re-check, with ``refresh``) an image; does not wait for AVAILABLE."""
+    url = normal_image(reference)
+    if (credentials_scope is None) != (credentials_key is None):
+        raise ConfigurationError("credentials_scope and credentials_key go together")
+    if not refresh:
+        existing = yield from get_image(core, url)
+        if existing is not None and existing.is_available:
+            logger.info("%s is already registered and AVAILABLE", url)
+            return existing
+    if credentials_scope and credentials_key:
+        return (yield from _post_registration(core, url, credentials_scope, credentials_key))
+    public = yield from check_image_access(core, url)
+    if public:
+        return (yield from _post_registration(core, url, None, None))
+    credential = docker_credential
+    if credential is None:
+        credential = yield from offload(find_docker_credentials)
+    if credential is None:
+        raise ConfigurationError(
+            f"{url} is private and no Docker Hub credentials were found on this machine: "
+            "run `docker login`, or store base64('<user>:<token>') as a workspace secret and "
+            "pass its scope and key"
+        )
+    identity = yield from whoami(core)
+    scope, key = credentials_secret_location(identity.user_name, credential)
+    yield from ensure_secret_scope(core, scope)
+    yield from put_secret(core, scope, key, credential.secret_value())
+    logger.info(
+        "stored Docker Hub credentials of %s in secret %s/%s", credential.username, scope, key
+    )
+    return (yield from _post_registration(core, url, scope, key))
+
+
+def wait_for_image(
+    core: ClientCore, reference: str, *, timeout: float, poll_interval: float
+) -> Flow[ImageRegistration]:
+    url = normal_image(reference)
+    deadline = time.monotonic() + timeout
+    while True:
+        registration = yield from get_image(core, url)
+        if registration is None:
+            raise ConfigurationError(f"{url} is not registered: {register_command(url)}")
+        if registration.is_available:
+            return registration
+        if registration.state == "FAILED":
+            raise ConfigurationError(
+                f"registration of {url} FAILED: {registration.status_message or 'no reason given'}"
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ConfigurationError(
+                f"{url} is still {registration.state} after {timeout:g}s; registration takes "
+                "minutes for large images: wait longer and check again"
+            )
+        yield Sleep(min(poll_interval, remaining))
+
+
+def ensure_images_registered(core: ClientCore, images: tuple[str, ...]) -> Flow[None]:
+    """Fail before anything is uploaded when an image is not AVAILABLE."""
+    found = yield from gather([get_image(core, image) for image in images], len(images) or 1)
+    for image, registration in zip(images, found, strict=True):
+        if registration is None:
+            raise ConfigurationError(
+                f"Docker image {image} is not registered on {core.host}; register it first: "
+                f"{register_command(image)}"
+            )
+        if not registration.is_available:
+            detail = f": {registration.status_message}" if registration.status_message else ""
+            hint = (
+                "register it again once the cause is fixed"
+                if registration.state == "FAILED"
+                else "wait until it is AVAILABLE"
+            )
+            raise ConfigurationError(
+                f"Docker image {image} is {registration.state}{detail}; {hint}: "
+                f"{register_command(image)}"
+            )

@@ -1,0 +1,19 @@
+"""The HTTP client of a Databricks workspace (or the local workspace).
+
+``AirClient`` and ``AsyncAirClient`` share one request/response core; see ``_core.py``.
+"""
+
+from ._client import AirClient, AsyncAirClient
+from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
+from ._secrets import secret_key_name
+
+__all__ = [
+    "AirClient",
+    "AsyncAirClient",
+    "Identity",
+    "ImageRegistration",
+    "LogRecord",
+    "RetryPolicy",
+    "SubmittedRun",
+    "secret_key_name",
+]

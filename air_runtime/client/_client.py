@@ -1,0 +1,513 @@
+"""``AirClient`` and ``AsyncAirClient``: two drivers of the flows in this package.
+
+They differ only where I/O happens: sending a request, sleeping, running sub-flows
+concurrently (threads vs. tasks), running blocking work, asking credentials for headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx
+
+from .. import _images
+from .._auth import Credentials, resolve_credentials
+from .._states import RunState
+from . import _runs, _secrets, _submit
+from ._core import (
+    AuthHeaders,
+    ClientCore,
+    Emit,
+    Flow,
+    Gather,
+    Identity,
+    ImageRegistration,
+    LogRecord,
+    Offload,
+    RefreshAuth,
+    RetryPolicy,
+    Sleep,
+    Step,
+    SubmittedRun,
+    Transmit,
+)
+
+if TYPE_CHECKING:
+    from ..plan import Stage, SubmissionPlan
+    from ..workload import Workload
+
+T = TypeVar("T")
+
+# One pool per client; P1 caps a triggerer's connections to a workspace at 20.
+_MAX_CONNECTIONS = 20
+
+
+class _BaseClient:
+    def __init__(
+        self,
+        host: str | None = None,
+        token: str | None = None,
+        *,
+        credentials: Credentials | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        user_agent_extra: str | None = None,
+        max_concurrent_uploads: int = 8,
+    ) -> None:
+        resolved_host, resolved_credentials = resolve_credentials(host, token, credentials)
+        self._core = ClientCore(
+            resolved_host,
+            resolved_credentials,
+            timeout=timeout,
+            retry=retry,
+            user_agent_extra=user_agent_extra,
+            max_concurrent_uploads=max_concurrent_uploads,
+        )
+
+    @property
+    def host(self) -> str:
+        return self._core.host
+
+    @property
+    def credentials(self) -> Credentials:
+        return self._core.credentials
+
+    def _limits(self) -> httpx.Limits:
+        return httpx.Limits(
+            max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(host={self.host!r}, credentials={self.credentials.source!r})"
+
+
+class AirClient(_BaseClient):
+    """Synchronous client. Thread-safe; use one per workspace and close it (or ``with``)."""
+
+    def __init__(
+        self,
+        host: str | None = None,
+        token: str | None = None,
+        *,
+        credentials: Credentials | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+        user_agent_extra: str | None = None,
+        max_concurrent_uploads: int = 8,
+    ) -> None:
+        super().__init__(
+            host,
+            token,
+            credentials=credentials,
+            timeout=timeout,
+            retry=retry,
+            user_agent_extra=user_agent_extra,
+            max_concurrent_uploads=max_concurrent_uploads,
+        )
+        self._http = httpx.Client(
+            transport=transport, timeout=self._core.timeout, limits=self._limits()
+        )
+
+    # --- driver -------------------------------------------------------------------------
+
+    def _perform(self, step: Step) -> Any:
+        if isinstance(step, Transmit):
+            return self._http.send(step.request)
+        if isinstance(step, AuthHeaders):
+            return self._core.credentials.headers()
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        if isinstance(step, Gather):
+            return self._gather(step)
+        if isinstance(step, Offload):
+            return step.function()
+        if isinstance(step, RefreshAuth):
+            self._core.credentials.refresh()
+            return None
+        raise TypeError(f"unexpected step {step!r}")
+
+    def _gather(self, step: Gather) -> list[Any]:
+        with ThreadPoolExecutor(max_workers=min(step.limit, len(step.flows))) as pool:
+            futures = [pool.submit(self._run, flow) for flow in step.flows]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+        return [f.result() for f in futures]
+
+    def _steps(self, flow: Flow[T]) -> Iterator[Any]:
+        """Drive ``flow``; yield what it emits; the flow's result ends the iteration."""
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            answer, error = None, None
+            if isinstance(step, Emit):
+                yield step.item
+                continue
+            try:
+                answer = self._perform(step)
+            except Exception as exc:
+                error = exc
+
+    def _run(self, flow: Flow[T]) -> T:
+        steps = self._steps(flow)
+        try:
+            item = next(steps)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        raise TypeError(f"flow emitted {item!r} but was run, not iterated")
+
+    # --- operations ---------------------------------------------------------------------
+
+    def whoami(self) -> Identity:
+        return self._run(_submit.whoami(self._core))
+
+    def submit(self, plan: SubmissionPlan) -> SubmittedRun:
+        return self._run(_submit.submit(self._core, plan))
+
+    def submit_workload(
+        self,
+        workload: Workload | Sequence[Stage],
+        *,
+        idempotency_token: str | None = None,
+        run_name: str | None = None,
+    ) -> SubmittedRun:
+        return self._run(
+            _submit.submit_workload(
+                self._core, workload, idempotency_token=idempotency_token, run_name=run_name
+            )
+        )
+
+    def get_run(self, run_id: int) -> RunState:
+        return self._run(_runs.get_run(self._core, run_id))
+
+    def get_output(self, task_run_id: int) -> dict[str, Any]:
+        return self._run(_runs.get_output(self._core, task_run_id))
+
+    def list_runs(
+        self, active_only: bool = True, limit: int = 25, page_token: str | None = None
+    ) -> tuple[list[RunState], str | None]:
+        return self._run(
+            _runs.list_runs(self._core, active_only=active_only, limit=limit, page_token=page_token)
+        )
+
+    def wait(
+        self,
+        run_id: int,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 5.0,
+        on_update: Callable[[RunState], None] | None = None,
+    ) -> RunState:
+        return self._run(
+            _runs.wait(
+                self._core,
+                run_id,
+                timeout=timeout,
+                poll_interval=poll_interval,
+                on_update=on_update,
+            )
+        )
+
+    def raise_for_failure(self, state: RunState) -> None:
+        self._run(_runs.raise_for_failure(self._core, state))
+
+    def cancel(self, run_id: int) -> None:
+        self._run(_runs.cancel(self._core, run_id))
+
+    def iter_logs(self, run_id: int, *, node: int = 0, follow: bool = False) -> Iterator[LogRecord]:
+        yield from self._steps(_runs.iter_logs(self._core, run_id, node=node, follow=follow))
+
+    def ensure_secret_scope(self, scope: str) -> None:
+        self._run(_secrets.ensure_secret_scope(self._core, scope))
+
+    def put_secret(self, scope: str, key: str, value: str) -> None:
+        self._run(_secrets.put_secret(self._core, scope, key, value))
+
+    def materialize_secrets(
+        self, values: Mapping[str, str], *, scope: str, key_prefix: str = ""
+    ) -> dict[str, str]:
+        return self._run(
+            _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
+        )
+
+    def register_image(
+        self,
+        ref: str,
+        *,
+        credentials_scope: str | None = None,
+        credentials_key: str | None = None,
+        refresh: bool = False,
+    ) -> ImageRegistration:
+        return self._run(
+            _images.register_image(
+                self._core,
+                ref,
+                credentials_scope=credentials_scope,
+                credentials_key=credentials_key,
+                refresh=refresh,
+            )
+        )
+
+    def get_image(self, ref: str) -> ImageRegistration | None:
+        return self._run(_images.get_image(self._core, ref))
+
+    def wait_for_image(
+        self, ref: str, *, timeout: float = 3600.0, poll_interval: float = 5.0
+    ) -> ImageRegistration:
+        return self._run(
+            _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
+        )
+
+    def check_image_access(self, ref: str) -> bool:
+        return self._run(_images.check_image_access(self._core, ref))
+
+    def ensure_images_registered(self, plan: SubmissionPlan) -> None:
+        self._run(_images.ensure_images_registered(self._core, plan.docker_images))
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AirClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncAirClient(_BaseClient):
+    """Asynchronous twin of ``AirClient``: the same operations, awaited."""
+
+    def __init__(
+        self,
+        host: str | None = None,
+        token: str | None = None,
+        *,
+        credentials: Credentials | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        user_agent_extra: str | None = None,
+        max_concurrent_uploads: int = 8,
+    ) -> None:
+        super().__init__(
+            host,
+            token,
+            credentials=credentials,
+            timeout=timeout,
+            retry=retry,
+            user_agent_extra=user_agent_extra,
+            max_concurrent_uploads=max_concurrent_uploads,
+        )
+        self._http = httpx.AsyncClient(
+            transport=transport, timeout=self._core.timeout, limits=self._limits()
+        )
+
+    # --- driver -------------------------------------------------------------------------
+
+    async def _perform(self, step: Step) -> Any:
+        if isinstance(step, Transmit):
+            return await self._http.send(step.request)
+        if isinstance(step, AuthHeaders):
+            return await self._core.credentials.aheaders()
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        if isinstance(step, Gather):
+            return await self._gather(step)
+        if isinstance(step, Offload):
+            return await asyncio.to_thread(step.function)
+        if isinstance(step, RefreshAuth):
+            await self._core.credentials.arefresh()
+            return None
+        raise TypeError(f"unexpected step {step!r}")
+
+    async def _gather(self, step: Gather) -> list[Any]:
+        slots = asyncio.Semaphore(step.limit)
+
+        async def run_one(flow: Flow[Any]) -> Any:
+            async with slots:
+                return await self._run(flow)
+
+        results = await asyncio.gather(*(run_one(f) for f in step.flows), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    async def _run(self, flow: Flow[T]) -> T:
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer, error = None, None
+            if isinstance(step, Emit):
+                raise TypeError(f"flow emitted {step.item!r} but was run, not iterated")
+            try:
+                answer = await self._perform(step)
+            except Exception as exc:
+                error = exc
+
+    async def _items(self, flow: Flow[Any]) -> AsyncIterator[Any]:
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(answer)
+            except StopIteration:
+                return
+            answer, error = None, None
+            if isinstance(step, Emit):
+                yield step.item
+                continue
+            try:
+                answer = await self._perform(step)
+            except Exception as exc:
+                error = exc
+
+    # --- operations ---------------------------------------------------------------------
+
+    async def whoami(self) -> Identity:
+        return await self._run(_submit.whoami(self._core))
+
+    async def submit(self, plan: SubmissionPlan) -> SubmittedRun:
+        return await self._run(_submit.submit(self._core, plan))
+
+    async def submit_workload(
+        self,
+        workload: Workload | Sequence[Stage],
+        *,
+        idempotency_token: str | None = None,
+        run_name: str | None = None,
+    ) -> SubmittedRun:
+        return await self._run(
+            _submit.submit_workload(
+                self._core, workload, idempotency_token=idempotency_token, run_name=run_name
+            )
+        )
+
+    async def get_run(self, run_id: int) -> RunState:
+        return await self._run(_runs.get_run(self._core, run_id))
+
+    async def get_output(self, task_run_id: int) -> dict[str, Any]:
+        return await self._run(_runs.get_output(self._core, task_run_id))
+
+    async def list_runs(
+        self, active_only: bool = True, limit: int = 25, page_token: str | None = None
+    ) -> tuple[list[RunState], str | None]:
+        return await self._run(
+            _runs.list_runs(self._core, active_only=active_only, limit=limit, page_token=page_token)
+        )
+
+    async def list_runs_raw(self, params: dict[str, Any]) -> dict[str, Any]:
+        """One ``runs/list`` page as the API answered it (the watcher reads it lazily)."""
+        body: dict[str, Any] = await self._run(
+            self._core.call("GET", f"{_runs.RUNS_API}/list", params=params)
+        )
+        return body
+
+    async def wait(
+        self,
+        run_id: int,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 5.0,
+        on_update: Callable[[RunState], None] | None = None,
+    ) -> RunState:
+        return await self._run(
+            _runs.wait(
+                self._core,
+                run_id,
+                timeout=timeout,
+                poll_interval=poll_interval,
+                on_update=on_update,
+            )
+        )
+
+    async def raise_for_failure(self, state: RunState) -> None:
+        await self._run(_runs.raise_for_failure(self._core, state))
+
+    async def cancel(self, run_id: int) -> None:
+        await self._run(_runs.cancel(self._core, run_id))
+
+    async def iter_logs(
+        self, run_id: int, *, node: int = 0, follow: bool = False
+    ) -> AsyncIterator[LogRecord]:
+        async for record in self._items(
+            _runs.iter_logs(self._core, run_id, node=node, follow=follow)
+        ):
+            yield record
+
+    async def ensure_secret_scope(self, scope: str) -> None:
+        await self._run(_secrets.ensure_secret_scope(self._core, scope))
+
+    async def put_secret(self, scope: str, key: str, value: str) -> None:
+        await self._run(_secrets.put_secret(self._core, scope, key, value))
+
+    async def materialize_secrets(
+        self, values: Mapping[str, str], *, scope: str, key_prefix: str = ""
+    ) -> dict[str, str]:
+        return await self._run(
+            _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
+        )
+
+    async def register_image(
+        self,
+        ref: str,
+        *,
+        credentials_scope: str | None = None,
+        credentials_key: str | None = None,
+        refresh: bool = False,
+    ) -> ImageRegistration:
+        return await self._run(
+            _images.register_image(
+                self._core,
+                ref,
+                credentials_scope=credentials_scope,
+                credentials_key=credentials_key,
+                refresh=refresh,
+            )
+        )
+
+    async def get_image(self, ref: str) -> ImageRegistration | None:
+        return await self._run(_images.get_image(self._core, ref))
+
+    async def wait_for_image(
+        self, ref: str, *, timeout: float = 3600.0, poll_interval: float = 5.0
+    ) -> ImageRegistration:
+        return await self._run(
+            _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
+        )
+
+    async def check_image_access(self, ref: str) -> bool:
+        return await self._run(_images.check_image_access(self._core, ref))
+
+    async def ensure_images_registered(self, plan: SubmissionPlan) -> None:
+        await self._run(_images.ensure_images_registered(self._core, plan.docker_images))
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncAirClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,373 @@
+"""The request/response core shared by ``AirClient`` and ``AsyncAirClient``.
+
+Every operation is written once, as a generator ("flow") that yields the I/O it needs as
+small step objects (send this request, sleep, fetch auth headers, run these sub-flows
+concurrently, run this blocking function) and receives the results. The sync and async
+clients are two drivers of the same flows, so building requests, classifying answers,
+retrying and every multi-step operation exist in exactly one place (like httpx's auth flows).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+from .._auth import Credentials
+from .._errors import (
+    AuthError,
+    CapacityError,
+    NotFound,
+    PlatformError,
+    RateLimited,
+)
+
+logger = logging.getLogger("air_runtime.client")
+
+T = TypeVar("T")
+
+
+# --- steps a flow yields; the drivers in _sync.py / _async.py perform them -----------------
+
+
+@dataclass(slots=True)
+class Transmit:
+    """Send ``request`` once; the driver answers with the read ``httpx.Response``."""
+
+    request: httpx.Request
+
+
+@dataclass(slots=True)
+class Sleep:
+    seconds: float
+
+
+class AuthHeaders:
+    """Ask the credentials for their current headers."""
+
+
+class RefreshAuth:
+    """Ask the credentials for a new token (after a 401)."""
+
+
+@dataclass(slots=True)
+class Gather:
+    """Run sub-flows concurrently (at most ``limit`` at once); answer their results in order.
+    The first error is raised after all have finished, so no upload is left half-done."""
+
+    flows: Sequence[Flow[Any]]
+    limit: int
+
+
+@dataclass(slots=True)
+class Offload:
+    """Run a blocking function (tar building, a credential helper) off the event loop."""
+
+    function: Callable[[], Any]
+
+
+@dataclass(slots=True)
+class Emit:
+    """Hand an item to the caller of an iterating operation (log records)."""
+
+    item: Any
+
+
+IMAGE_STATES = ("PENDING", "IMPORTING", "AVAILABLE", "FAILED")
+AUTH_HEADERS = AuthHeaders()
+REFRESH_AUTH = RefreshAuth()
+
+Step = Transmit | Sleep | AuthHeaders | RefreshAuth | Gather | Offload | Emit
+Flow = Generator[Step, Any, T]
+
+
+# --- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user_name: str
+    user_id: str
+    org_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedRun:
+    run_id: int
+    run_page_url: str
+    idempotency_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    time_unix_nano: int
+    body: str
+    node_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRegistration:
+    docker_image_url: str
+    state: str
+    status_message: str = ""
+    manifest_sha256: str | None = None
+
+    @classmethod
+    def from_api(cls, body: dict[str, Any], url: str) -> ImageRegistration:
+        if isinstance(body.get("image"), dict):
+            body = body["image"]
+        state = str(body.get("state") or "PENDING").upper()
+        return cls(
+            docker_image_url=str(body.get("docker_image_url") or url),
+            state=state if state in IMAGE_STATES else "PENDING",
+            status_message=str(body.get("status_message") or ""),
+            manifest_sha256=body.get("manifest_sha256") or None,
+        )
+
+    @property
+    def is_available(self) -> bool:
+        return self.state == "AVAILABLE"
+
+
+# --- retries ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter, bounded in attempts and in total time.
+
+    ``Retry-After`` on 429/503 is a floor for the wait; when it would push the total past
+    ``max_total_s`` the request fails at once with ``RateLimited`` instead of waiting.
+    """
+
+    max_attempts: int = 10
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    max_total_s: float = 300.0
+    # Retry-After values above this are treated as "give up now".
+    max_retry_after_s: float = 120.0
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        cap = min(self.max_backoff_s, self.initial_backoff_s * (2**attempt))
+        return rng.uniform(0, cap)
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        jittered = self.backoff(attempt, rng)
+        return jittered if retry_after is None else max(retry_after, jittered)
+
+    def allows(self, attempts_made: int, elapsed_s: float, next_delay_s: float) -> bool:
+        return attempts_made < self.max_attempts and elapsed_s + next_delay_s <= self.max_total_s
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _retryable_status(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def _error_body(response: httpx.Response) -> tuple[str | None, str]:
+    try:
+        body = response.json()
+    except ValueError:
+        return None, (response.text or "")[:300]
+    if not isinstance(body, dict):
+        return None, ""
+    code = body.get("error_code")
+    message = body.get("message") or body.get("error") or ""
+    return (code if isinstance(code, str) else None), str(message)[:1000]
+
+
+_CAPACITY_CODES = frozenset({"INSUFFICIENT_CAPACITY", "CAPACITY_UNAVAILABLE", "NO_CAPACITY"})
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("air-orchestration")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class ClientCore:
+    """Host, credentials, retries and the one ``call`` flow every request goes through."""
+
+    def __init__(
+        self,
+        host: str,
+        credentials: Credentials,
+        *,
+        timeout: float,
+        retry: RetryPolicy | None,
+        user_agent_extra: str | None,
+        max_concurrent_uploads: int,
+    ) -> None:
+        self.host = host
+        self.credentials = credentials
+        self.retry = retry or RetryPolicy()
+        self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        agent = f"air-orchestration/{_package_version()}"
+        self.user_agent = f"{agent} {user_agent_extra}" if user_agent_extra else agent
+        self.max_concurrent_uploads = max(1, max_concurrent_uploads)
+        self.rng = random.Random()
+        self.identity: Identity | None = None
+
+    def url(self, path: str) -> str:
+        return f"{self.host}{path}"
+
+    def build_request(
+        self,
+        method: str,
+        path: str,
+        auth: dict[str, str],
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+    ) -> httpx.Request:
+        headers = {"User-Agent": self.user_agent, "Accept": "application/json", **auth}
+        if content is not None:
+            headers["Content-Type"] = "application/octet-stream"
+            return httpx.Request(
+                method, self.url(path), params=params, content=content, headers=headers
+            )
+        return httpx.Request(method, self.url(path), params=params, json=json, headers=headers)
+
+    def error_for(self, response: httpx.Response, method: str, path: str) -> Exception:
+        """The typed error for an error answer. Messages carry the server's error code and
+        message (never request bodies or headers)."""
+        status = response.status_code
+        code, message = _error_body(response)
+        what = f"{method} {path} on {self.host}: HTTP {status}"
+        if code:
+            what += f" {code}"
+        if message:
+            what += f": {message}"
+        if status == 401:
+            return AuthError(
+                f"{self.host} refused the credentials from {self.credentials.source} "
+                f"(HTTP 401{' ' + code if code else ''}). The token is missing, expired or "
+                "revoked: renew it or fix the connection."
+            )
+        if status == 403:
+            return AuthError(
+                f"{self.host} denied access for the credentials from "
+                f"{self.credentials.source} (HTTP 403{' ' + code if code else ''}"
+                f"{': ' + message if message else ''})."
+            )
+        if status == 404 or code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
+            return NotFound(what)
+        if status == 429 or (status == 503 and response.headers.get("Retry-After")):
+            return RateLimited(what, status_code=status, error_code=code)
+        if code in _CAPACITY_CODES or (status != 429 and "capacity" in message.lower()):
+            return CapacityError(what, status_code=status, error_code=code)
+        return PlatformError(what, status_code=status, error_code=code)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        retry: bool = True,
+        raw: bool = False,
+        policy: RetryPolicy | None = None,
+    ) -> Flow[Any]:
+        """One API call with auth, retries and typed errors; returns the decoded JSON body
+        (``{}`` when empty) or the ``httpx.Response`` when ``raw``.
+
+        ``retry=False`` is for requests that must not be repeated (a submit without an
+        idempotency token); connection failures before sending are retried either way.
+        """
+        policy = policy or self.retry
+        started = time.monotonic()
+        attempts = 0
+        refreshed = False
+        while True:
+            auth = yield AUTH_HEADERS
+            request = self.build_request(
+                method, path, auth, params=params, json=json, content=content
+            )
+            attempts += 1
+            retry_after: float | None = None
+            try:
+                response: httpx.Response = yield Transmit(request)
+            except httpx.TransportError as exc:
+                error: Exception = PlatformError(
+                    f"{method} {path}: could not reach {self.host} ({type(exc).__name__}: {exc})"
+                )
+                may_retry = retry or isinstance(exc, httpx.ConnectError)
+            else:
+                status = response.status_code
+                if status < 400:
+                    logger.debug("%s %s -> %d", method, path, status)
+                    if raw:
+                        return response
+                    return response.json() if response.content else {}
+                if status == 401 and self.credentials.refreshable and not refreshed:
+                    # An OAuth token can expire between our expiry check and the server's.
+                    refreshed = True
+                    logger.info("%s: 401 from %s, renewing the OAuth token once", path, self.host)
+                    yield REFRESH_AUTH
+                    continue
+                error = self.error_for(response, method, path)
+                if not _retryable_status(status):
+                    logger.debug("%s %s -> %d (not retried)", method, path, status)
+                    raise error
+                may_retry = retry
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            elapsed = time.monotonic() - started
+            if retry_after is not None and retry_after > policy.max_retry_after_s:
+                raise error
+            delay = policy.delay(attempts - 1, retry_after, self.rng)
+            if not may_retry or not policy.allows(attempts, elapsed, delay):
+                raise error
+            logger.info(
+                "%s %s failed (%s); retry %d in %.2fs%s",
+                method,
+                path,
+                type(error).__name__ if retry_after is None else "rate limited",
+                attempts,
+                delay,
+                f" (Retry-After {retry_after:g}s)" if retry_after is not None else "",
+            )
+            yield Sleep(delay)
+
+
+def gather(flows: Sequence[Flow[Any]], limit: int) -> Flow[list[Any]]:
+    """``results = yield from gather(...)``: run flows concurrently, answer results in order."""
+    if not flows:
+        return []
+    if len(flows) == 1:
+        return [(yield from flows[0])]
+    results: list[Any] = yield Gather(flows, limit)
+    return results
+
+
+def offload(function: Callable[[], T]) -> Flow[T]:
+    result: T = yield Offload(function)
+    return result

@@ -1,0 +1,263 @@
+"""Flows about runs: state, output, list, wait, cancel, failure details, logs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
+from .._states import RunState, failure_message
+from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
+
+logger = logging.getLogger("air_runtime.client")
+
+RUNS_API = "/api/2.2/jobs/runs"
+# The platform's launcher prints this line on the node whose command failed.
+_FAILED_SCRIPT_MARK = "ERROR: Script failed"
+_MAX_NODES_SEARCHED = 8
+_LOG_TAIL = 20
+_LOG_PAGE_SIZE = 500
+_MAX_TAIL_PAGES = 40
+# While the platform waits for GPUs nothing changes for minutes: poll less, up to this factor.
+_CAPACITY_BACKOFF_FACTOR = 1.5
+_CAPACITY_MAX_FACTOR = 6.0
+_JITTER = 0.2
+FOLLOW_POLL_S = 2.0
+
+
+def get_run(core: ClientCore, run_id: int) -> Flow[RunState]:
+    body = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
+    # Tasks may be paged: fetch the rest so the latest attempt of every task is known.
+    tasks = list(body.get("tasks") or [])
+    page_token = body.get("next_page_token")
+    while page_token:
+        page = yield from core.call(
+            "GET", f"{RUNS_API}/get", params={"run_id": run_id, "page_token": page_token}
+        )
+        tasks.extend(page.get("tasks") or [])
+        page_token = page.get("next_page_token")
+    if tasks:
+        body["tasks"] = tasks
+    return RunState.from_api(body)
+
+
+def get_output(core: ClientCore, task_run_id: int) -> Flow[dict[str, Any]]:
+    body: dict[str, Any] = yield from core.call(
+        "GET", f"{RUNS_API}/get-output", params={"run_id": task_run_id}
+    )
+    return body
+
+
+def list_runs(
+    core: ClientCore, *, active_only: bool, limit: int, page_token: str | None
+) -> Flow[tuple[list[RunState], str | None]]:
+    params: dict[str, Any] = {"run_type": "SUBMIT_RUN", "limit": limit}
+    if active_only:
+        params["active_only"] = "true"
+    if page_token:
+        params["page_token"] = page_token
+    body = yield from core.call("GET", f"{RUNS_API}/list", params=params)
+    runs = [RunState.from_api(run) for run in body.get("runs") or []]
+    next_token = body.get("next_page_token") if body.get("has_more", True) else None
+    return runs, next_token or None
+
+
+def cancel(core: ClientCore, run_id: int) -> Flow[None]:
+    yield from core.call("POST", f"{RUNS_API}/cancel", json={"run_id": run_id})
+
+
+def _jittered(seconds: float, core: ClientCore) -> float:
+    return seconds * core.rng.uniform(1 - _JITTER, 1 + _JITTER)
+
+
+def wait(
+    core: ClientCore,
+    run_id: int,
+    *,
+    timeout: float | None,
+    poll_interval: float,
+    on_update: Callable[[RunState], None] | None,
+) -> Flow[RunState]:
+    """Poll until the run ends; returns the terminal state (success or not)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    interval = poll_interval
+    seen: tuple[str, str | None, str] | None = None
+    warned_unknown = False
+    while True:
+        state = yield from get_run(core, run_id)
+        key = (state.life_cycle_state, state.result_state, state.state_message)
+        if key != seen:
+            seen = key
+            if state.unknown_state and not warned_unknown:
+                warned_unknown = True
+                logger.warning(
+                    "run %s is in state %s, unknown to this version; still waiting",
+                    run_id,
+                    state.life_cycle_state,
+                )
+            if on_update is not None:
+                on_update(state)
+        if state.is_terminal:
+            return state
+        if state.is_waiting_for_capacity:
+            interval = min(
+                interval * _CAPACITY_BACKOFF_FACTOR, poll_interval * _CAPACITY_MAX_FACTOR
+            )
+        else:
+            interval = poll_interval
+        pause = _jittered(interval, core)
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RunTimeout(
+                    f"run {run_id} is still {state.describe()} after {timeout:g}s; "
+                    "it keeps running on the workspace (cancel it if it is not wanted)",
+                    run_id=run_id,
+                )
+            pause = min(pause, remaining)
+        yield Sleep(pause)
+
+
+def _logs_path(run_id: int) -> str:
+    return f"/api/2.0/ai-training/workflows/by-run-id/{run_id}/logs"
+
+
+def _logs_unavailable(error: AirError) -> bool:
+    if isinstance(error, NotFound):
+        return True
+    return isinstance(error, PlatformError) and error.error_code == "FEATURE_DISABLED"
+
+
+def _log_pages(
+    core: ClientCore, run_id: int, node: int, since: int | None
+) -> Flow[list[dict[str, Any]] | None]:
+    """All records of one node from ``since`` (inclusive) on; None when logs are unavailable."""
+    records: list[dict[str, Any]] = []
+    page_token: str | None = None
+    while True:
+        params: dict[str, Any] = {
+            "ascending": "true",
+            "filter.node_index": node,
+            "page_size": _LOG_PAGE_SIZE,
+        }
+        if since is not None:
+            params["from"] = since
+        if page_token:
+            params["page_token"] = page_token
+        try:
+            body = yield from core.call("GET", _logs_path(run_id), params=params)
+        except AirError as error:
+            if _logs_unavailable(error):
+                return None
+            raise
+        records.extend(r for r in body.get("log_records") or [] if isinstance(r, dict))
+        page_token = body.get("next_page_token")
+        if not page_token:
+            return records
+
+
+def iter_logs(core: ClientCore, run_id: int, *, node: int, follow: bool) -> Flow[None]:
+    """Emit each log record once. Following re-reads from the last timestamp seen (the
+    server's ``from`` is inclusive) and drops records already emitted at that timestamp."""
+    last_time: int | None = None
+    at_last_time: set[str] = set()
+    while True:
+        records = yield from _log_pages(core, run_id, node, last_time)
+        if records is None:
+            logger.info("logs of run %s are not available on %s", run_id, core.host)
+            return
+        for raw in records:
+            stamp = int(raw.get("time_unix_nano") or 0)
+            body = str(raw.get("body") or "")
+            if last_time is not None and stamp < last_time:
+                continue
+            if stamp == last_time:
+                if body in at_last_time:
+                    continue
+                at_last_time.add(body)
+            else:
+                last_time, at_last_time = stamp, {body}
+            yield Emit(LogRecord(stamp, body, int(raw.get("node_index") or node)))
+        if not follow:
+            return
+        state = yield from get_run(core, run_id)
+        if state.is_terminal:
+            follow = False  # one last read picks up what was written before the end
+            continue
+        yield Sleep(_jittered(FOLLOW_POLL_S, core))
+
+
+def log_tail(core: ClientCore, run_id: int, node: int) -> Flow[list[str] | None]:
+    lines: deque[str] = deque(maxlen=_LOG_TAIL)
+    page_token: str | None = None
+    for _ in range(_MAX_TAIL_PAGES):
+        params: dict[str, Any] = {
+            "ascending": "true",
+            "filter.node_index": node,
+            "page_size": _LOG_PAGE_SIZE,
+        }
+        if page_token:
+            params["page_token"] = page_token
+        try:
+            body = yield from core.call("GET", _logs_path(run_id), params=params)
+        except AirError as error:
+            if _logs_unavailable(error):
+                return None
+            raise
+        for record in body.get("log_records") or []:
+            lines.extend(str(record.get("body") or "").splitlines() or [""])
+        page_token = body.get("next_page_token")
+        if not page_token:
+            break
+    return list(lines)
+
+
+def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | None, int | None]]:
+    """The tail of the node whose command failed (the one with the launcher's error line),
+    else of node 0."""
+    first: list[str] | None = None
+    for node in range(_MAX_NODES_SEARCHED):
+        try:
+            tail = yield from log_tail(core, run_id, node)
+        except AirError:
+            break
+        if not tail:
+            break
+        if node == 0:
+            first = tail
+        if any(_FAILED_SCRIPT_MARK in line for line in tail):
+            return tail, node
+    return first, (0 if first else None)
+
+
+def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:
+    """Raise ``RunFailed`` with everything a user needs for a terminal, unsuccessful run."""
+    if state.is_success or not state.is_terminal:
+        return
+    if not state.tasks:
+        with contextlib.suppress(AirError):
+            state = yield from get_run(core, state.run_id)
+    task = state.failed_task
+    output: dict[str, Any] = {}
+    if task is not None and task.run_id is not None:
+        try:
+            output = yield from get_output(core, task.run_id)
+        except AirError as error:
+            logger.debug("no output for task run %s: %s", task.run_id, error)
+    tail: list[str] | None = None
+    node: int | None = None
+    if state.result_state not in ("SKIPPED", "MAXIMUM_CONCURRENT_RUNS_REACHED", "CANCELED"):
+        try:
+            tail, node = yield from _failing_node_logs(core, state.run_id)
+        except AirError as error:
+            logger.debug("no logs for run %s: %s", state.run_id, error)
+    raise RunFailed(
+        failure_message(state, output=output, log_tail=tail, node=node),
+        run_id=state.run_id,
+        result_state=state.result_state or state.life_cycle_state,
+        run_page_url=state.run_page_url,
+    )
