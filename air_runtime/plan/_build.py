@@ -183,7 +183,9 @@ class _StagePlan:
         if w.secrets:
             run_options["secrets"] = {k: str(v) for k, v in sorted(w.secrets.items())}
         # a copy: callers may adjust one body without changing the other
-        self.preflight = copy.deepcopy({"task": task, "run_options": run_options, "environment": self.environment})
+        self.preflight = copy.deepcopy(
+            {"task": task, "run_options": run_options, "environment": self.environment}
+        )
 
     def task(self, task_key: str, environment_key: str) -> dict[str, Any]:
         body: dict[str, Any] = {

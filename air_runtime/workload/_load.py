@@ -172,6 +172,25 @@ def _apply_override(raw: dict[str, Any], key: str, value: Any) -> str | None:
     return None  # pragma: no cover
 
 
+class _ReadableDumper(yaml.SafeDumper):
+    """Writes multi-line strings (commands) as ``|`` blocks, the way people write them."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ReadableDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text of ``data`` (used for training_config.yaml of mapping/overridden workloads)."""
+    return yaml.dump(
+        data, Dumper=_ReadableDumper, sort_keys=False, allow_unicode=True, default_flow_style=False
+    )
+
+
 def _to_models(normalized: dict[str, Any], source_text: str, base_dir: str | None) -> Workload:
     try:
         return Workload.model_validate(
@@ -242,9 +261,7 @@ def load_workload(
         if problems or normalized is None:
             raise WorkloadError(problems, label)
         if text is None or items:
-            text = yaml.safe_dump(
-                raw, sort_keys=False, allow_unicode=True, default_flow_style=False
-            )
+            text = dump_yaml(raw)
         workload = _to_models(normalized, text, folder)
         workload._raw = raw
         return workload

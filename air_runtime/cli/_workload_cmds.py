@@ -1,0 +1,135 @@
+"""``airo validate``, ``airo plan`` and ``airo schema``: everything that needs no workspace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from air_runtime._errors import WorkloadError
+from air_runtime.plan import build_plan
+from air_runtime.workload import lint_workload, load_workload, workload_json_schema
+
+
+def register(subparsers: Any) -> None:
+    validate = subparsers.add_parser(
+        "validate", help="check workload YAML files and list every problem"
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted path override applied before validation (repeatable)",
+    )
+    validate.add_argument("--json", action="store_true", help="print the result as JSON")
+    validate.set_defaults(func=_validate)
+
+    plan = subparsers.add_parser(
+        "plan", help="show the files and request bodies a submit would send"
+    )
+    plan.add_argument("file", metavar="FILE")
+    plan.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted path override applied before validation (repeatable)",
+    )
+    plan.add_argument(
+        "--user", default="user@example.com", help="workspace user name (for the home folder)"
+    )
+    plan.add_argument(
+        "--idempotency-token",
+        default=None,
+        help="token to plan with (default: the workload's or random)",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=_plan)
+
+    schema = subparsers.add_parser("schema", help="print the JSON Schema of the workload YAML")
+    schema.set_defaults(func=_schema)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    results = []
+    for path in args.files:
+        try:
+            workload = load_workload(path, args.override or None)
+        except WorkloadError as exc:
+            results.append(
+                {
+                    "file": path,
+                    "valid": False,
+                    "problems": [p.to_dict() for p in exc.problems],
+                    "warnings": [],
+                    "_text": [str(p) for p in exc.problems],
+                }
+            )
+        else:
+            results.append(
+                {
+                    "file": path,
+                    "valid": True,
+                    "problems": [],
+                    "warnings": lint_workload(workload),
+                    "_text": [],
+                }
+            )
+    if args.json:
+        print(json.dumps([{k: v for k, v in r.items() if k != "_text"} for r in results], indent=2))
+    else:
+        for result in results:
+            if result["valid"]:
+                print(f"{result['file']}: OK")
+            else:
+                print(f"{result['file']}: {len(result['problems'])} problem(s)")
+                for line in result["_text"]:
+                    print(f"  - {line}")
+            for warning in result["warnings"]:
+                print(f"  warning: {warning}")
+    return 0 if all(r["valid"] for r in results) else 1
+
+
+def _plan(args: argparse.Namespace) -> int:
+    try:
+        workload = load_workload(args.file, args.override or None)
+        plan = build_plan(workload, user_name=args.user, idempotency_token=args.idempotency_token)
+    except WorkloadError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    shown = plan.redacted()
+    if args.json:
+        print(json.dumps(shown, indent=2))
+        return 0
+    print(f"run name:          {plan.run_name}")
+    print(f"idempotency token: {plan.idempotency_token}")
+    for key, folder in plan.launch_dirs.items():
+        print(f"launch dir ({key}): {folder}")
+    for snapshot in plan.code_snapshots:
+        include = f" (only {', '.join(snapshot.include_paths)})" if snapshot.include_paths else ""
+        print(f"code snapshot:     {snapshot.local_root}{include} -> {snapshot.target_path}")
+    for image in plan.docker_images:
+        print(f"docker image:      {image} (must be registered)")
+    for warning in lint_workload(workload):
+        print(f"warning: {warning}")
+    print("\nfiles:")
+    for entry in shown["files"]:
+        print(f"--- {entry['path']}")
+        print(entry["content"], end="" if entry["content"].endswith("\n") else "\n")
+    print("\nPOST /api/2.0/ai-training/config:validate")
+    for body in plan.preflight_bodies:
+        print(json.dumps(body, indent=2))
+    print("\nPOST /api/2.2/jobs/runs/submit")
+    print(json.dumps(plan.submit_body, indent=2))
+    if plan.permissions:
+        print("\nPATCH /api/2.0/permissions/jobs/<job_id> (after submit)")
+        print(json.dumps({"access_control_list": list(plan.permissions)}, indent=2))
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(json.dumps(workload_json_schema(), indent=2))
+    return 0
