@@ -1,0 +1,55 @@
+# --- workload and plan -------------------------------------------------------------------
+from air_runtime._docker_ref import (
+    DockerRef,
+    DockerRefError,
+    normalize_docker_ref,
+    parse_docker_ref,
+)
+from air_runtime.plan import (
+    CodeSnapshot,
+    Stage,
+    SubmissionPlan,
+    UploadFile,
+    build_plan,
+    build_workflow_plan,
+    make_idempotency_token,
+)
+from air_runtime.workload import (
+    CodeSource,
+    Compute,
+    Container,
+    DockerImage,
+    Environment,
+    Permission,
+    SecretRef,
+    Workload,
+    lint_workload,
+    load_workload,
+    workload_json_schema,
+)
+
+__all__ = [
+    *globals().get("__all__", []),
+    "CodeSnapshot",
+    "CodeSource",
+    "Compute",
+    "Container",
+    "DockerImage",
+    "DockerRef",
+    "DockerRefError",
+    "Environment",
+    "Permission",
+    "SecretRef",
+    "Stage",
+    "SubmissionPlan",
+    "UploadFile",
+    "Workload",
+    "build_plan",
+    "build_workflow_plan",
+    "lint_workload",
+    "load_workload",
+    "make_idempotency_token",
+    "normalize_docker_ref",
+    "parse_docker_ref",
+    "workload_json_schema",
+]
