@@ -1,0 +1,373 @@
+"""``RunWatcher``: one coalescing poller per workspace per event loop.
+
+Thousands of waiters (Airflow triggers, Dagster steps) in one event loop share a watcher.
+A waiter costs a future and a few slots; it never polls. One poller task refreshes every
+watched run at most once per interval and picks the cheaper of two ways each cycle:
+
+- few runs: ``runs/get`` per run, spread evenly over the interval;
+- many runs: ``runs/list?active_only=true`` pages (one request refreshes a whole page), then
+  ``runs/get`` only for watched runs that left the active list (they just ended) or that
+  ended on the page (their tasks are needed for the final state).
+
+Every request passes a token bucket, so requests to the workspace stay under
+``budget_rps`` however many runs are watched (the cycle stretches instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from ._auth import Credentials, OAuthM2M, StaticToken
+from ._errors import AirError, AuthError, NotFound, RunTimeout
+from ._states import RunState
+from .client import AsyncAirClient
+
+logger = logging.getLogger("air_runtime.watcher")
+
+# The Jobs API answers at most this many runs per runs/list page.
+LIST_PAGE_SIZE = 25
+_PARALLEL_GETS = 8
+_JITTER = 0.1
+_CAPACITY_BACKOFF_FACTOR = 1.5
+_CAPACITY_MAX_FACTOR = 6.0
+
+OnUpdate = Callable[[RunState], None]
+
+
+class TokenBucket:
+    """At most ``rate`` acquisitions per second on average, bursts of ``burst``.
+
+    Acquirers reserve a token even when none is left and sleep until it is theirs, so
+    concurrent acquirers queue in order without a lock."""
+
+    def __init__(self, rate: float, burst: float | None = None) -> None:
+        if rate <= 0:
+            raise ValueError("the request budget must be positive")
+        self.rate = rate
+        self.capacity = burst if burst is not None else max(1.0, rate)
+        self._tokens = self.capacity
+        self._stamp = time.monotonic()
+
+    async def acquire(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self.rate)
+
+
+class _Watched:
+    """One run and the waiters on it."""
+
+    __slots__ = ("interval", "key", "next_due", "run_id", "since", "state", "waiters", "warned")
+
+    def __init__(self, run_id: int, now: float, first_poll: float, interval: float) -> None:
+        self.run_id = run_id
+        self.waiters: list[tuple[asyncio.Future[RunState], OnUpdate | None]] = []
+        self.key: tuple[Any, Any, Any] | None = None
+        self.state: RunState | None = None
+        self.since = now
+        self.next_due = first_poll
+        self.interval = interval
+        self.warned = False
+
+
+def _credentials_key(credentials: Credentials) -> str:
+    if isinstance(credentials, StaticToken):
+        digest = hashlib.sha256(credentials.headers()["Authorization"].encode()).hexdigest()
+        return f"token:{digest[:16]}"
+    if isinstance(credentials, OAuthM2M):
+        return f"oauth:{credentials.client_id}"
+    return f"{type(credentials).__name__}:{credentials.source}"
+
+
+class RunWatcher:
+    """Waits on many runs of one workspace with few requests. See the module docstring."""
+
+    _shared: ClassVar[
+        weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], RunWatcher]]
+    ] = weakref.WeakKeyDictionary()
+
+    def __init__(
+        self,
+        client: AsyncAirClient,
+        *,
+        interval: float = 5.0,
+        budget_rps: float = 10.0,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> None:
+        self.client = client
+        self.interval = interval
+        self.page_size = page_size
+        self.bucket = TokenBucket(budget_rps)
+        self.requests = 0  # sent by this watcher, for budget checks and benchmarks
+        self._runs: dict[int, _Watched] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._active_estimate = 0  # runs the last full list sweep saw
+        self._rng = random.Random()
+
+    @classmethod
+    def shared(
+        cls,
+        host: str | None = None,
+        token: str | None = None,
+        *,
+        credentials: Credentials | None = None,
+        client: AsyncAirClient | None = None,
+        interval: float = 5.0,
+        budget_rps: float = 10.0,
+        **client_options: Any,
+    ) -> RunWatcher:
+        """The watcher of this workspace (and identity) in the running event loop, created
+        on first use. Later callers share the first caller's interval and budget."""
+        loop = asyncio.get_running_loop()
+        watchers = cls._shared.setdefault(loop, {})
+        if client is not None:
+            key = (client.host, f"client:{id(client)}")
+        else:
+            client = AsyncAirClient(host, token, credentials=credentials, **client_options)
+            key = (client.host, _credentials_key(client.credentials))
+        watcher = watchers.get(key)
+        if watcher is None:
+            watcher = watchers[key] = cls(client, interval=interval, budget_rps=budget_rps)
+        return watcher
+
+    @property
+    def watched(self) -> int:
+        return len(self._runs)
+
+    async def wait(
+        self,
+        run_id: int,
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        on_update: OnUpdate | None = None,
+    ) -> RunState:
+        """Wait until the run ends; return its terminal state (success or not).
+
+        ``deadline`` is a wall-clock time (``time.time()``), so it survives serialization
+        (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
+        itself is left alone)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        limits = []
+        if deadline is not None:
+            limits.append(now + (deadline - time.time()))
+        if timeout is not None:
+            limits.append(now + timeout)
+        watched = self._runs.get(run_id)
+        if watched is None:
+            first = now + self._rng.uniform(0, self.interval)
+            watched = self._runs[run_id] = _Watched(run_id, now, first, self.interval)
+        future: asyncio.Future[RunState] = loop.create_future()
+        entry = (future, on_update)
+        watched.waiters.append(entry)
+        if self._poller is None or self._poller.done():
+            self._poller = loop.create_task(self._poll_forever(), name="air-run-watcher")
+        try:
+            if not limits:
+                return await future
+            async with asyncio.timeout_at(min(limits)):
+                return await future
+        except TimeoutError:
+            last = watched.state.describe() if watched.state else "not yet seen"
+            raise RunTimeout(
+                f"run {run_id} did not end before the deadline (last state: {last}); it keeps "
+                "running on the workspace unless cancelled",
+                run_id=run_id,
+            ) from None
+        finally:
+            if entry in watched.waiters:
+                watched.waiters.remove(entry)
+            if not watched.waiters and self._runs.get(run_id) is watched:
+                del self._runs[run_id]
+
+    # --- polling ------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._runs:
+            started = loop.time()
+            try:
+                await self._cycle(started)
+            except AuthError as error:
+                # No request can succeed: tell every waiter instead of polling in vain.
+                self._fail(list(self._runs.values()), error)
+            except Exception:
+                logger.exception("run watcher cycle failed; retrying next interval")
+            pause = self._next_cycle_at(loop.time(), started) - loop.time()
+            if pause > 0 and self._runs:
+                await asyncio.sleep(pause)
+
+    def _next_cycle_at(self, now: float, started: float) -> float:
+        list_mode_next = started + self.interval * self._rng.uniform(1 - _JITTER, 1 + _JITTER)
+        if self._prefers_list(len(self._runs)):
+            return list_mode_next
+        upcoming = min((w.next_due for w in self._runs.values()), default=now)
+        return max(upcoming, now + 0.01)
+
+    def _prefers_list(self, due: int) -> bool:
+        pages = max(1, math.ceil(self._active_estimate / self.page_size))
+        return due > pages
+
+    async def _cycle(self, started: float) -> None:
+        if self._prefers_list(len(self._runs)):
+            await self._sweep_list(started)
+            return
+        # Few runs: each keeps its own phase (a random first poll), which spreads requests.
+        await self._get_each([w for w in self._runs.values() if w.next_due <= started])
+
+    async def _get_each(self, batch: list[_Watched]) -> None:
+        """``runs/get`` each run (a few at a time, within the budget)."""
+        if not batch:
+            return
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(_PARALLEL_GETS)
+        pending: list[asyncio.Task[None]] = []
+        for watched in batch:
+            await slots.acquire()
+            await self.bucket.acquire()
+            pending.append(loop.create_task(self._refresh(watched, slots)))
+        await asyncio.gather(*pending)
+
+    async def _refresh(self, watched: _Watched, slots: asyncio.Semaphore) -> None:
+        try:
+            self.requests += 1
+            state = await self.client.get_run(watched.run_id)
+        except NotFound as error:
+            self._fail([watched], error)
+            return
+        except AuthError:
+            raise
+        except AirError as error:
+            logger.warning("could not refresh run %s: %s", watched.run_id, error)
+            watched.next_due = asyncio.get_running_loop().time() + watched.interval
+            return
+        finally:
+            slots.release()
+        self._observe(watched, state, final=True)
+
+    async def _sweep_list(self, started: float) -> None:
+        listed: set[int] = set()
+        need_detail: list[_Watched] = []
+        total = 0
+        params: dict[str, Any] = {
+            "active_only": "true",
+            "run_type": "SUBMIT_RUN",
+            "limit": self.page_size,
+        }
+        while True:
+            await self.bucket.acquire()
+            self.requests += 1
+            body = await self.client.list_runs_raw(params)
+            runs = body.get("runs") or []
+            total += len(runs)
+            for raw in runs:
+                run_id = raw.get("run_id")
+                watched = self._runs.get(run_id) if isinstance(run_id, int) else None
+                if watched is None:
+                    continue
+                listed.add(watched.run_id)
+                if self._observe_raw(watched, raw):
+                    need_detail.append(watched)
+            token = body.get("next_page_token")
+            if not token or not body.get("has_more", True):
+                break
+            params["page_token"] = token
+        self._active_estimate = total
+        now = asyncio.get_running_loop().time()
+        for watched in self._runs.values():
+            watched.next_due = now
+        # Watched runs missing from the active list have (most likely) just ended. A run
+        # registered after the sweep began may simply be too new to be listed yet.
+        gone = [
+            w
+            for w in self._runs.values()
+            if w.run_id not in listed and w.since <= started and w not in need_detail
+        ]
+        await self._get_each([*need_detail, *gone])
+
+    def _observe_raw(self, watched: _Watched, raw: dict[str, Any]) -> bool:
+        """Update from a list entry without building objects when nothing changed; True
+        when the run ended (its full state must be fetched)."""
+        state_body = raw.get("state") or {}
+        key = (
+            state_body.get("life_cycle_state"),
+            state_body.get("result_state"),
+            state_body.get("state_message"),
+        )
+        if key == watched.key:
+            return False
+        state = RunState.from_api(raw)
+        if state.is_terminal:
+            return True
+        watched.key = key
+        self._changed(watched, state)
+        return False
+
+    def _observe(self, watched: _Watched, state: RunState, *, final: bool) -> None:
+        key = (state.life_cycle_state, state.result_state, state.state_message or None)
+        if key != watched.key:
+            watched.key = key
+            self._changed(watched, state)
+        if state.is_terminal and final:
+            self._finish(watched, state)
+            return
+        now = asyncio.get_running_loop().time()
+        if state.is_waiting_for_capacity:
+            watched.interval = min(
+                watched.interval * _CAPACITY_BACKOFF_FACTOR, self.interval * _CAPACITY_MAX_FACTOR
+            )
+        else:
+            watched.interval = self.interval
+        watched.next_due = now + watched.interval * self._rng.uniform(1 - _JITTER, 1 + _JITTER)
+
+    def _changed(self, watched: _Watched, state: RunState) -> None:
+        watched.state = state
+        if state.unknown_state and not watched.warned:
+            watched.warned = True
+            logger.warning(
+                "run %s is in state %s, unknown to this version; still waiting",
+                watched.run_id,
+                state.life_cycle_state,
+            )
+        for _, on_update in list(watched.waiters):
+            if on_update is None:
+                continue
+            try:
+                on_update(state)
+            except Exception:
+                logger.exception("on_update callback for run %s failed", watched.run_id)
+
+    def _finish(self, watched: _Watched, state: RunState) -> None:
+        watched.state = state
+        for future, _ in watched.waiters:
+            if not future.done():
+                future.set_result(state)
+        self._runs.pop(watched.run_id, None)
+
+    def _fail(self, runs: Iterable[_Watched], error: BaseException) -> None:
+        for watched in runs:
+            for future, _ in watched.waiters:
+                if not future.done():
+                    future.set_exception(error)
+            self._runs.pop(watched.run_id, None)
+
+    async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        for watchers in self._shared.values():
+            for key, watcher in list(watchers.items()):
+                if watcher is self:
+                    del watchers[key]
+        await self.client.aclose()
