@@ -2,7 +2,7 @@
 
 Stands in for a TRL/GRPO trainer. Waits for ``http://$MASTER_ADDR:$MASTER_PORT/health``,
 reads ``hyperparameters.yaml`` from its working directory (``learning_rate``, ``epochs``,
-``rollouts_per_epoch``, ``seed``), then per epoch pulls a batch of rollouts, computes the
+``rollouts_per_epoch``, ``evaluation_rollouts``), then per epoch pulls a batch of rollouts, computes the
 policy gradient with a mean-reward baseline and sends it back. Writes
 ``$RL_OUTPUT_DIR/metrics.json``, tells the server to shut down and exits 0.
 """
@@ -20,7 +20,12 @@ from typing import Any
 from rl_common import METRICS_FILE, fail, load_hyperparameters, log, output_dir
 
 ROLE = "trainer"
-DEFAULTS = {"learning_rate": 2.0, "epochs": 15, "rollouts_per_epoch": 32, "seed": 0}
+DEFAULTS = {
+    "learning_rate": 0.05,
+    "epochs": 5,
+    "rollouts_per_epoch": 16,
+    "evaluation_rollouts": 256,
+}
 DEFAULT_HEALTH_TIMEOUT_SECONDS = 60.0
 
 
@@ -55,14 +60,18 @@ def wait_for_server(base_url: str, timeout: float) -> None:
 
 
 def policy_gradient(rollouts: list[dict[str, Any]], probs: list[float]) -> list[float]:
-    """REINFORCE with a mean baseline: mean of (r - b) * d log pi(a) / d logits."""
+    """REINFORCE with a mean baseline: sum over the batch of (r - b) * d log pi(a) / d logits.
+
+    Summed, not averaged, as in a loss of ``-sum(advantage * log_prob)``: a bigger batch
+    takes a bigger, better-informed step.
+    """
     baseline = sum(r["reward"] for r in rollouts) / len(rollouts)
     gradient = [0.0] * len(probs)
     for rollout in rollouts:
         advantage = rollout["reward"] - baseline
         for k, p in enumerate(probs):
             gradient[k] += advantage * ((1.0 if k == rollout["action"] else 0.0) - p)
-    return [g / len(rollouts) for g in gradient]
+    return gradient
 
 
 def main() -> int:
@@ -116,10 +125,11 @@ def main() -> int:
             f"expected reward after update {update['expected_reward']:.3f}",
         )
 
-    final = call(base_url, "/rollout", {"n": batch})
+    # Judge the trained policy on a larger batch than training used: less sampling noise.
+    final = call(base_url, "/rollout", {"n": int(params["evaluation_rollouts"])})
     probs = final["probs"]
     metrics = {
-        # Reward of a fresh batch sampled from the trained policy.
+        # Reward of a fresh evaluation batch sampled from the trained policy.
         "mean_reward": sum(r["reward"] for r in final["rollouts"]) / len(final["rollouts"]),
         "expected_reward": final["expected_reward"],
         "epochs": epochs,

@@ -73,7 +73,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str]:
 
 
 HYPERPARAMETERS = {
-    "learning_rate": 2.0,
+    "learning_rate": 0.1,
     "epochs": 12,
     "rollouts_per_epoch": 32,
     "seed": 3,
@@ -81,11 +81,14 @@ HYPERPARAMETERS = {
 }
 
 
-def train(tmp_path: Path, trainer_first: bool = False) -> tuple[dict[str, object], str, str]:
+def train(
+    tmp_path: Path, trainer_first: bool = False, hyperparameters: dict[str, object] | None = None
+) -> tuple[dict[str, object], str, str]:
     port = free_port()
     out_dir = tmp_path / "output"
-    server_cwd = container_dir(tmp_path, "inference", HYPERPARAMETERS)
-    trainer_cwd = container_dir(tmp_path, "trainer", HYPERPARAMETERS)
+    hyperparameters = hyperparameters or HYPERPARAMETERS
+    server_cwd = container_dir(tmp_path, "inference", hyperparameters)
+    trainer_cwd = container_dir(tmp_path, "trainer", hyperparameters)
     if trainer_first:  # ranks start in any order: the trainer must wait for the server
         trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir))
         time.sleep(0.7)
@@ -109,7 +112,7 @@ def test_trainer_learns_the_best_arm_and_shuts_the_server_down(tmp_path: Path) -
     assert metrics["mean_reward"] >= 0.6
     assert metrics["expected_reward"] > metrics["history"][0]["expected_reward"]
     assert "epoch 12/12: mean reward" in trainer_log
-    assert "learning_rate=2.0 epochs=12 rollouts_per_epoch=32" in trainer_log
+    assert "learning_rate=0.1 epochs=12 rollouts_per_epoch=32" in trainer_log
     assert "serving a 4-armed bandit policy on 0.0.0.0:" in server_log
     assert "shutdown requested after 12 updates" in server_log
 
@@ -122,6 +125,25 @@ def test_training_is_deterministic_for_a_seed_and_tolerates_start_order(tmp_path
         metrics.pop("train_seconds")
     assert first == second
     assert "is healthy" in trainer_log
+
+
+def test_the_example_pipeline_parameters_learn_and_pass_the_gate(tmp_path: Path) -> None:
+    """grpo_two_containers.yaml then evaluate.yaml, with the parameters those files carry."""
+    train_params = yaml.safe_load((RL_DIR / "grpo_two_containers.yaml").read_text())["parameters"]
+    eval_params = yaml.safe_load((RL_DIR / "evaluate.yaml").read_text())["parameters"]
+    metrics, _, _ = train(tmp_path, hyperparameters=train_params)
+
+    first_expected = metrics["history"][0]["expected_reward"]
+    assert metrics["expected_reward"] > first_expected > 0.5  # it learns, from uniform (0.5)
+    rc, out = finish(
+        start(
+            "evaluate.py",
+            container_dir(tmp_path, "evaluate", eval_params),
+            platform_env(0, 0, tmp_path / "output"),
+        )
+    )
+    assert rc == 0, out
+    assert "PASS: mean reward" in out
 
 
 def test_evaluate_passes_fails_and_reports_missing_metrics(tmp_path: Path) -> None:
