@@ -1,0 +1,148 @@
+"""``airo run``, ``airo logs``, ``airo cancel`` and ``airo images register``: commands that
+talk to a workspace. Without ``--host`` they use the databricks-sdk configuration chain
+(DATABRICKS_HOST / DATABRICKS_TOKEN, ~/.databrickscfg)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from typing import Any
+
+from air_runtime._errors import AirError
+from air_runtime._states import RunState
+
+
+def _workspace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default=None, help="workspace URL (default: databricks-sdk config)"
+    )
+    parser.add_argument(
+        "--token", default=None, help="access token (default: databricks-sdk config)"
+    )
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser("run", help="submit a workload and optionally wait for it")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="(repeatable)"
+    )
+    run.add_argument("--wait", action="store_true", help="wait until the run ends")
+    run.add_argument("--follow-logs", action="store_true", help="print node 0's log while waiting")
+    _workspace_options(run)
+    run.set_defaults(func=_run)
+
+    logs = subparsers.add_parser("logs", help="print the log of one node of a run")
+    logs.add_argument("run_id", type=int, metavar="RUN_ID")
+    logs.add_argument("--node", type=int, default=0)
+    logs.add_argument("--follow", action="store_true", help="keep printing until the run ends")
+    _workspace_options(logs)
+    logs.set_defaults(func=_logs)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id", type=int, metavar="RUN_ID")
+    _workspace_options(cancel)
+    cancel.set_defaults(func=_cancel)
+
+    images = subparsers.add_parser("images", help="Docker Hub image registration")
+    image_commands = images.add_subparsers(dest="images_command", required=True)
+    register_image = image_commands.add_parser(
+        "register", help="register an image and wait until it is AVAILABLE"
+    )
+    register_image.add_argument("image", metavar="IMAGE")
+    register_image.add_argument("--scope", default=None, help="secret scope of stored credentials")
+    register_image.add_argument("--key", default=None, help="secret key of stored credentials")
+    register_image.add_argument(
+        "--refresh", action="store_true", help="register again even when already AVAILABLE"
+    )
+    register_image.add_argument("--timeout", type=float, default=3600.0)
+    _workspace_options(register_image)
+    register_image.set_defaults(func=_register_image)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from air_runtime.client import AirClient
+
+    return AirClient(args.host, args.token, user_agent_extra="airo-cli")
+
+
+def _fail(error: Exception) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    return 1
+
+
+def _print_update(state: RunState) -> None:
+    print(f"state: {state.describe()}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from air_runtime.workload import load_workload
+
+    try:
+        workload = load_workload(args.file, args.override or None)
+        with _client(args) as client:
+            submitted = client.submit_workload(workload)
+            print(f"run {submitted.run_id}: {submitted.run_page_url}")
+            if not (args.wait or args.follow_logs):
+                return 0
+            if args.follow_logs:
+                # Logs stream in the background; the main thread reports state changes.
+                printer = threading.Thread(
+                    target=_print_logs, args=(client, submitted.run_id, 0), daemon=True
+                )
+                printer.start()
+            state = client.wait(submitted.run_id, on_update=_print_update)
+            if args.follow_logs:
+                printer.join(timeout=30)
+            client.raise_for_failure(state)
+            print(f"run {submitted.run_id} succeeded")
+            return 0
+    except AirError as error:
+        return _fail(error)
+
+
+def _print_logs(client: Any, run_id: int, node: int) -> None:
+    try:
+        for record in client.iter_logs(run_id, node=node, follow=True):
+            print(record.body, flush=True)
+    except AirError as error:
+        print(f"log streaming stopped: {error}", file=sys.stderr)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as client:
+            for record in client.iter_logs(args.run_id, node=args.node, follow=args.follow):
+                print(record.body, flush=True)
+        return 0
+    except AirError as error:
+        return _fail(error)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as client:
+            client.cancel(args.run_id)
+        print(f"cancellation of run {args.run_id} requested")
+        return 0
+    except AirError as error:
+        return _fail(error)
+
+
+def _register_image(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as client:
+            registration = client.register_image(
+                args.image,
+                credentials_scope=args.scope,
+                credentials_key=args.key,
+                refresh=args.refresh,
+            )
+            print(f"{registration.docker_image_url}: {registration.state}", file=sys.stderr)
+            if not registration.is_available:
+                registration = client.wait_for_image(args.image, timeout=args.timeout)
+            print(f"{registration.docker_image_url} is AVAILABLE")
+        return 0
+    except AirError as error:
+        return _fail(error)
