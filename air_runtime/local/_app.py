@@ -1,0 +1,839 @@
+"""The HTTP surface of the local workspace (rest-api.md), plus `/api/2.0/airo-admin/`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+import secrets as token_source
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from air_runtime.local._errors import ApiError, invalid, not_found
+from air_runtime.local._faults import Counters, FaultInjector, RequestLog, normalize_faults
+from air_runtime.local._files import VolumeTree, WorkspaceTree
+from air_runtime.local._images import ImageRegistry
+from air_runtime.local._logs import LogBook
+from air_runtime.local._options import WorkspaceOptions
+from air_runtime.local._runs import RunEngine, run_json, task_json
+from air_runtime.local._store import Store, now_ms
+from air_runtime.local._validation import validate_config, validate_submit
+
+logger = logging.getLogger("air_runtime.local")
+
+_SCOPE_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_PERMISSION_LEVELS = ("CAN_VIEW", "CAN_MANAGE_RUN", "IS_OWNER", "CAN_MANAGE")
+_PRINCIPALS = ("user_name", "group_name", "service_principal_name")
+_MAX_LIST_LIMIT = 25  # as the platform: runs/list pages hold 1..25 runs
+
+
+class WorkspaceState:
+    """Everything one server holds; built by `create_app`, reachable as `app.state.workspace`."""
+
+    def __init__(self, options: WorkspaceOptions, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.options = options
+        self.data_dir = data_dir
+        self.store = Store(data_dir / "state.sqlite3")
+        self.workspace = WorkspaceTree(data_dir / "workspace")
+        self.volumes = VolumeTree(data_dir / "volumes")
+        self.logbook = LogBook(data_dir / "logs")
+        self.counters = Counters()
+        self.request_log = RequestLog(data_dir / "request_log.jsonl", options.request_log_size)
+        self.images = ImageRegistry(self.store, options, self.secret)
+        self.engine = RunEngine(
+            self.store,
+            self.workspace,
+            self.volumes,
+            self.logbook,
+            options,
+            data_dir / "runs",
+            self.secret,
+        )
+        self.tokens = set(options.tokens)
+        self.revoked = {r["token"] for r in self.store.query("SELECT token FROM revoked_tokens")}
+        self.faults: FaultInjector | None = None
+
+    def secret(self, scope: str, key: str) -> bytes | None:
+        rows = self.store.query(
+            "SELECT value FROM secrets WHERE scope = ? AND key = ?", (scope, key)
+        )
+        return bytes(rows[0]["value"]) if rows else None
+
+    def close(self) -> None:
+        self.request_log.close()
+        self.store.close()
+
+
+def _error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(
+        {"error_code": exc.error_code, "message": exc.message}, status_code=exc.status
+    )
+
+
+def _state(request: Request) -> WorkspaceState:
+    state: WorkspaceState = request.app.state.workspace
+    return state
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def authenticate(request: Request) -> str:
+    """The principal of the request's bearer token (user name or OAuth client id)."""
+    state = _state(request)
+    token = _bearer(request)
+    if token is None:
+        raise ApiError(
+            401,
+            "UNAUTHENTICATED",
+            "Missing bearer token: send the header 'Authorization: Bearer <token>'.",
+        )
+    if token in state.revoked:
+        raise ApiError(403, "PERMISSION_DENIED", "Invalid access token: it was revoked.")
+    if token in state.tokens:
+        return state.options.user_name
+    row = state.store.access_token(token)
+    if row is not None:
+        if row["expires_at"] <= time.time():
+            raise ApiError(401, "UNAUTHENTICATED", "The OAuth access token has expired.")
+        return str(row["principal"])
+    if not state.tokens:
+        return state.options.user_name
+    raise ApiError(403, "PERMISSION_DENIED", "Invalid access token.")
+
+
+def authenticate_admin(request: Request) -> None:
+    """Admin calls need one of the configured tokens (even a revoked one)."""
+    state = _state(request)
+    token = _bearer(request)
+    if state.options.tokens and token not in state.options.tokens:
+        raise ApiError(403, "PERMISSION_DENIED", "Admin calls need a configured token.")
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "MALFORMED_REQUEST", "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "MALFORMED_REQUEST", "The request body must be a JSON object.")
+    return body
+
+
+def _required_str(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{name} is required.")
+    return value
+
+
+def _int_param(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise invalid(f"{name} must be an integer, got {value!r}.") from None
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1", "yes")
+
+
+def _host(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+api = APIRouter(dependencies=[Depends(authenticate)])
+admin = APIRouter(prefix="/api/2.0/airo-admin", dependencies=[Depends(authenticate_admin)])
+public = APIRouter()
+
+# --- identity --------------------------------------------------------------------------
+
+
+@api.get("/api/2.0/preview/scim/v2/Me")
+async def scim_me(request: Request, principal: str = Depends(authenticate)) -> JSONResponse:
+    state = _state(request)
+    user_id = (
+        state.options.user_id
+        if principal == state.options.user_name
+        else str(abs(hash(principal)) % 10**15)
+    )
+    body = {
+        "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"],
+        "id": user_id,
+        "userName": principal,
+        "displayName": principal.split("@")[0],
+        "active": True,
+        "emails": [{"value": principal, "type": "work", "primary": True}],
+    }
+    return JSONResponse(body, headers={"X-Databricks-Org-Id": state.options.workspace_id})
+
+
+@public.get("/oidc/.well-known/oauth-authorization-server")
+async def oidc_metadata(request: Request) -> dict[str, Any]:
+    host = _host(request)
+    return {
+        "issuer": f"{host}/oidc",
+        "authorization_endpoint": f"{host}/oidc/v1/authorize",
+        "token_endpoint": f"{host}/oidc/v1/token",
+        "grant_types_supported": ["client_credentials"],
+    }
+
+
+@public.post("/oidc/v1/token")
+async def oidc_token(request: Request) -> JSONResponse:
+    state = _state(request)
+    form = dict(await request.form())
+    client_id, client_secret = str(form.get("client_id", "")), str(form.get("client_secret", ""))
+    scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            client_id, _, client_secret = base64.b64decode(encoded).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            client_id = client_secret = ""
+    if form.get("grant_type") != "client_credentials":
+        return JSONResponse(
+            {"error": "unsupported_grant_type", "error_description": "Use client_credentials."},
+            status_code=400,
+        )
+    expected = state.options.oauth_clients.get(client_id)
+    if expected is None or expected != client_secret:
+        return JSONResponse(
+            {"error": "invalid_client", "error_description": "Client authentication failed."},
+            status_code=401,
+        )
+    token = "airo-oauth-" + token_source.token_urlsafe(24)
+    lifetime = state.options.oauth_token_lifetime_s
+    state.store.add_access_token(token, client_id, time.time() + lifetime)
+    return JSONResponse(
+        {
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": int(lifetime) if lifetime >= 1 else lifetime,
+            "scope": str(form.get("scope") or "all-apis"),
+        }
+    )
+
+
+# --- workspace files -------------------------------------------------------------------
+
+
+@api.post("/api/2.0/workspace/mkdirs")
+async def workspace_mkdirs(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    _state(request).workspace.mkdirs(_required_str(body, "path"))
+    return {}
+
+
+@api.post("/api/2.0/workspace-files/import-file/{path:path}")
+async def workspace_import_file(request: Request, path: str) -> dict[str, Any]:
+    content = await request.body()
+    overwrite = _flag(request.query_params.get("overwrite"))
+    _state(request).workspace.import_file("/" + path, content, overwrite)
+    return {}
+
+
+@api.post("/api/2.0/workspace/import")
+async def workspace_import(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    path = _required_str(body, "path")
+    try:
+        content = base64.b64decode(body.get("content") or "")
+    except binascii.Error:
+        raise invalid("content must be base64.") from None
+    _state(request).workspace.import_file(path, content, bool(body.get("overwrite")))
+    return {}
+
+
+@api.get("/api/2.0/workspace/get-status")
+async def workspace_get_status(request: Request) -> dict[str, Any]:
+    path = request.query_params.get("path") or ""
+    return _state(request).workspace.status(path)
+
+
+@api.get("/api/2.0/workspace/export", response_model=None)
+async def workspace_export(request: Request) -> Response | dict[str, Any]:
+    path = request.query_params.get("path") or ""
+    content = _state(request).workspace.read(path)
+    if _flag(request.query_params.get("direct_download")):
+        return Response(content, media_type="application/octet-stream")
+    return {
+        "content": base64.b64encode(content).decode(),
+        "file_type": Path(path).suffix.lstrip("."),
+    }
+
+
+@api.get("/api/2.0/workspace/list")
+async def workspace_list(request: Request) -> dict[str, Any]:
+    path = request.query_params.get("path") or ""
+    return {"objects": _state(request).workspace.list(path)}
+
+
+@api.post("/api/2.0/workspace/delete")
+async def workspace_delete(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    _state(request).workspace.delete(_required_str(body, "path"), bool(body.get("recursive")))
+    return {}
+
+
+@api.put("/api/2.0/fs/files/{path:path}")
+async def files_put(request: Request, path: str) -> Response:
+    content = await request.body()
+    overwrite = _flag(request.query_params.get("overwrite"))
+    _state(request).volumes.put("/" + path, content, overwrite)
+    return Response(status_code=204)
+
+
+@api.get("/api/2.0/fs/files/{path:path}")
+async def files_get(request: Request, path: str) -> Response:
+    content = _state(request).volumes.read("/" + path)
+    return Response(content, media_type="application/octet-stream")
+
+
+@api.put("/api/2.0/fs/directories/{path:path}")
+async def directories_put(request: Request, path: str) -> Response:
+    _state(request).volumes.mkdirs("/" + path)
+    return Response(status_code=204)
+
+
+# --- secrets ---------------------------------------------------------------------------
+
+
+def _scope_exists(state: WorkspaceState, scope: str) -> None:
+    if not state.store.query("SELECT 1 FROM scopes WHERE name = ?", (scope,)):
+        raise not_found(f"Scope {scope} does not exist!")
+
+
+@api.get("/api/2.0/secrets/scopes/list")
+async def secret_scopes_list(request: Request) -> dict[str, Any]:
+    rows = _state(request).store.query("SELECT name FROM scopes ORDER BY name")
+    return {"scopes": [{"name": r["name"], "backend_type": "DATABRICKS"} for r in rows]}
+
+
+@api.post("/api/2.0/secrets/scopes/create")
+async def secret_scopes_create(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    scope = _required_str(await _json(request), "scope")
+    if not _SCOPE_RE.match(scope):
+        raise invalid(
+            f"Scope name {scope!r} is invalid: use letters, digits, '_', '-', '.', '@' "
+            "(at most 128 characters)."
+        )
+    with state.store.transaction() as db:
+        if db.execute("SELECT 1 FROM scopes WHERE name = ?", (scope,)).fetchone():
+            raise ApiError(400, "RESOURCE_ALREADY_EXISTS", f"Scope {scope} already exists!")
+        db.execute("INSERT INTO scopes (name, created) VALUES (?, ?)", (scope, now_ms()))
+    return {}
+
+
+@api.post("/api/2.0/secrets/scopes/delete")
+async def secret_scopes_delete(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    scope = _required_str(await _json(request), "scope")
+    _scope_exists(state, scope)
+    with state.store.transaction() as db:
+        db.execute("DELETE FROM secrets WHERE scope = ?", (scope,))
+        db.execute("DELETE FROM scopes WHERE name = ?", (scope,))
+    return {}
+
+
+@api.post("/api/2.0/secrets/put")
+async def secrets_put(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    body = await _json(request)
+    scope, key = _required_str(body, "scope"), _required_str(body, "key")
+    if not _KEY_RE.match(key):
+        raise invalid(
+            f"Secret key {key!r} is invalid: use letters, digits, '_', '-', '.' "
+            "(at most 128 characters)."
+        )
+    if "string_value" in body:
+        value = str(body["string_value"]).encode()
+    elif "bytes_value" in body:
+        try:
+            value = base64.b64decode(str(body["bytes_value"]))
+        except binascii.Error:
+            raise invalid("bytes_value must be base64.") from None
+    else:
+        raise invalid("string_value or bytes_value is required.")
+    _scope_exists(state, scope)
+    state.store.execute(
+        "INSERT OR REPLACE INTO secrets (scope, key, value, updated) VALUES (?, ?, ?, ?)",
+        (scope, key, value, now_ms()),
+    )
+    return {}
+
+
+@api.get("/api/2.0/secrets/list")
+async def secrets_list(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    scope = request.query_params.get("scope") or ""
+    _scope_exists(state, scope)
+    rows = state.store.query(
+        "SELECT key, updated FROM secrets WHERE scope = ? ORDER BY key", (scope,)
+    )
+    return {"secrets": [{"key": r["key"], "last_updated_timestamp": r["updated"]} for r in rows]}
+
+
+@api.post("/api/2.0/secrets/delete")
+async def secrets_delete(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    body = await _json(request)
+    scope, key = _required_str(body, "scope"), _required_str(body, "key")
+    _scope_exists(state, scope)
+    if not state.store.execute("DELETE FROM secrets WHERE scope = ? AND key = ?", (scope, key)):
+        raise not_found(f"Secret {key} does not exist in scope {scope}.")
+    return {}
+
+
+# --- images ----------------------------------------------------------------------------
+
+
+@api.post("/api/2.0/ai-compute-manager/images")
+async def images_register(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    return _state(request).images.register(
+        body.get("docker_image_url"), body.get("credentials_scope"), body.get("credentials_key")
+    )
+
+
+@api.get("/api/2.0/ai-compute-manager/images:get")
+async def images_get(request: Request) -> dict[str, Any]:
+    url = request.query_params.get("docker_image_url")
+    registration = _state(request).images.get(url)
+    if registration is None:
+        raise not_found(f"Image {url} is not registered.")
+    return registration
+
+
+@api.get("/api/2.0/ai-compute-manager/images:checkImageAccess")
+async def images_check_access(request: Request) -> dict[str, Any]:
+    url = request.query_params.get("docker_image_url")
+    return {"publicly_accessible": _state(request).images.is_public(url)}
+
+
+# --- jobs ------------------------------------------------------------------------------
+
+
+def _check_runnable(state: WorkspaceState, body: dict[str, Any]) -> None:
+    problems = [f"{e['path']}: {e['message']}" for e in validate_submit(body)]
+    if problems:
+        raise invalid("; ".join(problems))
+    from air_runtime.local._execution import topology
+
+    for i, task in enumerate(body["tasks"]):
+        ai = task["ai_runtime_task"]
+        image = ai.get("docker_image_url")
+        if image:
+            registration = state.images.get(image)
+            if registration is None or registration["state"] != "AVAILABLE":
+                now = registration["state"] if registration else "not registered"
+                raise invalid(
+                    f"tasks[{i}]: Docker image {image} is {now} in this workspace; register it "
+                    "first (`airo images register` or POST /api/2.0/ai-compute-manager/images) "
+                    "and wait until it is AVAILABLE."
+                )
+        nodes, _, _ = topology(task)
+        limit = state.options.max_local_ranks
+        if state.options.mode == "execute" and nodes > limit:
+            raise invalid(
+                f"tasks[{i}]: {nodes} node ranks exceed the {limit} this local workspace runs "
+                "on one machine (option max_local_ranks); use fewer accelerators or simulate mode."
+            )
+
+
+@api.post("/api/2.2/jobs/runs/submit")
+@api.post("/api/2.1/jobs/runs/submit")
+async def runs_submit(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    body = await _json(request)
+    token = body.get("idempotency_token")
+    token = token.strip() if isinstance(token, str) and token.strip() else None
+    _check_runnable(state, body)
+    run_id, created = state.store.create_run(body, token, state.options.mode)
+    state.counters.count_submit(token, created)
+    if created:
+        state.engine.start(run_id)
+    return {"run_id": run_id}
+
+
+def _run_id_param(request: Request) -> int:
+    value = request.query_params.get("run_id")
+    if value is None:
+        raise invalid("run_id is required.")
+    return _int_param(value, "run_id")
+
+
+@api.get("/api/2.2/jobs/runs/get")
+@api.get("/api/2.1/jobs/runs/get")
+async def runs_get(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    run_id = _run_id_param(request)
+    row = state.store.run_row(run_id)
+    host = _host(request)
+    if row is None:
+        task = state.store.task_row(run_id)
+        if task is None:
+            raise not_found(f"Run {run_id} does not exist.")
+        parent = state.store.run_row(task["run_id"])
+        assert parent is not None
+        specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
+        return task_json(task, specs.get(task["task_key"], {}), host)
+    offset = _int_param(request.query_params.get("page_token") or 0, "page_token")
+    return run_json(state.store, row, host, task_offset=offset)
+
+
+@api.get("/api/2.2/jobs/runs/get-output")
+@api.get("/api/2.1/jobs/runs/get-output")
+async def runs_get_output(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    run_id = _run_id_param(request)
+    task = state.store.task_row(run_id)
+    if task is None:
+        row = state.store.run_row(run_id)
+        if row is None:
+            raise not_found(f"Run {run_id} does not exist.")
+        tasks = state.store.task_rows(run_id)
+        if len({t["task_key"] for t in tasks}) != 1:
+            raise invalid(
+                "Retrieving the output of runs with multiple tasks is not supported. "
+                "Retrieve the output of each task run (tasks[].run_id) instead."
+            )
+        task = tasks[-1]
+    parent = state.store.run_row(task["run_id"])
+    assert parent is not None
+    specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
+    output: dict[str, Any] = json.loads(task["output"])
+    output["metadata"] = task_json(task, specs.get(task["task_key"], {}), _host(request))
+    return output
+
+
+@api.post("/api/2.2/jobs/runs/cancel")
+@api.post("/api/2.1/jobs/runs/cancel")
+async def runs_cancel(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    body = await _json(request)
+    run_id = _int_param(body.get("run_id"), "run_id")
+    row = state.store.run_row(run_id)
+    if row is None:
+        task = state.store.task_row(run_id)
+        if task is None:
+            raise invalid(f"Run {run_id} does not exist.")
+        run_id = int(task["run_id"])
+    state.engine.cancel(run_id)
+    return {}
+
+
+def _page_token(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(base64.urlsafe_b64decode(value.encode()).decode())
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise invalid(f"page_token {value!r} is not a token this workspace issued.") from None
+
+
+def _make_page_token(run_id: int) -> str:
+    return base64.urlsafe_b64encode(str(run_id).encode()).decode()
+
+
+@api.get("/api/2.2/jobs/runs/list")
+@api.get("/api/2.1/jobs/runs/list")
+async def runs_list(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    params = request.query_params
+    active_only = _flag(params.get("active_only"))
+    completed_only = _flag(params.get("completed_only"))
+    if active_only and completed_only:
+        raise invalid("active_only and completed_only cannot both be true.")
+    limit = _int_param(params.get("limit") or 25, "limit")
+    if not 1 <= limit <= _MAX_LIST_LIMIT:
+        raise invalid(f"limit must be between 1 and {_MAX_LIST_LIMIT}, got {limit}.")
+    run_type = params.get("run_type")
+    if run_type and run_type != "SUBMIT_RUN":
+        return {"runs": [], "has_more": False}
+    clauses, values = [], []
+    if active_only:
+        clauses.append("active = 1")
+    elif completed_only:
+        clauses.append("active = 0")
+    before = _page_token(params.get("page_token"))
+    if before is not None:
+        clauses.append("run_id < ?")
+        values.append(before)
+    for name, op in (("start_time_from", ">="), ("start_time_to", "<=")):
+        if params.get(name):
+            clauses.append(f"start_time {op} ?")
+            values.append(_int_param(params[name], name))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = state.store.query(
+        f"SELECT * FROM runs {where} ORDER BY run_id DESC LIMIT ?", (*values, limit + 1)
+    )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    host = _host(request)
+    expand = _flag(params.get("expand_tasks"))
+    result: dict[str, Any] = {
+        "runs": [run_json(state.store, r, host, with_tasks=expand) for r in rows],
+        "has_more": has_more,
+    }
+    if has_more:
+        result["next_page_token"] = _make_page_token(rows[-1]["run_id"])
+    return result
+
+
+@api.patch("/api/2.0/permissions/jobs/{job_id}")
+@api.put("/api/2.0/permissions/jobs/{job_id}")
+async def permissions_update(request: Request, job_id: str) -> dict[str, Any]:
+    state = _state(request)
+    run_id = _int_param(job_id, "job_id")
+    if state.store.run_row(run_id) is None:
+        raise not_found(f"Job {job_id} does not exist.")
+    entries = (await _json(request)).get("access_control_list")
+    if not isinstance(entries, list):
+        raise invalid("access_control_list must be a list.")
+    for i, entry in enumerate(entries):
+        principals = [p for p in _PRINCIPALS if isinstance(entry, dict) and entry.get(p)]
+        if len(principals) != 1:
+            raise invalid(
+                f"access_control_list[{i}] needs exactly one of {', '.join(_PRINCIPALS)}."
+            )
+        if entry.get("permission_level") not in _PERMISSION_LEVELS:
+            raise invalid(
+                f"access_control_list[{i}].permission_level must be one of "
+                f"{', '.join(_PERMISSION_LEVELS)}, got {entry.get('permission_level')!r}."
+            )
+    with state.store.transaction() as db:
+        row = db.execute("SELECT acl FROM permissions WHERE job_id = ?", (run_id,)).fetchone()
+        acl: list[dict[str, Any]] = json.loads(row["acl"]) if row else []
+        for entry in entries:
+            principal = next(p for p in _PRINCIPALS if entry.get(p))
+            acl = [a for a in acl if a.get(principal) != entry[principal]]
+            acl.append(entry)
+        db.execute(
+            "INSERT OR REPLACE INTO permissions (job_id, acl) VALUES (?, ?)",
+            (run_id, json.dumps(acl)),
+        )
+    return _acl_json(run_id, acl)
+
+
+@api.get("/api/2.0/permissions/jobs/{job_id}")
+async def permissions_get(request: Request, job_id: str) -> dict[str, Any]:
+    state = _state(request)
+    run_id = _int_param(job_id, "job_id")
+    if state.store.run_row(run_id) is None:
+        raise not_found(f"Job {job_id} does not exist.")
+    rows = state.store.query("SELECT acl FROM permissions WHERE job_id = ?", (run_id,))
+    return _acl_json(run_id, json.loads(rows[0]["acl"]) if rows else [])
+
+
+def _acl_json(job_id: int, acl: list[dict[str, Any]]) -> dict[str, Any]:
+    entries = []
+    for entry in acl:
+        principal = {p: entry[p] for p in _PRINCIPALS if entry.get(p)}
+        level = entry["permission_level"]
+        entries.append(
+            {**principal, "all_permissions": [{"permission_level": level, "inherited": False}]}
+        )
+    return {"object_id": f"/jobs/{job_id}", "object_type": "job", "access_control_list": entries}
+
+
+# --- AI Runtime services ---------------------------------------------------------------
+
+
+@api.post("/api/2.0/ai-training/config:validate")
+async def config_validate(request: Request) -> dict[str, Any]:
+    return {"errors": validate_config(await _json(request))}
+
+
+@api.get("/api/2.0/ai-training/workflows/by-run-id/{run_id}/logs")
+async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
+    state = _state(request)
+    ident = _int_param(run_id, "run_id")
+    params = request.query_params
+    if state.store.run_row(ident) is not None:
+        task_run_ids = [int(t["task_run_id"]) for t in state.store.task_rows(ident)]
+    elif state.store.task_row(ident) is not None:
+        task_run_ids = [ident]
+    else:
+        raise not_found(f"Run {ident} does not exist.")
+    node = _int_param(params.get("filter.node_index") or 0, "filter.node_index")
+    records = state.logbook.records(task_run_ids, node)
+    if params.get("from"):
+        start = _int_param(params["from"], "from")
+        records = [r for r in records if r["time_unix_nano"] >= start]
+    if params.get("to"):
+        end = _int_param(params["to"], "to")
+        records = [r for r in records if r["time_unix_nano"] <= end]
+    if params.get("ascending", "true").lower() == "false":
+        records.reverse()
+    size = _int_param(params.get("page_size") or 1000, "page_size")
+    if not 1 <= size <= 10_000:
+        raise invalid(f"page_size must be between 1 and 10000, got {size}.")
+    offset = _int_param(params.get("page_token") or 0, "page_token")
+    page = records[offset : offset + size]
+    result: dict[str, Any] = {"log_records": page}
+    if offset + size < len(records):
+        result["next_page_token"] = str(offset + size)
+    return result
+
+
+# --- admin (not part of the Databricks API) --------------------------------------------
+
+
+@public.get("/api/2.0/airo-admin/health")
+async def admin_health(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    return {"status": "ok", "mode": state.options.mode, "active_runs": state.engine.active_drivers}
+
+
+def _injector(request: Request) -> FaultInjector:
+    injector = _state(request).faults
+    assert injector is not None
+    return injector
+
+
+@admin.get("/faults")
+async def admin_faults_get(request: Request) -> dict[str, Any]:
+    return _injector(request).faults
+
+
+@admin.put("/faults")
+@admin.post("/faults")
+async def admin_faults_set(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    try:
+        normalize_faults(body)
+    except (TypeError, ValueError) as exc:
+        raise invalid(str(exc)) from None
+    injector = _injector(request)
+    injector.set_faults(body)
+    return injector.faults
+
+
+@admin.get("/counters")
+async def admin_counters(request: Request) -> dict[str, Any]:
+    return _state(request).counters.snapshot()
+
+
+@admin.post("/counters/reset")
+async def admin_counters_reset(request: Request) -> dict[str, Any]:
+    _state(request).counters.reset()
+    return {}
+
+
+@admin.post("/tokens/revoke")
+async def admin_revoke(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    token = _required_str(await _json(request), "token")
+    state.store.revoke(token)
+    state.revoked.add(token)
+    return {}
+
+
+@admin.post("/tokens/add")
+async def admin_add_token(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    token = _required_str(await _json(request), "token")
+    state.tokens.add(token)
+    state.revoked.discard(token)
+    state.store.execute("DELETE FROM revoked_tokens WHERE token = ?", (token,))
+    return {}
+
+
+@admin.get("/request-log")
+async def admin_request_log(request: Request) -> dict[str, Any]:
+    limit = _int_param(request.query_params.get("limit") or 1000, "limit")
+    entries = list(_state(request).request_log.entries)
+    return {"entries": entries[-limit:]}
+
+
+@admin.get("/simulate")
+async def admin_simulate_get(request: Request) -> dict[str, Any]:
+    return dict(_state(request).options.simulate)
+
+
+@admin.put("/simulate")
+async def admin_simulate_set(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    state.options.simulate.update(await _json(request))
+    return dict(state.options.simulate)
+
+
+# --- the application -------------------------------------------------------------------
+
+
+def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
+    """A FastAPI app serving one local workspace whose state lives in `data_dir`."""
+    state = WorkspaceState(options, data_dir)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.engine.recover()
+        try:
+            yield
+        finally:
+            await state.engine.shutdown()
+            state.close()
+
+    app = FastAPI(
+        title="air-orchestration local workspace",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.workspace = state
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "ENDPOINT_NOT_FOUND", 405: "BAD_REQUEST"}.get(exc.status_code, "BAD_REQUEST")
+        message = "No API found for this path." if exc.status_code == 404 else str(exc.detail)
+        return JSONResponse({"error_code": code, "message": message}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {"error_code": "INVALID_PARAMETER_VALUE", "message": str(exc)}, status_code=400
+        )
+
+    app.include_router(public)
+    app.include_router(admin)
+    app.include_router(api)
+    injector = FaultInjector(app.router, options.faults, state.counters, state.request_log)
+    state.faults = injector
+    # The injector wraps everything but the error handling, so injected answers look real.
+    app.add_middleware(_InjectorMiddleware, injector=injector)
+    return app
+
+
+class _InjectorMiddleware:
+    def __init__(self, app: Any, injector: FaultInjector) -> None:
+        injector.app = app
+        self.injector = injector
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.injector(scope, receive, send)

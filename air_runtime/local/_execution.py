@@ -1,0 +1,349 @@
+"""Running one task attempt on this machine: one `bash command.sh` process group per node
+rank, with the environment the platform's launcher would give it (workload.md §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from air_runtime.local._errors import ApiError
+from air_runtime.local._files import VolumeTree, WorkspaceTree
+from air_runtime.local._logs import LogBook, NodeLog
+
+_KNOWN_GPUS_PER_NODE = {"GPU_1xA10": 1, "GPU_1xH100": 1, "GPU_8xH100": 8, "GPU_8xB300": 8}
+
+
+def gpus_per_node() -> dict[str, int]:
+    """Accelerator type -> GPUs per node; the workload model owns the table."""
+    try:
+        from air_runtime.workload import GPUS_PER_NODE
+    except ImportError:
+        return dict(_KNOWN_GPUS_PER_NODE)
+    return dict(GPUS_PER_NODE)
+
+
+# Set in every rank so a restarted workspace can recognise (and stop) its orphans.
+RANK_MARKER = "AIRO_LOCAL_TASK_RUN_ID"
+
+
+class SetupError(Exception):
+    """The attempt cannot start (missing file, missing secret...): the task fails with it."""
+
+
+@dataclass
+class Role:
+    """What a set of ranks runs: the single command, or one container."""
+
+    name: str | None
+    command_path: str
+    ranks: list[int]
+    image: str | None
+
+
+@dataclass
+class AttemptOutcome:
+    result_state: str
+    message: str
+    error_trace: str | None = None
+    failed_node: int | None = None
+
+
+@dataclass
+class AttemptContext:
+    task_run_id: int
+    task: dict[str, Any]
+    timeout_s: float | None
+    work_dir: Path
+    cancel_event: asyncio.Event
+    on_running: Callable[[list[int]], None]
+    kill_grace_s: float
+    secret_lookup: Callable[[str, str], bytes | None]
+    workspace: WorkspaceTree
+    volumes: VolumeTree
+    logbook: LogBook
+    node_logs: dict[int, NodeLog] = field(default_factory=dict)
+
+
+def topology(task: dict[str, Any]) -> tuple[int, int, int]:
+    """(nodes, GPUs per node, total GPUs) of a validated ai_runtime_task."""
+    compute = task["ai_runtime_task"]["deployments"][0]["compute"]
+    per_node = gpus_per_node()[compute["accelerator_type"]]
+    total = int(compute.get("accelerator_count") or per_node)
+    return total // per_node, per_node, total
+
+
+def roles(task: dict[str, Any]) -> list[Role]:
+    ai = task["ai_runtime_task"]
+    deployment = ai["deployments"][0]
+    nodes, _, _ = topology(task)
+    if deployment.get("containers"):
+        return [
+            Role(
+                name=c["name"],
+                command_path=c["command_path"],
+                ranks=[int(r) for r in c.get("ranks") or range(nodes)],
+                image=c.get("unity_catalog_image_path") or c.get("docker_image_url"),
+            )
+            for c in deployment["containers"]
+        ]
+    image = ai.get("docker_image_url") or ai.get("unity_catalog_image_path")
+    return [Role(None, deployment["command_path"], list(range(nodes)), image)]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _read_workspace_file(ctx: AttemptContext, path: str) -> bytes:
+    try:
+        if path.startswith("/Volumes/"):
+            return ctx.volumes.read(path)
+        return ctx.workspace.read(path)
+    except ApiError as exc:
+        raise SetupError(f"{path} cannot be read: {exc.message}") from None
+
+
+def _materialize(ctx: AttemptContext, role: Role) -> Path:
+    """Copy the command's folder (with its side files) into this attempt's own directory,
+    so a later upload to the same launch folder cannot change a running attempt."""
+    folder = str(PurePosixPath(role.command_path).parent)
+    source = ctx.workspace.local_path(folder)
+    command = ctx.workspace.local_path(role.command_path)
+    if not command.is_file():
+        raise SetupError(
+            f"command file {role.command_path} does not exist in the workspace: "
+            "upload the launch directory before submitting"
+        )
+    relative = source.relative_to(ctx.workspace.root)
+    target = ctx.work_dir / "files" / relative
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.uploading"))
+    return target
+
+
+def _unpack_code_source(ctx: AttemptContext, archive_path: str) -> Path:
+    target = ctx.work_dir / "code_source"
+    if target.exists():
+        return target
+    data = _read_workspace_file(ctx, archive_path)
+    target.mkdir(parents=True)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            archive.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise SetupError(f"code source archive {archive_path} cannot be unpacked: {exc}") from None
+    return target
+
+
+def _role_env(ctx: AttemptContext, folder: Path, role: Role) -> dict[str, str]:
+    env: dict[str, str] = {}
+    plain = folder / "env_vars.json"
+    if plain.is_file():
+        for item in json.loads(plain.read_text()):
+            env[str(item["name"])] = str(item["value"])
+    secret_file = folder / "secret_env_vars.json"
+    if secret_file.is_file():
+        for item in json.loads(secret_file.read_text()):
+            scope, key = str(item["secret_scope"]), str(item["secret_key"])
+            value = ctx.secret_lookup(scope, key)
+            if value is None:
+                where = f"container {role.name}" if role.name else "the command"
+                raise SetupError(
+                    f"secret {scope}/{key} for environment variable {item['name']} of {where} "
+                    f"does not exist: create it with secrets/put in scope {scope}"
+                )
+            env[str(item["name"])] = value.decode("utf-8", errors="replace")
+    return env
+
+
+def base_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    # `python` in a command means this interpreter (and its installed packages).
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    return env
+
+
+async def _pump(stream: asyncio.StreamReader, log: NodeLog) -> None:
+    while True:
+        line = await stream.readline()
+        if not line:
+            return
+        log.write(line.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _stop(procs: list[asyncio.subprocess.Process], grace_s: float) -> None:
+    running = [p for p in procs if p.returncode is None]
+    for proc in running:
+        _signal_group(proc.pid, signal.SIGTERM)
+    if running:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), timeout=grace_s)
+    # SIGKILL the whole group in every case: background children of a finished rank too.
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)
+    await asyncio.gather(*(p.wait() for p in procs))
+
+
+def _exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+async def run_attempt(ctx: AttemptContext) -> AttemptOutcome:
+    try:
+        return await _run_attempt(ctx)
+    except SetupError as exc:
+        log = ctx.node_logs.get(0)
+        if log is not None:
+            log.write(f"ERROR: {exc}")
+        return AttemptOutcome("FAILED", str(exc))
+    finally:
+        for log in ctx.node_logs.values():
+            log.close()
+
+
+async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
+    task = ctx.task
+    ai = task["ai_runtime_task"]
+    nodes, per_node, total = topology(task)
+    for node in range(nodes):
+        ctx.node_logs[node] = ctx.logbook.open(ctx.task_run_id, node)
+    all_roles = roles(task)
+
+    code_source: Path | None = None
+    if ai.get("code_source_path"):
+        code_source = _unpack_code_source(ctx, str(ai["code_source_path"]))
+
+    platform_env = {
+        "NUM_NODES": str(nodes),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "WORLD_SIZE": str(total),
+        RANK_MARKER: str(ctx.task_run_id),
+    }
+    if nodes > 1:
+        platform_env.update(
+            LOCAL_ADDR="127.0.0.1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
+    if code_source is not None:
+        platform_env["CODE_SOURCE_PATH"] = str(code_source)
+
+    launches: list[tuple[int, Path, str, dict[str, str]]] = []
+    base = base_environment()
+    for role in all_roles:
+        folder = _materialize(ctx, role)
+        user_env = _role_env(ctx, folder, role)
+        for rank in role.ranks:
+            env = {
+                **base,
+                **user_env,
+                **platform_env,
+                "POD_RANK": str(rank),
+                "NODE_RANK": str(rank),
+            }
+            launches.append((rank, folder, PurePosixPath(role.command_path).name, env))
+
+    images = sorted({r.image for r in all_roles if r.image})
+    if images:
+        ctx.node_logs[0].write(
+            f"INFO: the local workspace does not pull images ({', '.join(images)}); "
+            "commands run on this host"
+        )
+
+    procs: dict[int, asyncio.subprocess.Process] = {}
+    started: dict[int, float] = {}
+    pumps: list[asyncio.Task[None]] = []
+    try:
+        for rank, folder, command_name, env in launches:
+            proc = await asyncio.create_subprocess_exec(
+                "bash",
+                command_name,
+                cwd=str(folder),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+            procs[rank] = proc
+            started[rank] = time.monotonic()
+            assert proc.stdout is not None and proc.stderr is not None
+            pumps.append(asyncio.create_task(_pump(proc.stdout, ctx.node_logs[rank])))
+            pumps.append(asyncio.create_task(_pump(proc.stderr, ctx.node_logs[rank])))
+    except BaseException:
+        await _stop(list(procs.values()), ctx.kill_grace_s)
+        raise
+    ctx.on_running([p.pid for p in procs.values()])
+    outcome = await _supervise(ctx, procs, started)
+    # Pipes close once every process of the groups is gone; do not wait forever anyway.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*pumps, return_exceptions=True), timeout=5)
+    return outcome
+
+
+async def _supervise(
+    ctx: AttemptContext, procs: dict[int, asyncio.subprocess.Process], started: dict[int, float]
+) -> AttemptOutcome:
+    deadline = None if not ctx.timeout_s else time.monotonic() + ctx.timeout_s
+    waits = {asyncio.create_task(p.wait()): rank for rank, p in procs.items()}
+    cancelled = asyncio.create_task(ctx.cancel_event.wait())
+    outcome: AttemptOutcome | None = None
+    try:
+        while waits and outcome is None:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = await asyncio.wait(
+                [*waits, cancelled], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            if cancelled in done:
+                outcome = AttemptOutcome("CANCELED", "Run was cancelled.")
+                for log in ctx.node_logs.values():
+                    log.write("INFO: the run was cancelled; stopping this node")
+                break
+            if not done:
+                seconds = int(ctx.timeout_s or 0)
+                outcome = AttemptOutcome(
+                    "TIMEDOUT", f"Task timed out after {seconds}s (timeout_seconds={seconds})."
+                )
+                for log in ctx.node_logs.values():
+                    log.write(f"ERROR: the task timed out after {seconds}s; stopping this node")
+                break
+            for task in done:
+                rank = waits.pop(task)
+                code = _exit_code(task.result())
+                if code != 0 and outcome is None:
+                    elapsed = round(time.monotonic() - started[rank])
+                    line = f"ERROR: Script failed with exit code {code} after {elapsed}s"
+                    ctx.node_logs[rank].write(line)
+                    trace = "\n".join(ctx.logbook.tail(ctx.task_run_id, rank, 30))
+                    outcome = AttemptOutcome(
+                        "FAILED",
+                        f"Node {rank} failed: Script failed with exit code {code} after {elapsed}s",
+                        error_trace=trace,
+                        failed_node=rank,
+                    )
+    finally:
+        cancelled.cancel()
+        await _stop(list(procs.values()), ctx.kill_grace_s)
+        for task in waits:
+            task.cancel()
+    return outcome or AttemptOutcome("SUCCESS", "")

@@ -1,0 +1,270 @@
+"""Fault injection, request counters and the request log, as one ASGI middleware.
+
+Faults are off by default. Settings are per endpoint key (e.g. `jobs/runs/submit`, see
+`endpoint_key`), with `*` for every endpoint (an endpoint's own settings win), and an
+optional top-level `seed` for the random draws:
+
+    {"seed": 7, "*": {"latency_ms": 50},
+     "jobs/runs/submit": {"rate_429": 0.2, "retry_after_s": 1, "rate_5xx": 0.1,
+                          "status_5xx": 503, "rate_drop": 0.05, "rate_response_lost": 0.3}}
+
+`rate_drop` closes the connection before answering; `rate_response_lost` (alias
+`submit_response_lost`) handles the request, then closes the connection without the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+FAULT_FIELDS = {
+    "latency_ms": float,
+    "rate_429": float,
+    "retry_after_s": float,
+    "rate_5xx": float,
+    "status_5xx": int,
+    "rate_drop": float,
+    "rate_response_lost": float,
+}
+_ALIASES = {"submit_response_lost": "rate_response_lost"}
+_SENSITIVE_QUERY = re.compile(r"token|secret|password|credential|value|auth", re.I)
+ADMIN_PREFIX = "/api/2.0/airo-admin/"
+
+
+def endpoint_key(path: str) -> str:
+    if path.startswith("/api/2.0/workspace-files/import-file/"):
+        return "workspace-files/import-file"
+    if path.startswith("/api/2.0/fs/files/"):
+        return "fs/files"
+    if path.startswith("/api/2.0/fs/directories/"):
+        return "fs/directories"
+    if path.startswith("/api/2.0/ai-training/workflows/by-run-id/"):
+        return "ai-training/logs"
+    if path.startswith("/api/2.0/permissions/jobs/"):
+        return "permissions/jobs"
+    match = re.match(r"^/api/2\.\d+/(.+)$", path)
+    return match.group(1) if match else path.lstrip("/")
+
+
+def normalize_faults(faults: Any) -> dict[str, Any]:
+    """Check a fault configuration; ValueError names the bad entry."""
+    if faults is None:
+        return {}
+    if not isinstance(faults, dict):
+        raise ValueError("faults must be a JSON object of endpoint -> settings")
+    result: dict[str, Any] = {}
+    for endpoint, settings in faults.items():
+        if endpoint == "seed":
+            result["seed"] = int(settings)
+            continue
+        if not isinstance(settings, dict):
+            raise ValueError(f"faults[{endpoint!r}] must be an object of settings")
+        clean: dict[str, float | int] = {}
+        for name, value in settings.items():
+            name = _ALIASES.get(name, name)
+            if name not in FAULT_FIELDS:
+                raise ValueError(
+                    f"faults[{endpoint!r}]: unknown setting {name!r}; "
+                    f"known: {', '.join(sorted(FAULT_FIELDS))}, submit_response_lost"
+                )
+            clean[name] = FAULT_FIELDS[name](value)
+            if name.startswith("rate_") and not 0 <= clean[name] <= 1:
+                raise ValueError(f"faults[{endpoint!r}].{name} must be between 0 and 1")
+        result[endpoint] = clean
+    return result
+
+
+class DroppedConnection(Exception):
+    """Raised to make the server close the connection without an answer."""
+
+
+class Counters:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests: Counter[str] = Counter()
+            self.responses: dict[str, Counter[str]] = {}
+            self.faults: dict[str, Counter[str]] = {}
+            self.submits_per_token: Counter[str] = Counter()
+            self.runs_created = 0
+
+    def count_request(self, endpoint: str) -> None:
+        with self._lock:
+            self.requests[endpoint] += 1
+
+    def count_response(self, endpoint: str, status: int | str) -> None:
+        with self._lock:
+            self.responses.setdefault(endpoint, Counter())[str(status)] += 1
+
+    def count_fault(self, endpoint: str, kind: str) -> None:
+        with self._lock:
+            self.faults.setdefault(endpoint, Counter())[kind] += 1
+
+    def count_submit(self, token: str | None, created: bool) -> None:
+        with self._lock:
+            self.submits_per_token[token or "<none>"] += 1
+            self.runs_created += int(created)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "responses": {k: dict(v) for k, v in self.responses.items()},
+                "faults": {k: dict(v) for k, v in self.faults.items()},
+                "submits_per_token": dict(self.submits_per_token),
+                "runs_created": self.runs_created,
+            }
+
+
+class RequestLog:
+    """Method, path, status and redacted query of every request: never bodies or headers."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.entries: deque[dict[str, Any]] = deque(maxlen=size)
+        self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def add(self, method: str, path: str, query: str, status: int | str) -> None:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        redacted = urlencode(
+            [(k, "REDACTED" if _SENSITIVE_QUERY.search(k) else v) for k, v in pairs]
+        )
+        entry = {
+            "time": time.time(),
+            "method": method,
+            "path": path,
+            "query": redacted,
+            "status": status,
+        }
+        with self._lock:
+            self.entries.append(entry)
+            if not self._file.closed:
+                self._file.write(json.dumps(entry) + "\n")
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class FaultInjector:
+    def __init__(
+        self, app: ASGIApp, faults: dict[str, Any], counters: Counters, log: RequestLog
+    ) -> None:
+        self.app = app
+        self.counters = counters
+        self.log = log
+        self.set_faults(faults)
+
+    def set_faults(self, faults: Any) -> None:
+        self.faults = normalize_faults(faults)
+        self.rng = random.Random(self.faults.get("seed", 0))
+
+    def settings(self, endpoint: str) -> dict[str, Any]:
+        merged = dict(self.faults.get("*", {}))
+        merged.update(self.faults.get(endpoint, {}))
+        return merged
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(ADMIN_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        endpoint = endpoint_key(path)
+        query = scope.get("query_string", b"").decode("latin-1")
+        self.counters.count_request(endpoint)
+        settings = self.settings(endpoint)
+        status: list[int] = []
+
+        def record(result: int | str) -> None:
+            self.counters.count_response(endpoint, result)
+            self.log.add(scope["method"], path, query, result)
+
+        if settings.get("latency_ms"):
+            await asyncio.sleep(settings["latency_ms"] / 1000)
+        draw = self.rng.random()
+        lost = self.rng.random() < settings.get("rate_response_lost", 0.0)
+        threshold = settings.get("rate_drop", 0.0)
+        if draw < threshold:
+            self.counters.count_fault(endpoint, "drop")
+            record("dropped")
+            await _drop(send)
+            return
+        threshold += settings.get("rate_429", 0.0)
+        if draw < threshold:
+            self.counters.count_fault(endpoint, "429")
+            retry_after = settings.get("retry_after_s", 1)
+            await _answer(
+                send,
+                429,
+                {
+                    "error_code": "REQUEST_LIMIT_EXCEEDED",
+                    "message": "Too many requests (injected).",
+                },
+                {"retry-after": f"{retry_after:g}"},
+            )
+            record(429)
+            return
+        threshold += settings.get("rate_5xx", 0.0)
+        if draw < threshold:
+            code = int(settings.get("status_5xx", 503))
+            self.counters.count_fault(endpoint, str(code))
+            await _answer(
+                send,
+                code,
+                {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "Injected server error."},
+                {"retry-after": "1"} if code == 503 else {},
+            )
+            record(code)
+            return
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            if not lost:
+                await send(message)
+
+        await self.app(scope, receive, watch)
+        if lost:
+            self.counters.count_fault(endpoint, "response_lost")
+            record(f"lost:{status[0] if status else '?'}")
+            await _drop(send)
+            return
+        record(status[0] if status else "?")
+
+
+async def _answer(send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+    data = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _drop(send: Send) -> None:
+    """Close the TCP connection without a byte of answer. uvicorn's `send` is a bound
+    method of the request cycle, which holds the transport; elsewhere, abort mid-answer."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is not None:
+        transport.close()
+        await asyncio.sleep(0)
+        return
+    raise DroppedConnection("injected dropped connection")

@@ -1,0 +1,522 @@
+"""Driving submitted runs: the task graph, `run_if`, retries, cancel, timeouts, and the
+two ways an attempt happens (real processes, or a scripted timeline in simulate mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import sqlite3
+import uuid
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from air_runtime.local._execution import (
+    RANK_MARKER,
+    AttemptContext,
+    AttemptOutcome,
+    run_attempt,
+)
+from air_runtime.local._files import VolumeTree, WorkspaceTree
+from air_runtime.local._logs import LogBook
+from air_runtime.local._options import WorkspaceOptions
+from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Store, now_ms
+from air_runtime.local._validation import run_if_verdict
+
+logger = logging.getLogger("air_runtime.local")
+
+RESTART_MESSAGE = (
+    "The local workspace stopped while this run was active; its processes were stopped "
+    "and the run cannot continue. Submit it again."
+)
+_SUCCESSFUL = ("SUCCESS", "EXCLUDED")
+
+
+def _state(row: sqlite3.Row) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "life_cycle_state": row["life_cycle_state"],
+        "state_message": row["state_message"],
+        "user_cancelled_or_timedout": row["result_state"] in ("CANCELED", "TIMEDOUT"),
+    }
+    if row["result_state"]:
+        state["result_state"] = row["result_state"]
+    return state
+
+
+def task_json(row: sqlite3.Row, spec: dict[str, Any], host: str) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "task_key": row["task_key"],
+        "run_id": row["task_run_id"],
+        "attempt_number": row["attempt_number"],
+        "state": _state(row),
+        "start_time": row["start_time"],
+        "end_time": row["end_time"],
+        "run_page_url": f"{host}/jobs/runs/{row['task_run_id']}",
+        "run_if": spec.get("run_if", "ALL_SUCCESS"),
+    }
+    if row["start_time"] and row["end_time"]:
+        item["execution_duration"] = row["end_time"] - row["start_time"]
+    for name in (
+        "depends_on",
+        "ai_runtime_task",
+        "environment_key",
+        "max_retries",
+        "timeout_seconds",
+    ):
+        if name in spec:
+            item[name] = spec[name]
+    return item
+
+
+def run_json(
+    store: Store,
+    row: sqlite3.Row,
+    host: str,
+    *,
+    with_tasks: bool = True,
+    task_offset: int = 0,
+    task_page: int = 100,
+) -> dict[str, Any]:
+    run_id = row["run_id"]
+    body = json.loads(row["body"])
+    result: dict[str, Any] = {
+        "run_id": run_id,
+        "job_id": run_id,
+        "number_in_job": run_id,
+        "run_name": row["run_name"],
+        "run_type": "SUBMIT_RUN",
+        "run_page_url": f"{host}/jobs/runs/{run_id}",
+        "state": _state(row),
+        "start_time": row["start_time"],
+        "end_time": row["end_time"],
+        "format": "MULTI_TASK",
+    }
+    if row["idempotency_token"]:
+        result["idempotency_token"] = row["idempotency_token"]
+    if row["end_time"]:
+        result["run_duration"] = row["end_time"] - row["start_time"]
+    if with_tasks:
+        specs = {t["task_key"]: t for t in body.get("tasks") or []}
+        rows = store.task_rows(run_id)
+        page = rows[task_offset : task_offset + task_page]
+        result["tasks"] = [task_json(r, specs.get(r["task_key"], {}), host) for r in page]
+        if task_offset + task_page < len(rows):
+            result["next_page_token"] = str(task_offset + task_page)
+    return result
+
+
+def _read_simulation(workspace: WorkspaceTree, command_path: str | None) -> dict[str, str]:
+    """`AIRO_SIMULATE=running_s=5,result=FAILED` from the env_vars.json beside the command."""
+    if not command_path:
+        return {}
+    try:
+        env_file = workspace.local_path(str(PurePosixPath(command_path).parent / "env_vars.json"))
+        items = json.loads(env_file.read_text()) if env_file.is_file() else []
+    except (OSError, ValueError, Exception):
+        return {}
+    for item in items:
+        if isinstance(item, dict) and item.get("name") == "AIRO_SIMULATE":
+            pairs = (p.split("=", 1) for p in str(item.get("value", "")).split(",") if "=" in p)
+            return {k.strip(): v.strip() for k, v in pairs}
+    return {}
+
+
+class RunEngine:
+    def __init__(
+        self,
+        store: Store,
+        workspace: WorkspaceTree,
+        volumes: VolumeTree,
+        logbook: LogBook,
+        options: WorkspaceOptions,
+        runs_dir: Path,
+        secret_lookup: Callable[[str, str], bytes | None],
+    ) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.volumes = volumes
+        self.logbook = logbook
+        self.options = options
+        self.runs_dir = runs_dir
+        self.secret_lookup = secret_lookup
+        self._drivers: dict[int, asyncio.Task[None]] = {}
+        self._cancel: dict[int, asyncio.Event] = {}
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Runs that were active when the server stopped: their processes are gone (or
+        orphaned: stop those), so they are marked failed; history stays."""
+        active = self.store.active_run_ids()
+        if not active:
+            return
+        orphan_ids: set[str] = set()
+        for run_id in active:
+            for row in self.store.task_rows(run_id):
+                if row["life_cycle_state"] in ACTIVE_LIFE_CYCLES:
+                    orphan_ids.add(str(row["task_run_id"]))
+                    self.store.update_task(
+                        row["task_run_id"],
+                        life_cycle_state="INTERNAL_ERROR",
+                        result_state="FAILED",
+                        state_message=RESTART_MESSAGE,
+                        end_time=now_ms(),
+                    )
+            self.store.update_run(
+                run_id,
+                life_cycle_state="INTERNAL_ERROR",
+                result_state="FAILED",
+                state_message=RESTART_MESSAGE,
+                end_time=now_ms(),
+                active=0,
+            )
+        _kill_orphans(orphan_ids)
+
+    def start(self, run_id: int) -> None:
+        self._cancel[run_id] = asyncio.Event()
+        driver = asyncio.get_running_loop().create_task(self._drive(run_id))
+        self._drivers[run_id] = driver
+        driver.add_done_callback(lambda _: self._forget(run_id))
+
+    def _forget(self, run_id: int) -> None:
+        self._drivers.pop(run_id, None)
+        self._cancel.pop(run_id, None)
+
+    def cancel(self, run_id: int) -> None:
+        row = self.store.run_row(run_id)
+        if row is None or not row["active"]:
+            return
+        self.store.update_run(
+            run_id,
+            cancel_requested=1,
+            life_cycle_state="TERMINATING",
+            state_message="Cancelling the run.",
+        )
+        event = self._cancel.get(run_id)
+        if event is not None:
+            event.set()
+
+    async def shutdown(self) -> None:
+        drivers = list(self._drivers.values())
+        for driver in drivers:
+            driver.cancel()
+        await asyncio.gather(*drivers, return_exceptions=True)
+
+    @property
+    def active_drivers(self) -> int:
+        return len(self._drivers)
+
+    # --- the task graph ---------------------------------------------------------------
+
+    async def _drive(self, run_id: int) -> None:
+        try:
+            await self._drive_graph(run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave the run active forever
+            logger.exception("run %s failed inside the local workspace", run_id)
+            self.store.update_run(
+                run_id,
+                life_cycle_state="INTERNAL_ERROR",
+                result_state="FAILED",
+                state_message=f"Internal error of the local workspace: {exc}",
+                end_time=now_ms(),
+                active=0,
+            )
+
+    async def _drive_graph(self, run_id: int) -> None:
+        row = self.store.run_row(run_id)
+        assert row is not None
+        body = json.loads(row["body"])
+        specs: dict[str, tuple[int, dict[str, Any]]] = {
+            t["task_key"]: (i, t) for i, t in enumerate(body["tasks"])
+        }
+        first_attempt = {
+            r["task_key"]: r["task_run_id"]
+            for r in self.store.task_rows(run_id)
+            if r["attempt_number"] == 0
+        }
+        cancel = self._cancel[run_id]
+        results: dict[str, str] = {}
+        messages: dict[str, str] = {}
+        running: dict[asyncio.Task[tuple[str, str]], str] = {}
+        while True:
+            if not cancel.is_set():
+                started = set(running.values())
+                for key, (position, spec) in specs.items():
+                    if key in results or key in started:
+                        continue
+                    deps = [d["task_key"] for d in spec.get("depends_on") or []]
+                    if any(d not in results for d in deps):
+                        continue
+                    verdict = run_if_verdict(
+                        spec.get("run_if", "ALL_SUCCESS"), [results[d] for d in deps]
+                    )
+                    if verdict is None:
+                        attempt = self._run_task(
+                            run_id, body, spec, position, first_attempt[key], cancel
+                        )
+                        running[asyncio.create_task(attempt)] = key
+                        continue
+                    results[key] = verdict
+                    messages[key] = (
+                        "Upstream task(s) failed."
+                        if verdict == "UPSTREAM_FAILED"
+                        else f"Not run: its run_if condition {spec.get('run_if')} was not met."
+                    )
+                    self.store.update_task(
+                        first_attempt[key],
+                        life_cycle_state="SKIPPED",
+                        result_state=verdict,
+                        state_message=messages[key],
+                        end_time=now_ms(),
+                    )
+            if not running:
+                break
+            waiters: list[asyncio.Future[Any]] = list(running)
+            cancel_wait = None
+            if not cancel.is_set():
+                cancel_wait = asyncio.ensure_future(cancel.wait())
+                waiters.append(cancel_wait)
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if cancel_wait is not None:
+                cancel_wait.cancel()
+            for finished in done:
+                if finished in running:
+                    key = running.pop(finished)
+                    results[key], messages[key] = finished.result()
+        for key in specs:
+            if key not in results:
+                results[key] = "CANCELED"
+                messages[key] = "Run was cancelled before this task started."
+                self.store.update_task(
+                    first_attempt[key],
+                    life_cycle_state="SKIPPED",
+                    result_state="CANCELED",
+                    state_message=messages[key],
+                    end_time=now_ms(),
+                )
+        self._finish(run_id, body, results, messages, cancel.is_set())
+
+    def _finish(
+        self,
+        run_id: int,
+        body: dict[str, Any],
+        results: dict[str, str],
+        messages: dict[str, str],
+        cancelled: bool,
+    ) -> None:
+        self.store.execute(
+            "UPDATE runs SET life_cycle_state = 'TERMINATING' WHERE run_id = ?", (run_id,)
+        )
+        # As on the platform, the leaf tasks decide the run's result, so a failed stage
+        # followed by an ALL_DONE clean-up stage that succeeds still counts as handled.
+        upstream = {d["task_key"] for t in body["tasks"] for d in t.get("depends_on") or []}
+        leaves = [t["task_key"] for t in body["tasks"] if t["task_key"] not in upstream]
+        failed = [k for k in leaves if results[k] not in _SUCCESSFUL]
+        if cancelled:
+            result, message = "CANCELED", "Run was cancelled."
+        elif not failed:
+            result, message = "SUCCESS", ""
+        else:
+            first = next(
+                (k for k in results if results[k] not in (*_SUCCESSFUL, "UPSTREAM_FAILED")),
+                failed[0],
+            )
+            result = "TIMEDOUT" if results[first] == "TIMEDOUT" else "FAILED"
+            message = f"Task {first} failed with message: {messages[first]}"
+            if any(results[k] == "UPSTREAM_FAILED" for k in results):
+                message += " This caused all downstream tasks to get skipped."
+        self.store.update_run(
+            run_id,
+            life_cycle_state="TERMINATED",
+            result_state=result,
+            state_message=message,
+            end_time=now_ms(),
+            active=0,
+        )
+
+    # --- attempts and retries ---------------------------------------------------------
+
+    async def _run_task(
+        self,
+        run_id: int,
+        body: dict[str, Any],
+        spec: dict[str, Any],
+        position: int,
+        task_run_id: int,
+        cancel: asyncio.Event,
+    ) -> tuple[str, str]:
+        max_retries = int(spec.get("max_retries", 0))
+        retry_on_timeout = bool(spec.get("retry_on_timeout", False))
+        interval_ms = spec.get("min_retry_interval_millis")
+        interval = interval_ms / 1000 if interval_ms is not None else self.options.retry_interval_s
+        timeout = spec.get("timeout_seconds") or body.get("timeout_seconds") or None
+        attempt = 0
+        while True:
+            outcome = await self._attempt(run_id, body, spec, task_run_id, cancel, timeout)
+            self.store.update_task(
+                task_run_id,
+                life_cycle_state="TERMINATED",
+                result_state=outcome.result_state,
+                state_message=outcome.message,
+                end_time=now_ms(),
+                output=self._output(spec, task_run_id, outcome),
+            )
+            retryable = outcome.result_state == "FAILED" or (
+                outcome.result_state == "TIMEDOUT" and retry_on_timeout
+            )
+            if not retryable or cancel.is_set() or (0 <= max_retries <= attempt):
+                return outcome.result_state, outcome.message
+            attempt += 1
+            task_run_id = self.store.add_attempt(
+                run_id,
+                spec["task_key"],
+                position,
+                attempt,
+                f"Waiting {interval:g}s before retry {attempt}; the previous attempt ended "
+                f"with {outcome.result_state}: {outcome.message}",
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancel.wait(), timeout=interval)
+            if cancel.is_set():
+                self.store.update_task(
+                    task_run_id,
+                    life_cycle_state="SKIPPED",
+                    result_state="CANCELED",
+                    state_message="Run was cancelled before this retry started.",
+                    end_time=now_ms(),
+                )
+                return "CANCELED", "Run was cancelled."
+
+    def _output(
+        self, spec: dict[str, Any], task_run_id: int, outcome: AttemptOutcome
+    ) -> dict[str, Any]:
+        experiment = str(spec.get("ai_runtime_task", {}).get("experiment") or spec["task_key"])
+        digest = hashlib.sha256(experiment.encode()).digest()
+        output: dict[str, Any] = {
+            "ai_runtime_task_output": {
+                "mlflow_experiment_id": str(int.from_bytes(digest[:6], "big")),
+                "mlflow_run_id": uuid.uuid5(uuid.NAMESPACE_URL, f"airo/{task_run_id}").hex,
+                "status_message": outcome.message or "Succeeded",
+            }
+        }
+        if outcome.result_state != "SUCCESS":
+            output["error"] = outcome.message
+            if outcome.error_trace:
+                output["error_trace"] = outcome.error_trace
+        return output
+
+    def _mark_running(self, run_id: int, task_run_id: int, pids: list[int]) -> None:
+        self.store.update_task(
+            task_run_id, life_cycle_state="RUNNING", state_message="", pgids=pids
+        )
+        self.store.execute(
+            "UPDATE runs SET life_cycle_state = 'RUNNING', state_message = ''"
+            " WHERE run_id = ? AND life_cycle_state = 'PENDING'",
+            (run_id,),
+        )
+
+    async def _attempt(
+        self,
+        run_id: int,
+        body: dict[str, Any],
+        spec: dict[str, Any],
+        task_run_id: int,
+        cancel: asyncio.Event,
+        timeout: float | None,
+    ) -> AttemptOutcome:
+        self.store.update_task(
+            task_run_id,
+            life_cycle_state="PENDING",
+            state_message="Starting on the local workspace.",
+            start_time=now_ms(),
+        )
+        if self.options.mode == "simulate":
+            return await self._simulate(run_id, spec, task_run_id, cancel, timeout)
+        context = AttemptContext(
+            task_run_id=task_run_id,
+            task=spec,
+            timeout_s=timeout,
+            work_dir=self.runs_dir / str(run_id) / str(task_run_id),
+            cancel_event=cancel,
+            on_running=lambda pids: self._mark_running(run_id, task_run_id, pids),
+            kill_grace_s=self.options.kill_grace_s,
+            secret_lookup=self.secret_lookup,
+            workspace=self.workspace,
+            volumes=self.volumes,
+            logbook=self.logbook,
+        )
+        return await run_attempt(context)
+
+    async def _simulate(
+        self,
+        run_id: int,
+        spec: dict[str, Any],
+        task_run_id: int,
+        cancel: asyncio.Event,
+        timeout: float | None,
+    ) -> AttemptOutcome:
+        deployment = spec["ai_runtime_task"]["deployments"][0]
+        timeline: dict[str, Any] = dict(self.options.simulate)
+        timeline.update(_read_simulation(self.workspace, deployment.get("command_path")))
+        pending_s = float(timeline.get("pending_s", 0))
+        running_s = float(timeline.get("running_s", 0))
+        result = str(timeline.get("result", "SUCCESS")).upper()
+        log = self.logbook.open(task_run_id, 0)
+        try:
+            log.write(
+                f"INFO: simulated run: pending {pending_s:g}s, running {running_s:g}s, "
+                f"result {result}; no process is started"
+            )
+            if await _wait_or_cancel(cancel, pending_s):
+                return AttemptOutcome("CANCELED", "Run was cancelled.")
+            self._mark_running(run_id, task_run_id, [])
+            limit = running_s if not timeout else min(running_s, float(timeout))
+            if await _wait_or_cancel(cancel, limit):
+                return AttemptOutcome("CANCELED", "Run was cancelled.")
+            if timeout and running_s > float(timeout):
+                return AttemptOutcome("TIMEDOUT", f"Task timed out after {int(timeout)}s.")
+            if result == "SUCCESS":
+                return AttemptOutcome("SUCCESS", "")
+            log.write(f"ERROR: Script failed with exit code 1 after {round(running_s)}s")
+            return AttemptOutcome(result, f"Simulated {result.lower()} (AIRO_SIMULATE).")
+        finally:
+            log.close()
+
+
+async def _wait_or_cancel(cancel: asyncio.Event, seconds: float) -> bool:
+    """Sleep `seconds`; True when the run was cancelled meanwhile."""
+    if seconds <= 0:
+        return cancel.is_set()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(cancel.wait(), timeout=seconds)
+    return cancel.is_set()
+
+
+def _kill_orphans(task_run_ids: set[str]) -> None:
+    """SIGKILL processes left by a previous server (recognised by the marker in their
+    environment, so a reused pid is never touched)."""
+    if not task_run_ids:
+        return
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(RANK_MARKER.encode() + b"="):
+                if item.split(b"=", 1)[1].decode() in task_run_ids:
+                    with contextlib.suppress(OSError):
+                        os.kill(int(entry.name), signal.SIGKILL)
+                break

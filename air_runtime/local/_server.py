@@ -1,0 +1,396 @@
+"""Starting a local workspace: in this process (uvicorn in a thread) or as a subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import uvicorn
+
+from air_runtime.local._options import DEFAULT_TOKEN, WorkspaceOptions, normalize_tokens
+
+ADMIN = "/api/2.0/airo-admin"
+READY_FILE = "server.json"
+
+
+class _QuietDrops(logging.Filter):
+    """Injected dropped connections are expected; do not log them as server errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "without starting response" not in record.getMessage()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_config(options: WorkspaceOptions, data_dir: Path, log_level: str) -> uvicorn.Config:
+    from air_runtime.local._app import create_app
+
+    logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
+    return uvicorn.Config(
+        create_app(options, data_dir),
+        http="h11",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=3,
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
+
+
+def serve(
+    options: WorkspaceOptions,
+    data_dir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    ready_file: Path | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve in the foreground until SIGINT/SIGTERM (used by `airo workspace`)."""
+    sock = bind_socket(host, port)
+    actual = sock.getsockname()[1]
+    server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
+    if ready_file is not None:
+
+        def announce() -> None:
+            while not server.started and not server.should_exit:
+                time.sleep(0.01)
+            tmp = ready_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
+            tmp.replace(ready_file)
+
+        threading.Thread(target=announce, daemon=True).start()
+    server.run(sockets=[sock])
+
+
+class AdminClient:
+    """The `/api/2.0/airo-admin/` calls, for tests and benchmarks."""
+
+    def __init__(self, workspace: LocalWorkspace) -> None:
+        self._workspace = workspace
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        response = httpx.request(
+            method,
+            f"{self._workspace.host}{ADMIN}{path}",
+            json=body,
+            headers={"Authorization": f"Bearer {self._workspace.token}"},
+            timeout=30,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def set_faults(
+        self, faults: dict[str, Any] | None = None, **by_endpoint: Any
+    ) -> dict[str, Any]:
+        """`set_faults({"jobs/runs/submit": {"rate_429": 0.3}, "seed": 1})`; `{}` turns faults off."""
+        result: dict[str, Any] = self._call("PUT", "/faults", {**(faults or {}), **by_endpoint})
+        return result
+
+    def faults(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/faults")
+        return result
+
+    def counters(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/counters")
+        return result
+
+    def reset_counters(self) -> None:
+        self._call("POST", "/counters/reset")
+
+    def revoke_token(self, token: str) -> None:
+        self._call("POST", "/tokens/revoke", {"token": token})
+
+    def add_token(self, token: str) -> None:
+        self._call("POST", "/tokens/add", {"token": token})
+
+    def request_log(self, limit: int = 1000) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/request-log?limit={limit}")["entries"]
+        return result
+
+    def set_simulation(self, **timeline: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("PUT", "/simulate", timeline)
+        return result
+
+
+class LocalWorkspace:
+    """A running local workspace. Use as a context manager, or call `stop()`."""
+
+    def __init__(
+        self,
+        options: WorkspaceOptions,
+        data_dir: Path,
+        *,
+        in_process: bool,
+        bind_host: str,
+        port: int,
+        owns_data_dir: bool,
+        log_level: str = "warning",
+    ) -> None:
+        self.options = options
+        self.data_dir = data_dir
+        self.in_process = in_process
+        self.bind_host = bind_host
+        self.port = port
+        self.token = options.tokens[0] if options.tokens else DEFAULT_TOKEN
+        self.admin = AdminClient(self)
+        self._owns_data_dir = owns_data_dir
+        self._log_level = log_level
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def host(self) -> str:
+        shown = "127.0.0.1" if self.bind_host in ("0.0.0.0", "") else self.bind_host
+        return f"http://{shown}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of a subprocess workspace."""
+        return self._process.pid if self._process else None
+
+    def __enter__(self) -> LocalWorkspace:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self.in_process:
+            self._start_thread(timeout)
+        else:
+            self._start_process(timeout)
+        self._wait_ready(timeout)
+
+    def _start_thread(self, timeout: float) -> None:
+        sock = bind_socket(self.bind_host, self.port)
+        self.port = sock.getsockname()[1]
+        server = uvicorn.Server(_uvicorn_config(self.options, self.data_dir, self._log_level))
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="airo-local-workspace", daemon=True
+        )
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the local workspace did not start; see the log above")
+            time.sleep(0.01)
+        self._server, self._thread = server, thread
+        self._sock = sock
+
+    def _start_process(self, timeout: float) -> None:
+        ready = self.data_dir / READY_FILE
+        with contextlib.suppress(FileNotFoundError):
+            ready.unlink()
+        command = [
+            sys.executable,
+            "-m",
+            "air_runtime.local",
+            "--host",
+            self.bind_host,
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--config",
+            self.options.to_json(),
+            "--ready-file",
+            str(ready),
+            "--log-level",
+            self._log_level,
+        ]
+        self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"the local workspace exited with code {self._process.returncode} at start"
+                )
+            if time.monotonic() > deadline:
+                self._process.kill()
+                raise RuntimeError("the local workspace did not start in time")
+            time.sleep(0.02)
+        self.port = int(json.loads(ready.read_text())["port"])
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.host}{ADMIN}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the local workspace at {self.host} is not answering")
+            time.sleep(0.02)
+
+    def stop(self, *, keep_data: bool = False) -> None:
+        """Stop the server; its processes are stopped too. A temporary data dir created by
+        `start_local_workspace` is removed unless `keep_data`."""
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+            self._server = self._thread = None
+            self._sock.close()
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.send_signal(signal.SIGTERM)
+                try:
+                    self._process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+            self._process = None
+        if self._owns_data_dir and not keep_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL a subprocess workspace (a crash: nothing is cleaned up)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop (unless already stopped or killed) and start again on the same port and
+        data dir: everything acknowledged before survives."""
+        self.stop(keep_data=True)
+        self.start(timeout)
+
+
+def start_local_workspace(
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    token: str | Sequence[str] | None = DEFAULT_TOKEN,
+    mode: str = "execute",
+    faults: dict[str, Any] | None = None,
+    in_process: bool = True,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    log_level: str = "warning",
+    **options: Any,
+) -> LocalWorkspace:
+    """Start a local workspace and return once it answers. `options` are the fields of
+    `WorkspaceOptions` (e.g. `image_delay_s=0.2`, `private_images=...`,
+    `oauth_clients={"id": "secret"}`, `simulate={"running_s": 3600}`)."""
+    from air_runtime.local._faults import normalize_faults
+
+    settings = WorkspaceOptions.from_mapping(
+        {
+            **options,
+            "tokens": normalize_tokens(token),
+            "mode": mode,
+            "faults": normalize_faults(faults),
+        }
+    )
+    owns = data_dir is None
+    directory = Path(tempfile.mkdtemp(prefix="airo-workspace-")) if owns else Path(data_dir)  # type: ignore[arg-type]
+    directory.mkdir(parents=True, exist_ok=True)
+    workspace = LocalWorkspace(
+        settings,
+        directory,
+        in_process=in_process,
+        bind_host=host,
+        port=port,
+        owns_data_dir=owns,
+        log_level=log_level,
+    )
+    workspace.start()
+    return workspace
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "airo" / "workspace"
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="port (0 = any free port)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help=f"state folder (default {default_data_dir()})"
+    )
+    parser.add_argument(
+        "--token",
+        action="append",
+        default=None,
+        help=f"accepted bearer token, repeatable (default {DEFAULT_TOKEN})",
+    )
+    parser.add_argument("--mode", choices=("execute", "simulate"), default=None)
+    parser.add_argument("--faults", default=None, help="fault injection settings as JSON")
+    parser.add_argument(
+        "--config", default=None, help="any other workspace options as a JSON object"
+    )
+    parser.add_argument("--ready-file", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default="warning")
+
+
+def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
+    from air_runtime.local._faults import normalize_faults
+
+    values: dict[str, Any] = json.loads(args.config) if args.config else {}
+    if args.token:
+        values["tokens"] = args.token
+    if args.mode:
+        values["mode"] = args.mode
+    if args.faults:
+        values["faults"] = json.loads(args.faults)
+    values["faults"] = normalize_faults(values.get("faults"))
+    return WorkspaceOptions.from_mapping(values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m air_runtime.local")
+    add_server_arguments(parser)
+    args = parser.parse_args(argv)
+    run_from_arguments(args)
+    return 0
+
+
+def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None:
+    options = options_from_arguments(args)
+    data_dir = args.data_dir or default_data_dir()
+    if announce:
+        token = options.tokens[0] if options.tokens else "<any>"
+        shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+        print(
+            f"local workspace ({options.mode}) on http://{shown}:{args.port}  "
+            f"token: {token}  data: {data_dir}",
+            flush=True,
+        )
+    serve(
+        options,
+        Path(data_dir),
+        host=args.host,
+        port=args.port,
+        ready_file=args.ready_file,
+        log_level=args.log_level,
+    )

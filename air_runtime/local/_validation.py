@@ -1,0 +1,345 @@
+"""Checks of `config:validate` and `runs/submit` bodies.
+
+Workload rules (accelerator types, GPU counts, container ranks, env names, run options) are
+owned by `air_runtime.workload`: the wire body is mapped back to a workload mapping and
+checked there, so there is one implementation of each rule. Only the wire-level shape
+(deployments, command paths, task graph) is checked here. Until the workload package can be
+imported, a small built-in subset of its rules is used instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from air_runtime.local._execution import gpus_per_node
+
+Errors = list[dict[str, str]]
+RUN_IF_VALUES = (
+    "ALL_SUCCESS",
+    "ALL_DONE",
+    "NONE_FAILED",
+    "AT_LEAST_ONE_SUCCESS",
+    "ALL_FAILED",
+    "AT_LEAST_ONE_FAILED",
+)
+_TASK_KEY_RE = re.compile(r"^[\w\-.]{1,100}$")
+_CODE = "INVALID_PARAMETER_VALUE"
+_DEPLOYMENT = "task.deployments[0]"
+
+
+def _error(path: str, message: str, code: str = _CODE) -> dict[str, str]:
+    return {"path": path, "message": message, "code": code}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _wire_shape(task: Any) -> tuple[Errors, dict[str, Any] | None]:
+    """Shape checks only the wire has; returns the deployment when it is usable."""
+    if not isinstance(task, dict):
+        return [_error("task", "must be an object (the ai_runtime_task)")], None
+    deployments = task.get("deployments")
+    if not isinstance(deployments, list) or len(deployments) != 1:
+        return [_error("task.deployments", "exactly one deployment is required")], None
+    deployment = deployments[0]
+    if not isinstance(deployment, dict) or not isinstance(deployment.get("compute"), dict):
+        return [_error(f"{_DEPLOYMENT}.compute", "compute is required")], None
+    errors: Errors = []
+    has_command = "command_path" in deployment
+    containers = deployment.get("containers")
+    if has_command == bool(containers):
+        errors.append(_error(_DEPLOYMENT, "set exactly one of command_path and containers"))
+    if has_command:
+        errors += _command_path_errors(
+            deployment.get("command_path"), f"{_DEPLOYMENT}.command_path"
+        )
+    if containers is not None:
+        if not isinstance(containers, list):
+            errors.append(_error(f"{_DEPLOYMENT}.containers", "must be a list"))
+        else:
+            for i, container in enumerate(containers):
+                path = f"{_DEPLOYMENT}.containers[{i}]"
+                if not isinstance(container, dict):
+                    errors.append(_error(path, "must be an object"))
+                    continue
+                errors += _command_path_errors(
+                    container.get("command_path"), f"{path}.command_path"
+                )
+    return errors, deployment
+
+
+def _command_path_errors(value: Any, path: str) -> Errors:
+    if not isinstance(value, str) or not value.strip():
+        return [_error(path, "a command path is required (the uploaded command.sh)")]
+    if not value.startswith("/"):
+        return [_error(path, f"must be an absolute workspace path, got {value!r}")]
+    return []
+
+
+def _as_workload(body: dict[str, Any], deployment: dict[str, Any]) -> dict[str, Any]:
+    task = body.get("task") or {}
+    compute = deployment["compute"]
+    mapping: dict[str, Any] = {
+        "experiment_name": task.get("experiment") or "validate",
+        "compute": {
+            "accelerator_type": compute.get("accelerator_type"),
+            "num_accelerators": compute.get("accelerator_count"),
+        },
+    }
+    containers = deployment.get("containers")
+    if isinstance(containers, list) and containers:
+        mapping["containers"] = []
+        for container in containers:
+            item: dict[str, Any] = {"name": container.get("name"), "command": "bash command.sh"}
+            if "ranks" in container:
+                item["ranks"] = container["ranks"]
+            if "unity_catalog_image_path" in container:
+                item["unity_catalog_image"] = container["unity_catalog_image_path"]
+            mapping["containers"].append(item)
+    else:
+        mapping["command"] = "bash command.sh"
+    if task.get("docker_image_url"):
+        mapping["environment"] = {"docker_image": {"url": task["docker_image_url"]}}
+    elif task.get("unity_catalog_image_path"):
+        mapping["environment"] = {"unity_catalog_image": task["unity_catalog_image_path"]}
+    options = body.get("run_options")
+    if isinstance(options, dict):
+        for name in (
+            "max_retries",
+            "timeout_minutes",
+            "idempotency_token",
+            "env_variables",
+            "secrets",
+        ):
+            if name in options:
+                mapping[name] = options[name]
+    return mapping
+
+
+_WORKLOAD_TO_WIRE = (
+    ("compute.num_accelerators", f"{_DEPLOYMENT}.compute.accelerator_count"),
+    ("compute.accelerator_type", f"{_DEPLOYMENT}.compute.accelerator_type"),
+    ("compute", f"{_DEPLOYMENT}.compute"),
+    ("containers", f"{_DEPLOYMENT}.containers"),
+    ("experiment_name", "task.experiment"),
+    ("environment.docker_image.url", "task.docker_image_url"),
+    ("environment.docker_image", "task.docker_image_url"),
+    ("environment.unity_catalog_image", "task.unity_catalog_image_path"),
+    ("max_retries", "run_options.max_retries"),
+    ("timeout_minutes", "run_options.timeout_minutes"),
+    ("idempotency_token", "run_options.idempotency_token"),
+    ("env_variables", "run_options.env_variables"),
+    ("secrets", "run_options.secrets"),
+)
+
+
+def _wire_path(path: str) -> str:
+    for workload_path, wire_path in _WORKLOAD_TO_WIRE:
+        if path == workload_path or path.startswith((workload_path + ".", workload_path + "[")):
+            wired = wire_path + path[len(workload_path) :]
+            return wired.replace(".unity_catalog_image", ".unity_catalog_image_path").replace(
+                "_path_path", "_path"
+            )
+    return path
+
+
+def _workload_rules() -> Callable[[dict[str, Any]], Errors] | None:
+    try:
+        from air_runtime.workload import load_workload
+    except ImportError:
+        return None
+
+    def check(mapping: dict[str, Any]) -> Errors:
+        from air_runtime._errors import WorkloadError
+
+        try:
+            load_workload(mapping)
+        except WorkloadError as exc:
+            return [
+                _error(_wire_path(p.path), f"{p.message} {p.hint}" if p.hint else p.message)
+                for p in exc.problems
+            ]
+        return []
+
+    return check
+
+
+def _builtin_rules(mapping: dict[str, Any]) -> Errors:
+    """The few workload rules checked when the workload package is not importable."""
+    errors: Errors = []
+    table = gpus_per_node()
+    compute = mapping["compute"]
+    kind, count = compute["accelerator_type"], compute["num_accelerators"]
+    if kind not in table:
+        errors.append(
+            _error(
+                f"{_DEPLOYMENT}.compute.accelerator_type",
+                f"unknown accelerator type {kind!r}; valid: {', '.join(table)}",
+            )
+        )
+        return errors
+    per_node = table[kind]
+    if not _is_int(count) or count <= 0 or count % per_node:
+        errors.append(
+            _error(
+                f"{_DEPLOYMENT}.compute.accelerator_count",
+                f"for {kind} must be a positive multiple of {per_node}, got {count!r}",
+            )
+        )
+        return errors
+    nodes = count // per_node
+    containers = mapping.get("containers") or []
+    owner: dict[int, str] = {}
+    for i, container in enumerate(containers):
+        ranks = container.get("ranks", list(range(nodes)) if len(containers) == 1 else None)
+        path = f"{_DEPLOYMENT}.containers[{i}]"
+        if not isinstance(ranks, list):
+            errors.append(_error(f"{path}.ranks", "ranks are required with several containers"))
+            continue
+        for rank in ranks:
+            if not _is_int(rank) or not 0 <= rank < nodes:
+                errors.append(_error(f"{path}.ranks", f"rank {rank!r} is not in 0..{nodes - 1}"))
+            elif rank in owner:
+                errors.append(
+                    _error(f"{path}.ranks", f"rank {rank} is also assigned to {owner[rank]}")
+                )
+            else:
+                owner[rank] = str(container.get("name"))
+    if containers:
+        for rank in range(nodes):
+            if rank not in owner:
+                errors.append(
+                    _error(
+                        f"{_DEPLOYMENT}.containers", f"rank {rank} is not assigned to a container"
+                    )
+                )
+    return errors
+
+
+def validate_config(body: Any) -> Errors:
+    """The `errors` of a config:validate answer (empty when the task would be accepted)."""
+    if not isinstance(body, dict):
+        return [_error("", "the body must be a JSON object")]
+    errors, deployment = _wire_shape(body.get("task"))
+    if deployment is None:
+        return errors
+    mapping = _as_workload(body, deployment)
+    rules = _workload_rules()
+    errors += rules(mapping) if rules is not None else _builtin_rules(mapping)
+    return errors
+
+
+def validate_submit(body: Any) -> Errors:
+    """Problems of a runs/submit body; the task graph plus each task's config:validate."""
+    if not isinstance(body, dict):
+        return [_error("", "the body must be a JSON object")]
+    errors: Errors = []
+    token = body.get("idempotency_token")
+    if token is not None and (not isinstance(token, str) or len(token.strip()) > 64):
+        errors.append(_error("idempotency_token", "must be a string of at most 64 characters"))
+    timeout = body.get("timeout_seconds")
+    if timeout is not None and (not _is_int(timeout) or timeout < 0):
+        errors.append(_error("timeout_seconds", f"must be an integer >= 0, got {timeout!r}"))
+    tasks = body.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        return [*errors, _error("tasks", "at least one task is required")]
+    keys: list[str] = []
+    for i, task in enumerate(tasks):
+        path = f"tasks[{i}]"
+        if not isinstance(task, dict):
+            errors.append(_error(path, "must be an object"))
+            keys.append("")
+            continue
+        key = task.get("task_key")
+        if not isinstance(key, str) or not _TASK_KEY_RE.match(key):
+            errors.append(
+                _error(f"{path}.task_key", f"must match {_TASK_KEY_RE.pattern}, got {key!r}")
+            )
+        elif key in keys:
+            errors.append(_error(f"{path}.task_key", f"duplicate task key {key!r}"))
+        keys.append(key if isinstance(key, str) else "")
+    graph: dict[str, list[str]] = {}
+    for i, task in enumerate(tasks):
+        if not isinstance(task, dict):
+            continue
+        path = f"tasks[{i}]"
+        run_if = task.get("run_if", "ALL_SUCCESS")
+        if run_if not in RUN_IF_VALUES:
+            errors.append(
+                _error(
+                    f"{path}.run_if", f"must be one of {', '.join(RUN_IF_VALUES)}, got {run_if!r}"
+                )
+            )
+        deps: list[str] = []
+        for j, dep in enumerate(task.get("depends_on") or []):
+            dep_key = dep.get("task_key") if isinstance(dep, dict) else None
+            if dep_key not in keys or dep_key == task.get("task_key"):
+                errors.append(
+                    _error(f"{path}.depends_on[{j}]", f"unknown upstream task key {dep_key!r}")
+                )
+            else:
+                deps.append(str(dep_key))
+        graph[str(task.get("task_key"))] = deps
+        for name in ("max_retries", "min_retry_interval_millis", "timeout_seconds"):
+            value = task.get(name)
+            if value is not None and (
+                not _is_int(value) or value < (-1 if name == "max_retries" else 0)
+            ):
+                errors.append(
+                    _error(f"{path}.{name}", f"must be a non-negative integer, got {value!r}")
+                )
+        ai = task.get("ai_runtime_task")
+        if ai is None:
+            errors.append(
+                _error(
+                    path,
+                    "the local workspace runs ai_runtime_task tasks only; "
+                    f"found {', '.join(k for k in task if k.endswith('_task')) or 'none'}",
+                )
+            )
+            continue
+        for problem in validate_config({"task": ai}):
+            problem["path"] = problem["path"].replace("task", f"{path}.ai_runtime_task", 1)
+            errors.append(problem)
+    if _has_cycle(graph):
+        errors.append(_error("tasks", "depends_on forms a cycle"))
+    return errors
+
+
+def _has_cycle(graph: dict[str, list[str]]) -> bool:
+    state: dict[str, int] = {}
+
+    def visit(node: str) -> bool:
+        if state.get(node) == 1:
+            return True
+        if state.get(node) == 2:
+            return False
+        state[node] = 1
+        if any(visit(dep) for dep in graph.get(node, [])):
+            return True
+        state[node] = 2
+        return False
+
+    return any(visit(node) for node in graph)
+
+
+def run_if_verdict(run_if: str, upstream: list[str]) -> str | None:
+    """None when the task should run, else the result state it gets without running."""
+    succeeded = [r in ("SUCCESS", "EXCLUDED") for r in upstream]
+    failed = [r not in ("SUCCESS", "EXCLUDED") for r in upstream]
+    if not upstream or run_if == "ALL_DONE":
+        return None
+    if run_if == "ALL_SUCCESS":
+        return None if all(succeeded) else "UPSTREAM_FAILED"
+    if run_if == "NONE_FAILED":
+        return None if not any(failed) else "UPSTREAM_FAILED"
+    if run_if == "AT_LEAST_ONE_SUCCESS":
+        return None if any(r == "SUCCESS" for r in upstream) else "EXCLUDED"
+    if run_if == "ALL_FAILED":
+        return None if all(failed) else "EXCLUDED"
+    if run_if == "AT_LEAST_ONE_FAILED":
+        return None if any(failed) else "EXCLUDED"
+    return "EXCLUDED"

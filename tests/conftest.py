@@ -1,0 +1,38 @@
+"""Shared fixtures: a local workspace served over real HTTP on a free 127.0.0.1 port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from air_runtime.local import LocalWorkspace, start_local_workspace
+
+
+@pytest.fixture
+def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
+    """A fresh in-process local workspace (execute mode, token `local-token`, fast image
+    registration) with its own data dir; stopped after the test."""
+    workspace = start_local_workspace(
+        data_dir=tmp_path / "workspace", image_delay_s=0.2, retry_interval_s=0.05
+    )
+    try:
+        yield workspace
+    finally:
+        workspace.stop()
+
+
+@pytest.fixture(scope="session")
+def session_local_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkspace]:
+    """One local workspace shared by a whole test session (state accumulates: use unique
+    paths, scopes and idempotency tokens)."""
+    workspace = start_local_workspace(
+        data_dir=tmp_path_factory.mktemp("session-workspace"),
+        image_delay_s=0.2,
+        retry_interval_s=0.05,
+    )
+    try:
+        yield workspace
+    finally:
+        workspace.stop()
