@@ -1,0 +1,286 @@
+"""Asset factories: ``build_air_assets`` (a workflow as one subsettable multi-asset) and the
+``@air_workload_asset`` decorator (the same, with a body the user writes)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from air_runtime._errors import WorkloadError
+
+from ._config import AirRunConfig
+from ._execution import AirWorkflow, LoadedStage, StepRun
+from ._partitions import PartitionParameters
+from ._resource import AirWorkspace
+from ._stage import AirStage, Overrides, WorkloadSource
+from ._translator import DagsterAirTranslator, stage_asset_key
+
+
+def _load_stages(
+    stages: Sequence[AirStage],
+    translator: DagsterAirTranslator,
+    base_dir: str | os.PathLike[str] | None,
+    partitions_def: dg.PartitionsDefinition | None,
+) -> tuple[list[LoadedStage], list[dg.AssetSpec]]:
+    if not stages:
+        raise dg.DagsterInvalidDefinitionError("an AI Runtime workflow needs at least one stage")
+    keys = [s.key for s in stages]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise dg.DagsterInvalidDefinitionError(
+            f"stage keys must be unique: {', '.join(duplicates)}"
+        )
+    for stage in stages:
+        unknown = [d for d in stage.depends_on if d not in keys]
+        if unknown:
+            raise dg.DagsterInvalidDefinitionError(
+                f"stage {stage.key!r} depends on unknown stage(s) {', '.join(unknown)}; "
+                f"stages: {', '.join(keys)}"
+            )
+    workloads = {}
+    problems = []
+    for stage in stages:
+        try:
+            workloads[stage.key] = stage.load(base_dir)
+        except WorkloadError as error:
+            problems.append(f"stage {stage.key}: {error}")
+    if problems:
+        raise dg.DagsterInvalidDefinitionError("\n".join(problems))
+    asset_keys = {s.key: stage_asset_key(translator, s, workloads[s.key]) for s in stages}
+    specs = [
+        translator.get_asset_spec(
+            s, workloads[s.key], stage_asset_keys=asset_keys, partitions_def=partitions_def
+        )
+        for s in stages
+    ]
+    loaded = [
+        LoadedStage(stage=s, workload=workloads[s.key], asset_key=spec.key)
+        for s, spec in zip(stages, specs, strict=True)
+    ]
+    return loaded, specs
+
+
+def _workflow_and_specs(
+    *,
+    name: str,
+    stages: Sequence[AirStage],
+    translator: DagsterAirTranslator | None,
+    base_dir: str | os.PathLike[str] | None,
+    partitions_def: dg.PartitionsDefinition | None,
+    resource_key: str,
+    secret_env: Mapping[str, str] | None,
+    partition_parameters: PartitionParameters | None,
+    partition_env: str | None,
+    log_node: int | None,
+) -> tuple[AirWorkflow, list[dg.AssetSpec]]:
+    loaded, specs = _load_stages(
+        stages, translator or DagsterAirTranslator(), base_dir, partitions_def
+    )
+    workflow = AirWorkflow(
+        name=name,
+        stages=tuple(loaded),
+        resource_key=resource_key,
+        secret_env=dict(secret_env or {}),
+        partition_parameters=partition_parameters,
+        partition_env=partition_env if partitions_def is not None else None,
+        log_node=log_node,
+        always_workflow=len(loaded) > 1,
+    )
+    return workflow, specs
+
+
+def build_air_assets(
+    stages: Sequence[AirStage] | AirStage,
+    *,
+    name: str | None = None,
+    translator: DagsterAirTranslator | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_parameters: PartitionParameters | None = None,
+    partition_env: str | None = "DAGSTER_PARTITION_KEY",
+    secret_env: Mapping[str, str] | None = None,
+    resource_key: str = "air_workspace",
+    log_node: int | None = None,
+    retry_policy: dg.RetryPolicy | None = None,
+    pool: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+) -> dg.AssetsDefinition:
+    """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
+
+    Materializing any subset of the stages submits them as **one** multi-task run (the
+    dependencies among the selected stages kept, the others assumed already materialized),
+    so a pipeline like generate → train → evaluate runs without a round trip to Dagster
+    between stages. A single stage submits a plain single-task run.
+
+    Args:
+        stages: the stages (``AirStage``), in any order; ``depends_on`` orders them.
+        name: the op name (default: the stage key for one stage, else the keys joined).
+        translator: derives asset keys, descriptions, metadata... (subclass
+            :class:`DagsterAirTranslator` to change them).
+        base_dir: where relative workload paths are looked up (default: the working dir).
+        partitions_def: partitions, e.g. a hyperparameter sweep; see ``partition_parameters``.
+        partition_parameters: ``{partition_key: {param: value}}`` or a function of the key
+            giving the parameters merged into ``parameters`` for that partition. Default:
+            ``lr=0.1,batch=32`` style keys become those parameters, other keys
+            ``parameters.partition``.
+        partition_env: environment variable that receives the raw partition key (``None``:
+            none).
+        secret_env: workload secret NAME -> environment variable of the Dagster process
+            (``dg.EnvVar("HF_TOKEN")`` or its name); stored as Databricks secrets at submit
+            time, values never logged.
+        resource_key: the key of the :class:`AirWorkspace` resource.
+        log_node: the node whose logs are streamed (default: the resource's ``log_node``).
+        retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
+            a retry after a failed remote run starts a new one.
+    """
+    stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
+    op_name = name or "__".join(s.key for s in stage_list)
+    workflow, specs = _workflow_and_specs(
+        name=op_name,
+        stages=stage_list,
+        translator=translator,
+        base_dir=base_dir,
+        partitions_def=partitions_def,
+        resource_key=resource_key,
+        secret_env=secret_env,
+        partition_parameters=partition_parameters,
+        partition_env=partition_env,
+        log_node=log_node,
+    )
+
+    @dg.multi_asset(
+        name=op_name,
+        specs=specs,
+        can_subset=len(specs) > 1,
+        required_resource_keys={resource_key},
+        retry_policy=retry_policy,
+        pool=pool,
+        op_tags=op_tags,
+    )
+    def _air_assets(
+        context: dg.AssetExecutionContext, config: AirRunConfig
+    ) -> Iterator[dg.MaterializeResult]:
+        workspace = getattr(context.resources, resource_key)
+        yield from StepRun(context, workflow, workspace, config).execute()
+
+    return _air_assets
+
+
+class AirInvocation:
+    """What the body of an ``@air_workload_asset`` function gets as its second argument."""
+
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        workflow: AirWorkflow,
+        workspace: AirWorkspace,
+        config: AirRunConfig,
+    ) -> None:
+        self.context = context
+        self.workflow = workflow
+        self.workspace = workspace
+        self.config = config
+
+    @property
+    def stages(self) -> tuple[LoadedStage, ...]:
+        return self.workflow.stages
+
+    def run(self, overrides: Overrides | None = None) -> Iterator[dg.MaterializeResult]:
+        """Submit the selected stages, wait, and yield one ``MaterializeResult`` per stage.
+
+        ``overrides`` are applied after the run config's, e.g. values computed from
+        upstream assets: ``air.run({"env_variables.DATA_PATH": path})``.
+        """
+        yield from StepRun(
+            self.context, self.workflow, self.workspace, self.config, overrides
+        ).execute()
+
+
+def air_workload_asset(
+    *,
+    workload: WorkloadSource | None = None,
+    stages: Sequence[AirStage] | None = None,
+    key: str | None = None,
+    overrides: Overrides | None = None,
+    deps: Sequence[Any] = (),
+    translator: DagsterAirTranslator | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_parameters: PartitionParameters | None = None,
+    partition_env: str | None = "DAGSTER_PARTITION_KEY",
+    secret_env: Mapping[str, str] | None = None,
+    resource_key: str = "air_workspace",
+    log_node: int | None = None,
+    retry_policy: dg.RetryPolicy | None = None,
+    pool: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    **asset_attributes: Any,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
+
+    The function receives the context and an :class:`AirInvocation`; its ``run()`` submits,
+    waits and yields the results, so code can run before and after::
+
+        @air_workload_asset(workload="train.yaml", secret_env={"HF_TOKEN": dg.EnvVar("HF_TOKEN")})
+        def train(context: dg.AssetExecutionContext, air: AirInvocation):
+            yield from air.run({"env_variables.OUTPUT_DIR": f"/tmp/out/{context.run_id}"})
+
+    Give either ``workload`` (one stage, keyed by the function name unless ``key`` is set)
+    or ``stages``. Other keyword arguments are ``AssetSpec`` attributes for a single stage
+    (``group_name``, ``description``, ``owners``, ``tags``, ``kinds``, ``metadata``...).
+    The rest is as in :func:`build_air_assets`.
+    """
+    if (workload is None) == (stages is None):
+        raise dg.DagsterInvalidDefinitionError(
+            "air_workload_asset needs exactly one of workload= and stages="
+        )
+
+    def decorator(fn: Callable[..., Any]) -> dg.AssetsDefinition:
+        if stages is not None:
+            stage_list = list(stages)
+        else:
+            stage_list = [
+                AirStage(
+                    key=key or fn.__name__,
+                    workload=workload,  # type: ignore[arg-type]
+                    overrides=overrides,
+                    deps=deps,
+                    asset_attributes=asset_attributes,
+                )
+            ]
+        workflow, specs = _workflow_and_specs(
+            name=fn.__name__,
+            stages=stage_list,
+            translator=translator,
+            base_dir=base_dir,
+            partitions_def=partitions_def,
+            resource_key=resource_key,
+            secret_env=secret_env,
+            partition_parameters=partition_parameters,
+            partition_env=partition_env,
+            log_node=log_node,
+        )
+        if stages is None and fn.__doc__:
+            specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]
+
+        @dg.multi_asset(
+            name=fn.__name__,
+            specs=specs,
+            can_subset=len(specs) > 1,
+            required_resource_keys={resource_key},
+            retry_policy=retry_policy,
+            pool=pool,
+            op_tags=op_tags,
+        )
+        def _air_asset(context: dg.AssetExecutionContext, config: AirRunConfig):
+            workspace = getattr(context.resources, resource_key)
+            result = fn(context, AirInvocation(context, workflow, workspace, config))
+            if result is not None:
+                yield from result
+
+        return _air_asset
+
+    return decorator

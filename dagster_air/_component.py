@@ -1,0 +1,247 @@
+"""``AirWorkloadComponent``: AI Runtime assets declared in a ``defs.yaml``.
+
+```yaml
+type: dagster_air.AirWorkloadComponent
+attributes:
+  workload: train.yaml                  # next to defs.yaml; or an inline mapping
+  overrides: {compute.num_accelerators: 2}
+  asset: {key: models/train, group_name: training, deps: [raw/dataset]}
+  workspace: {host_env: DATABRICKS_HOST, token_env: DATABRICKS_TOKEN}
+  secret_env: {HF_TOKEN: HF_TOKEN}
+```
+
+or ``stages:`` (each with ``key``, ``workload``, ``depends_on``, ``asset``...) for a
+multi-stage workflow. Credentials are named by environment variable, never written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import dagster as dg
+import yaml
+from dagster.components.resolved.core_models import (
+    AssetSpecUpdateKwargs,
+    DailyPartitionsDefinitionModel,
+    HourlyPartitionsDefinitionModel,
+    StaticPartitionsDefinitionModel,
+    TimeWindowPartitionsDefinitionModel,
+    WeeklyPartitionsDefinitionModel,
+    resolve_asset_spec_update_kwargs_to_mapping,
+    resolve_partitions_def,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._assets import build_air_assets
+from ._resource import AirWorkspace
+from ._stage import AirStage
+from ._translator import DagsterAirTranslator
+
+AssetAttributes = Annotated[
+    Mapping[str, Any],
+    dg.Resolver(
+        resolve_asset_spec_update_kwargs_to_mapping,
+        model_field_type=AssetSpecUpdateKwargs.model(),
+        description="AssetSpec attributes (key, key_prefix, deps, group_name, description, "
+        "tags, kinds, owners, metadata...) that win over the derived ones.",
+    ),
+]
+
+
+class DynamicPartitionsModel(dg.Resolvable, dg.Model):
+    type: Literal["dynamic"] = "dynamic"
+    name: str
+
+
+def _resolve_partitions(
+    context: dg.ResolutionContext, model: Any
+) -> dg.PartitionsDefinition | None:
+    if model is not None and model.type == "dynamic":
+        return dg.DynamicPartitionsDefinition(name=model.name)
+    return resolve_partitions_def(context, model)
+
+
+ResolvedPartitions = Annotated[
+    dg.PartitionsDefinition | None,
+    dg.Resolver(
+        _resolve_partitions,
+        model_field_type=StaticPartitionsDefinitionModel
+        | DynamicPartitionsModel
+        | DailyPartitionsDefinitionModel
+        | HourlyPartitionsDefinitionModel
+        | WeeklyPartitionsDefinitionModel
+        | TimeWindowPartitionsDefinitionModel,
+        description="Partitions of the assets, e.g. a sweep: {type: static, partition_keys: [...]}",
+    ),
+]
+
+
+class AirWorkspaceArgs(dg.Resolvable, dg.Model):
+    """Where the workspace and its credentials come from. Secrets by env var name only."""
+
+    host: str | None = Field(default=None, description="Workspace URL (not a secret).")
+    host_env: str | None = Field(default=None, description="Env var holding the workspace URL.")
+    token_env: str | None = Field(default=None, description="Env var holding a token.")
+    client_id_env: str | None = Field(default=None, description="Env var: OAuth client id.")
+    client_secret_env: str | None = Field(default=None, description="Env var: OAuth client secret.")
+    poll_interval: float = 5.0
+    request_budget: float = 10.0
+    secret_scope: str = "dagster-air"
+
+    def build(self) -> AirWorkspace:
+        def env(name: str | None) -> Any:
+            return dg.EnvVar(name) if name else None
+
+        return AirWorkspace(
+            host=self.host or env(self.host_env),
+            token=env(self.token_env),
+            client_id=env(self.client_id_env),
+            client_secret=env(self.client_secret_env),
+            poll_interval=self.poll_interval,
+            request_budget=self.request_budget,
+            secret_scope=self.secret_scope,
+        )
+
+
+class AirStageArgs(dg.Resolvable, dg.Model):
+    """One stage of a multi-stage workflow."""
+
+    key: str = Field(description="Stage name: the task key and default asset name.")
+    workload: str | dict[str, Any] = Field(
+        description="Workload file (relative to defs.yaml) or an inline workload mapping."
+    )
+    depends_on: list[str] = Field(default_factory=list)
+    run_if: str = "ALL_SUCCESS"
+    overrides: dict[str, Any] | list[str] | None = None
+    asset: AssetAttributes | None = None
+
+
+class AirWorkloadScaffoldParams(BaseModel):
+    experiment_name: str = "my_experiment"
+    accelerator_type: str = "GPU_1xA10"
+    num_accelerators: int = 1
+
+
+STARTER_WORKLOAD = """\
+# A Databricks AI Runtime workload (see `airo schema` for every field).
+experiment_name: {experiment_name}
+compute:
+  accelerator_type: {accelerator_type}
+  num_accelerators: {num_accelerators}
+parameters:
+  learning_rate: 0.001
+command: |
+  echo "training on $NUM_NODES node(s), $WORLD_SIZE GPU(s)"
+  cat hyperparameters.yaml
+"""
+
+
+class AirWorkloadScaffolder(dg.Scaffolder[AirWorkloadScaffoldParams]):
+    """``dg scaffold defs dagster_air.AirWorkloadComponent <path>``: a ``defs.yaml`` and a
+    starter ``workload.yaml`` next to it."""
+
+    @classmethod
+    def get_scaffold_params(cls) -> type[AirWorkloadScaffoldParams]:
+        return AirWorkloadScaffoldParams
+
+    def scaffold(self, request: dg.ScaffoldRequest[AirWorkloadScaffoldParams]) -> None:
+        params = request.params or AirWorkloadScaffoldParams()
+        dg.scaffold_component(
+            request,
+            {
+                "workload": "workload.yaml",
+                "workspace": {"host_env": "DATABRICKS_HOST", "token_env": "DATABRICKS_TOKEN"},
+            },
+        )
+        workload = STARTER_WORKLOAD.format(**params.model_dump())
+        yaml.safe_load(workload)  # the starter must stay valid YAML
+        (Path(request.target_path) / "workload.yaml").write_text(workload)
+
+
+@dg.scaffold_with(AirWorkloadScaffolder)
+class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
+    """Databricks AI Runtime workloads as Dagster assets, declared in YAML.
+
+    Give ``workload`` (one asset) or ``stages`` (one asset per stage; any subset runs as
+    one multi-task run). Relative paths are resolved from this ``defs.yaml``'s folder.
+    """
+
+    # The resolved partitions definition is a plain Dagster object, not a pydantic model.
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    workload: str | dict[str, Any] | None = Field(
+        default=None, description="Workload file (relative to defs.yaml) or inline mapping."
+    )
+    key: str | None = Field(
+        default=None, description="Stage/asset name of a single workload (default: folder name)."
+    )
+    overrides: dict[str, Any] | list[str] | None = Field(
+        default=None, description="Dotted overrides of the single workload."
+    )
+    asset: AssetAttributes | None = None
+    stages: list[AirStageArgs] | None = None
+    name: str | None = Field(default=None, description="Op name (default: the stage keys).")
+    partitions_def: ResolvedPartitions = None
+    partition_parameters: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="Per partition key, the parameters merged into `parameters`."
+    )
+    partition_env: str | None = "DAGSTER_PARTITION_KEY"
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Workload secret NAME -> environment variable holding its value.",
+    )
+    workspace: AirWorkspaceArgs | None = None
+    resource_key: str = "air_workspace"
+    log_node: int | None = None
+    max_retries: int = Field(default=0, description="Dagster retries of the step.")
+
+    @property
+    def translator(self) -> DagsterAirTranslator:
+        """Override in a subclass to change how stages map to assets."""
+        return DagsterAirTranslator()
+
+    def _stages(self, context: dg.ComponentLoadContext) -> list[AirStage]:
+        if (self.workload is None) == (self.stages is None):
+            raise dg.DagsterInvalidDefinitionError(
+                f"{context.path}: give exactly one of `workload` and `stages`"
+            )
+        if self.stages is not None:
+            return [
+                AirStage(
+                    key=s.key,
+                    workload=s.workload,
+                    depends_on=s.depends_on,
+                    run_if=s.run_if,
+                    overrides=s.overrides,
+                    asset_attributes=s.asset or {},
+                )
+                for s in self.stages
+            ]
+        key = self.key or Path(context.path).name.replace("-", "_")
+        return [
+            AirStage(
+                key=key,
+                workload=self.workload,  # type: ignore[arg-type]
+                overrides=self.overrides,
+                asset_attributes=self.asset or {},
+            )
+        ]
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        assets = build_air_assets(
+            self._stages(context),
+            name=self.name,
+            translator=self.translator,
+            base_dir=context.path,
+            partitions_def=self.partitions_def,
+            partition_parameters=self.partition_parameters,
+            partition_env=self.partition_env,
+            secret_env=self.secret_env,
+            resource_key=self.resource_key,
+            log_node=self.log_node,
+            retry_policy=dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None,
+        )
+        resources = {self.resource_key: self.workspace.build()} if self.workspace else {}
+        return dg.Definitions(assets=[assets], resources=resources)

@@ -1,0 +1,396 @@
+"""Materializing AI Runtime assets: overrides, secrets, submit, wait, results.
+
+The rules all live in ``air_runtime`` (validation, payloads, HTTP, state meaning); this
+module only decides *what* to submit for one Dagster step and turns the outcome into
+Dagster events.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from dagster._core.errors import DagsterExecutionInterruptedError
+
+from air_runtime import (
+    AirClient,
+    RunState,
+    Stage,
+    SubmittedRun,
+    TaskState,
+    Workload,
+    make_idempotency_token,
+)
+from air_runtime._errors import AirError, AuthError, ConfigurationError, RunFailed, WorkloadError
+
+from ._config import AirRunConfig
+from ._identity import StepIdentity, record_terminal_failure
+from ._partitions import PartitionParameters, partition_overrides
+from ._resource import AirWorkspace
+from ._secrets import Redactor, resolve_secret_env
+from ._stage import AirStage, workload_hash
+from ._translator import META_PREFIX, container_rows, containers_table
+from ._watch import watch_run
+
+# Errors the user must fix before a retry can help.
+_NOT_RETRYABLE = (WorkloadError, ConfigurationError, AuthError)
+
+
+@dataclass(frozen=True)
+class LoadedStage:
+    """A stage with its validated workload and the asset it materializes."""
+
+    stage: AirStage
+    workload: Workload
+    asset_key: dg.AssetKey
+
+    @property
+    def key(self) -> str:
+        return self.stage.key
+
+
+@dataclass(frozen=True)
+class AirWorkflow:
+    """Everything an asset needs at run time, fixed when the definitions load."""
+
+    name: str
+    stages: tuple[LoadedStage, ...]
+    resource_key: str = "air_workspace"
+    secret_env: Mapping[str, str] | None = None
+    partition_parameters: PartitionParameters | None = None
+    partition_env: str | None = None
+    log_node: int | None = None
+    always_workflow: bool = False  # several stages: always a multi-task run, even one selected
+
+    def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
+        keys = context.selected_asset_keys
+        return [s for s in self.stages if s.asset_key in keys]
+
+
+def _config_failure(error: Exception, what: str) -> dg.Failure:
+    return dg.Failure(description=f"{what}: {error}", allow_retries=False)
+
+
+def _apply_overrides(
+    loaded: LoadedStage,
+    config: AirRunConfig,
+    partition: tuple[dict[str, Any], list[str]],
+    extra: Mapping[str, Any] | Sequence[str] | None,
+) -> Workload:
+    workload = loaded.workload
+    typed = {**config.mapping_overrides(), **partition[0]}
+    text = [*partition[1], *config.text_overrides(loaded.key)]
+    try:
+        for overrides in (typed, text, extra):
+            if overrides:
+                workload = workload.with_overrides(overrides)
+    except WorkloadError as error:
+        raise _config_failure(
+            error, f"stage {loaded.key}: the run-time overrides do not give a valid workload"
+        ) from None
+    return workload
+
+
+def _partition_overrides(
+    context: dg.AssetExecutionContext, workflow: AirWorkflow
+) -> tuple[dict[str, Any], list[str]]:
+    if not context.has_partition_key:
+        return {}, []
+    try:
+        return partition_overrides(
+            context.partition_key, workflow.partition_parameters, workflow.partition_env
+        )
+    except (KeyError, ValueError) as error:
+        raise _config_failure(error, "cannot map the partition to parameters") from None
+
+
+def _task_for(state: RunState, task_key: str) -> TaskState | None:
+    for task in state.tasks:
+        if task.task_key == task_key:
+            return task
+    return state.tasks[0] if len(state.tasks) == 1 else None
+
+
+def _duration_s(state: RunState, task: TaskState | None) -> float | None:
+    start = (task.start_time if task else None) or state.start_time
+    end = (task.end_time if task else None) or state.end_time
+    if start and end and end >= start:
+        return round((end - start) / 1000.0, 3)
+    return None
+
+
+def _mlflow_ids(client: AirClient, task: TaskState | None) -> dict[str, str]:
+    if task is None or task.run_id is None:
+        return {}
+    try:
+        output = client.get_output(task.run_id)
+    except AirError:
+        return {}
+    runtime = output.get("ai_runtime_task_output")
+    if not isinstance(runtime, Mapping):
+        return {}
+    return {
+        f"{META_PREFIX}{name}": str(runtime[name])
+        for name in ("mlflow_experiment_id", "mlflow_run_id")
+        if runtime.get(name)
+    }
+
+
+def run_metadata(submitted: SubmittedRun, state: RunState | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        f"{META_PREFIX}run_id": dg.MetadataValue.int(submitted.run_id),
+        f"{META_PREFIX}run_url": dg.MetadataValue.url(submitted.run_page_url),
+    }
+    if state is not None:
+        metadata[f"{META_PREFIX}final_state"] = state.result_state or state.life_cycle_state
+    return metadata
+
+
+def stage_metadata(
+    client: AirClient,
+    submitted: SubmittedRun,
+    state: RunState,
+    task: TaskState | None,
+    workload: Workload,
+) -> dict[str, Any]:
+    final = (task.result_state if task else None) or state.result_state or state.life_cycle_state
+    metadata = run_metadata(submitted)
+    metadata.update(
+        {
+            f"{META_PREFIX}final_state": final,
+            # 1 for the first attempt (the platform counts from 0).
+            f"{META_PREFIX}attempt": (task.attempt_number if task else 0) + 1,
+            f"{META_PREFIX}accelerator": workload.compute.accelerator_type,
+            f"{META_PREFIX}num_accelerators": workload.compute.num_accelerators,
+            f"{META_PREFIX}containers": containers_table(workload),
+            f"{META_PREFIX}workload_hash": workload_hash(workload),
+            f"{META_PREFIX}idempotency_token": submitted.idempotency_token,
+        }
+    )
+    for row in container_rows(workload):
+        metadata[f"{META_PREFIX}container/{row['name']}"] = (
+            f"ranks {row['ranks']}, image {row['image']}"
+        )
+    duration = _duration_s(state, task)
+    if duration is not None:
+        metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
+    if task is not None and task.run_id is not None:
+        metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(task.run_id)
+    metadata.update(_mlflow_ids(client, task))
+    return metadata
+
+
+class StepRun:
+    """One Dagster step materializing one or more stages as one remote run."""
+
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        workflow: AirWorkflow,
+        workspace: AirWorkspace,
+        config: AirRunConfig,
+        extra_overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    ) -> None:
+        self.context = context
+        self.workflow = workflow
+        self.workspace = workspace
+        self.config = config
+        self.extra_overrides = extra_overrides
+        self.identity = StepIdentity.of(context)
+        self.redact = Redactor(())
+
+    # --- preparing ------------------------------------------------------------------
+
+    def _workloads(self, selected: list[LoadedStage]) -> dict[str, Workload]:
+        partition = _partition_overrides(self.context, self.workflow)
+        return {
+            s.key: _apply_overrides(s, self.config, partition, self.extra_overrides)
+            for s in selected
+        }
+
+    def _with_secrets(
+        self, client: AirClient, workloads: dict[str, Workload]
+    ) -> dict[str, Workload]:
+        secret_env = {**self.workspace.secret_env, **(self.workflow.secret_env or {})}
+        if not secret_env:
+            return workloads
+        values = resolve_secret_env(secret_env)
+        self.redact = Redactor(values.values())
+        try:
+            refs = client.materialize_secrets(
+                values,
+                scope=self.workspace.secret_scope,
+                key_prefix=f"dagster.{self.workflow.name}.",
+            )
+            return {key: w.with_secrets(refs) for key, w in workloads.items()}
+        except _NOT_RETRYABLE as error:
+            raise _config_failure(error, "cannot store the orchestrator secrets") from None
+
+    def _submit(
+        self,
+        client: AirClient,
+        selected: list[LoadedStage],
+        workloads: dict[str, Workload],
+        token: str,
+    ) -> SubmittedRun:
+        keys = {s.key for s in selected}
+        try:
+            if len(selected) == 1 and not self.workflow.always_workflow:
+                return client.submit_workload(workloads[selected[0].key], idempotency_token=token)
+            stages = [
+                Stage(
+                    task_key=s.key,
+                    workload=workloads[s.key],
+                    depends_on=tuple(d for d in s.stage.depends_on if d in keys),
+                    run_if=s.stage.run_if
+                    if any(d in keys for d in s.stage.depends_on)
+                    else "ALL_SUCCESS",
+                )
+                for s in selected
+            ]
+            return client.submit_workload(
+                stages, idempotency_token=token, run_name=self.workflow.name
+            )
+        except _NOT_RETRYABLE as error:
+            raise _config_failure(error, "the workspace refused the workload") from None
+        except AirError as error:
+            raise dg.Failure(
+                description=f"submitting the run failed: {self.redact(str(error))}"
+            ) from None
+
+    # --- waiting --------------------------------------------------------------------
+
+    def _show(self, item: tuple[str, Any], run_id: int) -> None:
+        kind, value = item
+        if kind == "state":
+            state: RunState = value
+            text = f"run {run_id}: {state.describe()}"
+            if state.is_waiting_for_capacity:
+                text += " (waiting for GPU capacity)"
+            self.context.log.info(self.redact(text))
+        elif kind == "warning":
+            self.context.log.warning(self.redact(str(value)))
+        elif kind == "log":
+            sys.stdout.write(self.redact(str(value)) + "\n")
+            sys.stdout.flush()
+
+    def _wait(self, client: AirClient, submitted: SubmittedRun) -> RunState:
+        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        node = (
+            self.workflow.log_node
+            if self.workflow.log_node is not None
+            else self.workspace.log_node
+        )
+        future = self.workspace.run_in_background(
+            watch_run(
+                self.workspace,
+                submitted.run_id,
+                events,
+                node if self.workspace.stream_logs else None,
+            )
+        )
+        try:
+            while True:
+                self._drain(events, submitted.run_id)
+                try:
+                    state = future.result(timeout=0.5)
+                    break
+                except concurrent.futures.TimeoutError:
+                    continue
+            self._drain(events, submitted.run_id)
+            return state
+        except DagsterExecutionInterruptedError:
+            future.cancel()
+            self._cancel_remote(client, submitted)
+            raise
+
+    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> None:
+        while True:
+            try:
+                item = events.get_nowait()
+            except queue.Empty:
+                return
+            self._show(item, run_id)
+
+    def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> None:
+        """The Dagster run was terminated: stop the GPU run too, and wait a little for it
+        to end so the event log says how it ended."""
+        log = self.context.log
+        try:
+            log.warning(
+                f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
+            )
+            client.cancel(submitted.run_id)
+            deadline = time.monotonic() + self.workspace.cancel_wait
+            while time.monotonic() < deadline:
+                state = client.get_run(submitted.run_id)
+                if state.is_terminal:
+                    log.warning(f"run {submitted.run_id} ended {state.describe()}")
+                    return
+                time.sleep(min(1.0, self.workspace.poll_interval))
+            log.warning(
+                f"run {submitted.run_id} is still ending after {self.workspace.cancel_wait:g}s"
+            )
+        except AirError as error:
+            log.error(f"could not cancel run {submitted.run_id}: {self.redact(str(error))}")
+
+    # --- the whole step -------------------------------------------------------------
+
+    def execute(self) -> Iterator[dg.MaterializeResult]:
+        selected = self.workflow.selected(self.context)
+        if not selected:
+            return
+        workloads = self._workloads(selected)
+        with self.workspace.get_client() as client:
+            workloads = self._with_secrets(client, workloads)
+            generation = self.identity.generation(self.context)
+            token = make_idempotency_token(
+                "dagster",
+                self.identity.pipeline_id,
+                self.identity.run_id,
+                self.identity.step_key,
+                self.identity.partition,
+                generation,
+            )
+            submitted = self._submit(client, selected, workloads, token)
+            self.context.log.info(
+                f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
+                f"{submitted.run_page_url} (generation {generation})"
+            )
+            state = self._wait(client, submitted)
+            yield from self._results(client, selected, workloads, submitted, state, generation)
+
+    def _results(
+        self,
+        client: AirClient,
+        selected: list[LoadedStage],
+        workloads: dict[str, Workload],
+        submitted: SubmittedRun,
+        state: RunState,
+        generation: int,
+    ) -> Iterator[dg.MaterializeResult]:
+        single = len(selected) == 1 and not self.workflow.always_workflow
+        for loaded in selected:
+            task = _task_for(state, loaded.workload.experiment_name if single else loaded.key)
+            if task.is_success if task is not None else state.is_success:
+                yield dg.MaterializeResult(
+                    asset_key=loaded.asset_key,
+                    metadata=stage_metadata(client, submitted, state, task, workloads[loaded.key]),
+                )
+        if state.is_success:
+            return
+        record_terminal_failure(self.context, selected[0].asset_key, submitted, state, generation)
+        try:
+            client.raise_for_failure(state)
+            message = f"run {submitted.run_id} ended {state.describe()}"
+        except RunFailed as error:
+            message = str(error)
+        except AirError as error:
+            message = f"run {submitted.run_id} ended {state.describe()} ({error})"
+        raise dg.Failure(description=self.redact(message), metadata=run_metadata(submitted, state))

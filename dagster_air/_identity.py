@@ -1,0 +1,95 @@
+"""Which remote run a Dagster step owns: the idempotency token's inputs.
+
+The token is ``make_idempotency_token("dagster", job, dagster run id, step key, partition,
+generation)``. Everything but the generation is fixed for a step of a Dagster run; a new
+materialization is a new Dagster run, hence a new remote run.
+
+The generation is *not* Dagster's retry number. A step can be retried because its worker
+died (the multiprocess executor reports a crashed step process as a failure and applies
+the retry policy; run monitoring resumes runs whose worker vanished): the remote run it
+started is still the right one, and resubmitting with the same token hands it back, so no
+second GPU run starts. A step retried because its remote run *ended* unsuccessfully must
+start a new remote run. So the generation counts the terminal remote failures this step
+already saw in this Dagster run. Each one is written to the event log (an observation of
+the asset with ``dagster-air/generation``) before the step fails, and a retry reads them
+back: the count is deterministic and survives any crash of the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+from air_runtime import RunState, SubmittedRun
+
+from ._translator import META_PREFIX
+
+GENERATION_KEY = f"{META_PREFIX}generation"
+STEP_KEY_KEY = f"{META_PREFIX}step_key"
+
+
+@dataclass(frozen=True)
+class StepIdentity:
+    pipeline_id: str
+    run_id: str
+    step_key: str
+    partition: str | None
+
+    @classmethod
+    def of(cls, context: dg.AssetExecutionContext) -> StepIdentity:
+        partition: str | None = None
+        if context.has_partition_key:
+            partition = str(context.partition_key)
+        elif context.has_partition_key_range:
+            key_range = context.partition_key_range
+            partition = f"{key_range.start}...{key_range.end}"
+        return cls(
+            pipeline_id=context.job_name,
+            run_id=context.run_id,
+            step_key=str(context.op_handle),
+            partition=partition,
+        )
+
+    def generation(self, context: dg.AssetExecutionContext) -> int:
+        """1 + the highest generation whose remote run ended unsuccessfully in an earlier
+        attempt of this step (0 on a first attempt)."""
+        if context.retry_number == 0:
+            return 0
+        records = context.instance.get_records_for_run(
+            run_id=self.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION
+        ).records
+        seen = -1
+        for record in records:
+            event = record.event_log_entry.dagster_event
+            if event is None or event.step_key != self.step_key:
+                continue
+            metadata = event.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+            value = metadata.get(GENERATION_KEY)
+            if value is not None and metadata.get(STEP_KEY_KEY) is not None:
+                seen = max(seen, int(value.value))
+        return seen + 1
+
+
+def record_terminal_failure(
+    context: dg.AssetExecutionContext,
+    asset_key: dg.AssetKey,
+    submitted: SubmittedRun,
+    state: RunState,
+    generation: int,
+) -> None:
+    """Note in the event log that this generation's remote run ended unsuccessfully, so a
+    retry of the step starts the next generation."""
+    context.log_event(
+        dg.AssetObservation(
+            asset_key=asset_key,
+            partition=context.partition_key if context.has_partition_key else None,
+            metadata={
+                f"{META_PREFIX}run_id": dg.MetadataValue.int(submitted.run_id),
+                f"{META_PREFIX}run_url": dg.MetadataValue.url(submitted.run_page_url),
+                f"{META_PREFIX}final_state": state.result_state or state.life_cycle_state,
+                GENERATION_KEY: dg.MetadataValue.int(generation),
+                STEP_KEY_KEY: str(context.op_handle),
+            },
+        )
+    )

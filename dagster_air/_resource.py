@@ -1,0 +1,111 @@
+"""``AirWorkspace``: the Dagster resource for one Databricks workspace (or the local one)."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import dagster as dg
+from pydantic import Field
+
+from air_runtime import AirClient, AsyncAirClient, Credentials, OAuthM2M
+from air_runtime._auth import normalize_host
+
+from ._loop import background_loop
+
+T = TypeVar("T")
+
+USER_AGENT_EXTRA = f"dagster/{dg.__version__}"
+
+
+class AirWorkspace(dg.ConfigurableResource):
+    """A Databricks workspace that runs AI Runtime workloads.
+
+    Credentials, in this order: ``token`` (a personal access token), or ``client_id`` +
+    ``client_secret`` (an OAuth service principal), or, when none is given, the
+    databricks-sdk default chain (``DATABRICKS_HOST``/``DATABRICKS_TOKEN``, other SDK
+    environment variables, ``~/.databrickscfg`` profiles, cloud logins). Pass secrets as
+    ``dg.EnvVar("NAME")`` so their values never appear in the UI or in run config::
+
+        AirWorkspace(host=dg.EnvVar("DATABRICKS_HOST"), token=dg.EnvVar("DATABRICKS_TOKEN"))
+    """
+
+    host: str | None = Field(
+        default=None,
+        description="Workspace URL, e.g. https://adb-123.azuredatabricks.net. "
+        "Unset: the databricks-sdk chain decides.",
+    )
+    token: str | None = Field(
+        default=None, description="Personal access token. Pass it as dg.EnvVar."
+    )
+    client_id: str | None = Field(
+        default=None, description="OAuth service principal client id (with client_secret)."
+    )
+    client_secret: str | None = Field(
+        default=None, description="OAuth service principal secret. Pass it as dg.EnvVar."
+    )
+    poll_interval: float = Field(
+        default=5.0, description="Seconds between run-state checks while waiting."
+    )
+    request_budget: float = Field(
+        default=10.0,
+        description="Requests per second that all waiting assets of one process may send "
+        "to this workspace together.",
+    )
+    request_timeout: float = Field(default=30.0, description="Seconds per HTTP request.")
+    stream_logs: bool = Field(
+        default=True, description="Copy the run's node logs into the step's stdout while waiting."
+    )
+    log_node: int = Field(default=0, description="The node (rank) whose logs are streamed.")
+    cancel_wait: float = Field(
+        default=30.0,
+        description="Seconds to wait for a cancelled run to end when a Dagster run is terminated.",
+    )
+    secret_scope: str = Field(
+        default="dagster-air",
+        description="Secret scope that orchestrator secrets (secret_env) are written to.",
+    )
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Workload secret NAME -> name of an environment variable of the Dagster "
+        "process holding its value, for every asset using this resource.",
+    )
+
+    def _credentials(self) -> Credentials | None:
+        if not (self.client_id or self.client_secret):
+            return None
+        if not self.host:
+            raise dg.DagsterInvalidConfigError(
+                "AirWorkspace: OAuth client credentials need a host", [], None
+            )
+        return OAuthM2M(normalize_host(self.host), self.client_id or "", self.client_secret or "")
+
+    def get_client(self) -> AirClient:
+        """A new synchronous client; close it (``with workspace.get_client() as client:``)."""
+        return AirClient(
+            self.host,
+            self.token,
+            credentials=self._credentials(),
+            timeout=self.request_timeout,
+            user_agent_extra=USER_AGENT_EXTRA,
+        )
+
+    def get_async_client(self) -> AsyncAirClient:
+        """A new asynchronous client, bound to the event loop that uses it."""
+        return AsyncAirClient(
+            self.host,
+            self.token,
+            credentials=self._credentials(),
+            timeout=self.request_timeout,
+            user_agent_extra=USER_AGENT_EXTRA,
+        )
+
+    def run_in_background(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Run a coroutine on this process's background event loop.
+
+        Waiting happens there so that all assets of one process share one ``RunWatcher``
+        per workspace (one coalescing poller under ``request_budget``), while the step's
+        main thread stays free to receive Dagster's interrupt on run termination.
+        """
+        return background_loop().submit(coroutine)

@@ -1,0 +1,53 @@
+"""Orchestrator secrets (workload.md §6): values held by the Dagster process, handed to the
+workload as Databricks secrets, never shown.
+
+``secret_env`` maps a workload variable NAME to the *name* of an environment variable of the
+Dagster process: ``{"HF_TOKEN": dg.EnvVar("HF_TOKEN")}`` or ``{"HF_TOKEN": "HF_TOKEN"}``
+(``dg.EnvVar`` is a ``str`` holding the variable's name). A literal secret value has no
+place in code, so a plain string is a variable name too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+import dagster as dg
+
+_REDACTED = "****"
+# Values this short would blank out ordinary words in logs; they are still never sent.
+_MIN_REDACTED_LENGTH = 4
+
+
+def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
+    """NAME -> value from the process environment; a missing variable is a config error."""
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for name, variable in secret_env.items():
+        value = os.environ.get(str(variable))
+        if value is None or value == "":
+            missing.append(f"{name} (from environment variable {variable})")
+        else:
+            values[name] = value
+    if missing:
+        raise dg.Failure(
+            description="orchestrator secrets are not set in the Dagster process: "
+            + ", ".join(missing)
+            + ". Set the environment variables of the code location (or fix secret_env).",
+            allow_retries=False,
+        )
+    return values
+
+
+class Redactor:
+    """Replaces known secret values in text that is about to be logged or shown."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        secrets = sorted(
+            {v for v in values if len(v) >= _MIN_REDACTED_LENGTH}, key=len, reverse=True
+        )
+        self._pattern = re.compile("|".join(re.escape(v) for v in secrets)) if secrets else None
+
+    def __call__(self, text: str) -> str:
+        return self._pattern.sub(_REDACTED, text) if self._pattern else text

@@ -1,0 +1,249 @@
+"""``DagsterAirTranslator``: the one place that maps a workload stage to Dagster asset fields.
+
+Each method derives one thing from a stage and its validated workload. Subclass it and
+override a method to change that one thing, instead of forking the asset factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from air_runtime import Workload
+
+from ._stage import AirStage, workload_hash
+
+# Definition-time metadata keys (materializations add their own under the same prefix).
+META_PREFIX = "dagster-air/"
+
+
+def container_rows(workload: Workload) -> list[dict[str, str]]:
+    """One row per container (name, ranks, image); a single-command workload is one row."""
+    if workload.containers:
+        return [
+            {
+                "name": c.name,
+                "ranks": ",".join(str(r) for r in c.ranks),
+                "image": c.unity_catalog_image,
+            }
+            for c in workload.containers
+        ]
+    env = workload.environment
+    if env.docker_image is not None:
+        image = env.docker_image.url
+    elif env.unity_catalog_image:
+        image = env.unity_catalog_image
+    else:
+        image = f"runtime {env.version}"
+    ranks = ",".join(str(r) for r in range(workload.num_nodes))
+    return [{"name": "command", "ranks": ranks, "image": image}]
+
+
+def containers_table(workload: Workload) -> dg.MetadataValue:
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(row) for row in container_rows(workload)],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("name", "string"),
+                dg.TableColumn("ranks", "string"),
+                dg.TableColumn("image", "string"),
+            ]
+        ),
+    )
+
+
+class DagsterAirTranslator:
+    """Derives asset keys, descriptions, metadata, tags, groups and kinds from workloads.
+
+    Pass an instance (of a subclass) as ``translator=`` to :func:`air_workload_asset`,
+    :func:`build_air_assets` or the component. Every method receives the declared
+    :class:`AirStage` and its validated ``Workload``.
+    """
+
+    def get_asset_key(self, stage: AirStage, workload: Workload) -> dg.AssetKey:
+        """The asset key of a stage: the stage key by default.
+
+        Override example, to put every workload under a ``gpu`` prefix::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_asset_key(self, stage, workload):
+                    return dg.AssetKey(["gpu", workload.experiment_name])
+        """
+        return dg.AssetKey([stage.key])
+
+    def get_description(self, stage: AirStage, workload: Workload) -> str:
+        """A description shown in the asset catalog.
+
+        Override example, to show the MLflow run name::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_description(self, stage, workload):
+                    return f"MLflow run {workload.mlflow_run_name or workload.experiment_name}"
+        """
+        compute = workload.compute
+        nodes = workload.num_nodes
+        shape = f"{compute.num_accelerators} x {compute.accelerator_type}"
+        shape += f" ({nodes} node{'s' if nodes != 1 else ''})"
+        if workload.containers:
+            what = "containers " + ", ".join(c.name for c in workload.containers)
+        else:
+            what = "a command"
+        where = f" from `{stage.source_path}`" if stage.source_path else ""
+        return (
+            f"Runs the Databricks AI Runtime workload `{workload.experiment_name}`{where}: "
+            f"{what} on {shape}."
+        )
+
+    def get_metadata(self, stage: AirStage, workload: Workload) -> Mapping[str, Any]:
+        """Definition metadata (accelerators, containers, workload file).
+
+        Override example, to add a link to the training code::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_metadata(self, stage, workload):
+                    return {
+                        **super().get_metadata(stage, workload),
+                        "code": dg.MetadataValue.url("https://github.com/acme/train"),
+                    }
+        """
+        metadata: dict[str, Any] = {
+            f"{META_PREFIX}experiment": workload.experiment_name,
+            f"{META_PREFIX}accelerator": workload.compute.accelerator_type,
+            f"{META_PREFIX}num_accelerators": workload.compute.num_accelerators,
+            f"{META_PREFIX}num_nodes": workload.num_nodes,
+            f"{META_PREFIX}containers": containers_table(workload),
+            f"{META_PREFIX}workload_hash": workload_hash(workload),
+        }
+        if stage.source_path:
+            metadata[f"{META_PREFIX}workload_file"] = dg.MetadataValue.path(stage.source_path)
+        return metadata
+
+    def get_tags(self, stage: AirStage, workload: Workload) -> Mapping[str, str]:
+        """Asset tags (used for filtering in the UI and in asset selections).
+
+        Override example, to tag assets by accelerator type::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_tags(self, stage, workload):
+                    return {"accelerator": workload.compute.accelerator_type}
+        """
+        return {}
+
+    def get_group_name(self, stage: AirStage, workload: Workload) -> str | None:
+        """The asset group; ``None`` puts the asset in the default group.
+
+        Override example, to group by experiment::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_group_name(self, stage, workload):
+                    return workload.experiment_name
+        """
+        return None
+
+    def get_kinds(self, stage: AirStage, workload: Workload) -> set[str]:
+        """Kinds shown as badges in the UI (at most three).
+
+        Override example, to show the framework::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_kinds(self, stage, workload):
+                    return {"databricks", "pytorch"}
+        """
+        return {"databricks", "gpu"}
+
+    def get_owners(self, stage: AirStage, workload: Workload) -> Sequence[str]:
+        """Asset owners (emails or ``team:<name>``).
+
+        Override example::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_owners(self, stage, workload):
+                    return ["team:ml-platform"]
+        """
+        return ()
+
+    def get_code_version(self, stage: AirStage, workload: Workload) -> str | None:
+        """The code version: a hash of the workload, so a changed workload marks the asset
+        as changed in the UI.
+
+        Override example, to version by the MLflow run name instead::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_code_version(self, stage, workload):
+                    return workload.mlflow_run_name
+        """
+        return workload_hash(workload)
+
+    def get_asset_spec(
+        self,
+        stage: AirStage,
+        workload: Workload,
+        *,
+        stage_asset_keys: Mapping[str, dg.AssetKey],
+        partitions_def: dg.PartitionsDefinition | None = None,
+    ) -> dg.AssetSpec:
+        """The full spec, from the methods above; ``stage.asset_attributes`` win over them.
+
+        ``stage_asset_keys`` maps every stage key of the workflow to its final asset key
+        (``get_asset_key`` unless the stage's attributes set ``key``/``key_prefix``), so a
+        stage depends on the assets of the stages it waits for.
+
+        Override example, to add an automation condition to every stage::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_asset_spec(self, stage, workload, **kwargs):
+                    spec = super().get_asset_spec(stage, workload, **kwargs)
+                    return spec.replace_attributes(
+                        automation_condition=dg.AutomationCondition.eager()
+                    )
+        """
+        deps: list[Any] = [stage_asset_keys[key] for key in stage.depends_on]
+        deps.extend(stage.deps)
+        spec = dg.AssetSpec(
+            key=stage_asset_keys[stage.key],
+            deps=deps,
+            description=self.get_description(stage, workload),
+            metadata=self.get_metadata(stage, workload),
+            tags=self.get_tags(stage, workload),
+            group_name=self.get_group_name(stage, workload),
+            kinds=self.get_kinds(stage, workload),
+            owners=self.get_owners(stage, workload),
+            code_version=self.get_code_version(stage, workload),
+            partitions_def=partitions_def,
+            skippable=True,
+        )
+        return apply_asset_attributes(spec, stage.asset_attributes)
+
+
+def stage_asset_key(
+    translator: DagsterAirTranslator, stage: AirStage, workload: Workload
+) -> dg.AssetKey:
+    """The final key of a stage's asset: a ``key`` in its attributes wins over the
+    translator, then ``key_prefix`` is put in front."""
+    attributes = stage.asset_attributes
+    if attributes.get("key"):
+        key = dg.AssetKey.from_coercible(attributes["key"])
+    else:
+        key = translator.get_asset_key(stage, workload)
+    prefix = attributes.get("key_prefix")
+    return key.with_prefix(prefix) if prefix else key
+
+
+def apply_asset_attributes(spec: dg.AssetSpec, attributes: Mapping[str, Any]) -> dg.AssetSpec:
+    """Apply user-given spec attributes (the key is already final): ``deps``, ``metadata``,
+    ``tags`` and ``kinds`` are added to the derived ones, the others replace them."""
+    attributes = {k: v for k, v in attributes.items() if k not in ("key", "key_prefix")}
+    if not attributes:
+        return spec
+    merged = {
+        k: attributes.pop(k) for k in ("deps", "metadata", "tags", "kinds") if k in attributes
+    }
+    if "kinds" in merged:
+        merged["kinds"] = set(merged["kinds"])
+    if merged:
+        spec = spec.merge_attributes(**merged)
+    if attributes:
+        spec = spec.replace_attributes(**attributes)
+    return spec

@@ -1,0 +1,69 @@
+"""The wait of one step, on the background loop: state changes and node logs go to a queue
+that the step's thread turns into Dagster log lines (Dagster's log manager is not called
+from another thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+from typing import TYPE_CHECKING, Any
+
+from air_runtime import RunState, RunWatcher
+from air_runtime._errors import AirError
+
+if TYPE_CHECKING:
+    from ._resource import AirWorkspace
+
+# After the run ends, give the log follower this long to read the last lines.
+_LOG_DRAIN_S = 10.0
+
+
+def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
+    """The process-wide watcher of this workspace; call on the background loop."""
+    from ._resource import USER_AGENT_EXTRA
+
+    return RunWatcher.shared(
+        workspace.host,
+        workspace.token,
+        credentials=workspace._credentials(),
+        interval=workspace.poll_interval,
+        budget_rps=workspace.request_budget,
+        timeout=workspace.request_timeout,
+        user_agent_extra=USER_AGENT_EXTRA,
+    )
+
+
+async def _follow_logs(
+    watcher: RunWatcher, run_id: int, node: int, events: queue.SimpleQueue[tuple[str, Any]]
+) -> None:
+    try:
+        async for record in watcher.client.iter_logs(run_id, node=node, follow=True):
+            for line in record.body.splitlines() or [""]:
+                events.put(("log", f"[run {run_id} node {record.node_index}] {line}"))
+    except AirError as error:
+        events.put(("warning", f"stopped streaming logs of run {run_id}: {error}"))
+
+
+async def watch_run(
+    workspace: AirWorkspace,
+    run_id: int,
+    events: queue.SimpleQueue[tuple[str, Any]],
+    log_node: int | None,
+) -> RunState:
+    """Wait for the run to end through the shared watcher, following one node's logs."""
+    watcher = shared_watcher(workspace)
+    follower = (
+        asyncio.create_task(_follow_logs(watcher, run_id, log_node, events))
+        if log_node is not None
+        else None
+    )
+    try:
+        state = await watcher.wait(run_id, on_update=lambda s: events.put(("state", s)))
+        if follower is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(follower), _LOG_DRAIN_S)
+        return state
+    finally:
+        if follower is not None and not follower.done():
+            follower.cancel()
