@@ -150,14 +150,16 @@ def _apply_override(raw: dict[str, Any], key: str, value: Any) -> str | None:
     target: Any = raw
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
-        if isinstance(target, dict) and isinstance(part, str | int):
+        if isinstance(target, dict):
+            part = str(part)
             if last:
-                target[part if isinstance(part, str) else str(part)] = value
+                target[part] = value
                 return None
-            name = part if isinstance(part, str) else str(part)
-            nxt = target.get(name)
+            nxt = target.get(part)
             if nxt is None:
-                nxt = target[name] = {}
+                if isinstance(parts[i + 1], int):
+                    return f"cannot set {key!r}: {part} is not a list"
+                nxt = target[part] = {}
             target = nxt
         elif isinstance(target, list) and isinstance(part, int):
             if part >= len(target):
@@ -250,6 +252,7 @@ def load_workload(
                     )
                 )
             else:
+                marks.overridden.add(key)
                 for table in (marks.values, marks.keys):
                     for path in [
                         p for p in table if p == key or p.startswith((key + ".", key + "["))

@@ -107,6 +107,8 @@ class Checker:
         self.problems.append(Problem(path, message, hint, line, column))
 
     def _find_mark(self, path: str, at_key: bool) -> tuple[int, int] | None:
+        if self.marks.overridden and self.marks.is_overridden(path):
+            return None
         if at_key and path in self.marks.keys:
             return self.marks.keys[path]
         probe = path

@@ -47,6 +47,11 @@ class SourceMarks:
 
     values: dict[str, Mark] = field(default_factory=dict)
     keys: dict[str, Mark] = field(default_factory=dict)
+    # paths set by overrides: their values come from no line of the file
+    overridden: set[str] = field(default_factory=set)
+
+    def is_overridden(self, path: str) -> bool:
+        return any(path == o or path.startswith((o + ".", o + "[")) for o in self.overridden)
 
 
 class YamlLoadError(Exception):
