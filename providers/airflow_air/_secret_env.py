@@ -1,0 +1,96 @@
+"""``secret_env``: environment variables whose values live in Airflow (workload.md §6).
+
+A reference names where the value is, never the value itself:
+
+- ``conn:<conn_id>:<field>``: a connection field (``password``, ``login``, ``host``,
+  ``schema``, ``port``, ``uri``) or ``extra.<key>`` for one key of its extra JSON;
+- ``var:<name>``: an Airflow variable.
+
+Values are resolved only at execute time, registered with Airflow's secrets masker at once,
+written to a Databricks secret scope by the core client, and the workload carries only
+``scope/key`` references. They are never assigned to the operator, so they cannot reach
+rendered template fields or XCom.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from airflow_air.exceptions import AirConfigurationError
+
+_CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_references(secret_env: Mapping[str, str]) -> None:
+    """Reject malformed references early, with what to write instead (no lookups)."""
+    problems = []
+    for name, ref in secret_env.items():
+        if not _ENV_NAME.match(str(name)):
+            problems.append(f"{name!r}: not a valid environment variable name")
+        if not isinstance(ref, str) or not (ref.startswith("conn:") or ref.startswith("var:")):
+            problems.append(
+                f"{name}: {ref!r} is not a reference; use 'conn:<conn_id>:<field>' or "
+                "'var:<variable name>' (the value itself must not appear in the DAG)"
+            )
+        elif ref.startswith("conn:") and len(ref.split(":", 2)) != 3:
+            problems.append(f"{name}: {ref!r} needs a field, e.g. 'conn:hf_default:password'")
+    if problems:
+        raise AirConfigurationError("invalid secret_env:\n  - " + "\n  - ".join(problems))
+
+
+def _connection_field(name: str, conn_id: str, field: str) -> str:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise AirConfigurationError(
+            f"secret_env {name}: Airflow connection {conn_id!r} is not defined"
+        ) from exc
+    if field.startswith("extra."):
+        value = (conn.extra_dejson or {}).get(field.removeprefix("extra."))
+    elif field == "uri":
+        value = conn.get_uri()
+    elif field in _CONN_FIELDS:
+        value = getattr(conn, field)
+    else:
+        raise AirConfigurationError(
+            f"secret_env {name}: unknown connection field {field!r}; use one of "
+            f"{', '.join(_CONN_FIELDS)} or extra.<key>"
+        )
+    if value is None or value == "":
+        raise AirConfigurationError(
+            f"secret_env {name}: field {field!r} of connection {conn_id!r} is empty"
+        )
+    return str(value)
+
+
+def _variable(name: str, key: str) -> str:
+    from airflow.sdk import Variable
+
+    value = Variable.get(key, default=None)
+    if value is None or value == "":
+        raise AirConfigurationError(
+            f"secret_env {name}: Airflow variable {key!r} is not defined or empty"
+        )
+    return str(value)
+
+
+def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
+    """Look every reference up and mask each value before anything can log it."""
+    from airflow.sdk.log import mask_secret
+
+    check_references(secret_env)
+    values: dict[str, str] = {}
+    for name, ref in secret_env.items():
+        if ref.startswith("conn:"):
+            _, conn_id, field = ref.split(":", 2)
+            value = _connection_field(name, conn_id, field)
+        else:
+            value = _variable(name, ref.removeprefix("var:"))
+        mask_secret(value, name)
+        values[name] = value
+    return values

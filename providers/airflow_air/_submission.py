@@ -1,0 +1,409 @@
+"""One logical submission per task instance: which run a try should own, and waiting on it.
+
+Only imported from ``execute`` (it pulls in the core client).
+
+Generations (workload.md §6). The idempotency token is
+``make_idempotency_token("airflow", dag_id, run_id, task_id, map_index, "<clear>.<failure>")``:
+
+- ``clear`` is ``ti.max_tries - task.retries``. Airflow's ``clear_task_instances`` sets
+  ``max_tries = try_number + retries`` when a human clears a finished task, while automatic
+  retries only bump ``try_number``; so this number changes exactly when a human clears the task
+  (it is how Airflow itself finds a try's first try number, ``get_first_reschedule_date``).
+  ``dag_run.clear_number`` was not used: it counts clears of *any* task of the Dag run, so a
+  retry of this task after a sibling was cleared would wrongly start a second run.
+- ``failure`` starts at 0 for each clear generation and goes up by one each time the run of the
+  previous generation ended unsuccessfully, so a retry after a failed run starts a new run while
+  a retry after a worker crash gets the same token, hence the same run.
+
+Finding the previous run. Airflow 3.3's ``task_state_store`` (kept across the tries of one task
+instance) records ``{run_id, clear, failure}`` right after each submit. A retry reads it and
+reattaches when that run is still in flight or succeeded. If a worker died between the submit
+and that write, resubmitting with the same token returns the same run (the platform dedupes
+tokens forever), and if the run we get back already ended unsuccessfully *before this try
+started*, it belongs to an earlier try: the failure generation goes up and we submit again.
+Without a task state store the same token probing alone gives the same result, one submit
+request per earlier generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_air.links import MLFLOW_URL_KEY, RUN_ID_KEY, RUN_PAGE_URL_KEY, mlflow_run_url
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from air_runtime import AirClient, RunState, SubmittedRun
+
+RUN_RECORD_KEY = "airflow_air.run"
+_MAX_FAILURE_GENERATIONS = 1000  # a guard against a logic error, not a real limit
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a try remembers about the run it owns (stored in the task state store)."""
+
+    run_id: int
+    run_page_url: str
+    clear_generation: int
+    failure_generation: int
+
+    @property
+    def generation(self) -> str:
+        return f"{self.clear_generation}.{self.failure_generation}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunRecord | None:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return cls(
+                run_id=int(raw["run_id"]),
+                run_page_url=str(raw.get("run_page_url") or ""),
+                clear_generation=int(raw["clear_generation"]),
+                failure_generation=int(raw["failure_generation"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def clear_generation(context: Context, task: BaseOperator) -> int:
+    ti = context["ti"]
+    max_tries = getattr(ti, "max_tries", None) or 0
+    return max(int(max_tries) - int(task.retries or 0), 0)
+
+
+def idempotency_token(context: Context, task_key: str, generation: str) -> str:
+    from air_runtime import make_idempotency_token
+
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return make_idempotency_token(
+        "airflow",
+        ti.dag_id,
+        ti.run_id,
+        task_key,
+        None if map_index is None or map_index < 0 else map_index,
+        generation,
+    )
+
+
+def _task_state_store(context: Context) -> Any:
+    try:
+        return context.get("task_state_store")
+    except Exception:  # older runtimes: no store, token probing alone
+        return None
+
+
+def push_run_xcoms(context: Context, run_id: int, run_page_url: str) -> None:
+    """Make the run id and page visible at once (also as the live "AI Runtime run" link)."""
+    from airflow_air.links import AirRunLink
+
+    ti = context["ti"]
+    ti.xcom_push(key=RUN_ID_KEY, value=run_id)
+    ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)
+    ti.xcom_push(key=AirRunLink().xcom_key, value=run_page_url)
+    # An empty MLflow link until the ids are known (the UI shows it disabled, and the link
+    # lookup at the end of the try finds a value instead of logging a missing XCom).
+    ti.xcom_push(key=MLFLOW_URL_KEY, value="")
+
+
+def push_mlflow_link(context: Context, url: str | None) -> None:
+    if not url:
+        return
+    from airflow_air.links import AirMlflowRunLink
+
+    ti = context["ti"]
+    ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
+    ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
+
+
+def own_run(
+    context: Context,
+    task: BaseOperator,
+    client: AirClient,
+    submit: Callable[[str], SubmittedRun],
+    *,
+    log: logging.Logger,
+) -> tuple[RunRecord, bool]:
+    """Return the run this try owns and whether it reattached to an existing one.
+
+    ``submit(token)`` submits the workload with that idempotency token.
+    """
+    from air_runtime._errors import NotFound
+
+    clear = clear_generation(context, task)
+    failure = 0
+    store = _task_state_store(context)
+    previous = RunRecord.from_json(store.get(RUN_RECORD_KEY)) if store is not None else None
+    if previous is not None and previous.clear_generation == clear:
+        try:
+            state = client.get_run(previous.run_id)
+        except NotFound:
+            state = None
+        if state is not None and (not state.is_terminal or state.is_success):
+            log.info(
+                "Reattaching to run %s started by an earlier try (%s): %s",
+                previous.run_id,
+                previous.run_page_url,
+                state.describe(),
+            )
+            return previous, True
+        failure = previous.failure_generation + 1
+        ended = state.describe() if state is not None else "no longer exists"
+        log.info("Previous run %s %s; submitting a new run", previous.run_id, ended)
+    elif previous is not None:
+        log.info("The task was cleared since run %s; submitting a new run", previous.run_id)
+
+    try_started_ms = int(time.time() * 1000)
+    for _ in range(_MAX_FAILURE_GENERATIONS):
+        record_generation = f"{clear}.{failure}"
+        submitted = submit(idempotency_token(context, task.task_id, record_generation))
+        record = RunRecord(submitted.run_id, submitted.run_page_url, clear, failure)
+        if store is not None:
+            store.set(RUN_RECORD_KEY, record.to_json())
+        state = client.get_run(submitted.run_id)
+        started = state.start_time or try_started_ms
+        if state.is_terminal and not state.is_success and started < try_started_ms:
+            # Same token, an earlier try's run that already failed: next generation.
+            log.info(
+                "Run %s of an earlier try already ended %s; submitting a new run",
+                submitted.run_id,
+                state.describe(),
+            )
+            failure += 1
+            continue
+        reattached = started < try_started_ms
+        log.info(
+            "%s run %s: %s",
+            "Reattached to" if reattached else "Submitted",
+            submitted.run_id,
+            submitted.run_page_url,
+        )
+        return record, reattached
+    raise RuntimeError("too many failed generations")  # pragma: no cover
+
+
+class StateLogger:
+    """Logs each state change once, with the platform's message ("waiting for GPU capacity")."""
+
+    def __init__(self, log: logging.Logger, run_id: int, task_key: str | None = None) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.task_key = task_key
+        self._seen: tuple[Any, ...] | None = None
+
+    def __call__(self, state: RunState) -> None:
+        task = find_task(state, self.task_key) if self.task_key else None
+        key: tuple[Any, ...] = (state.life_cycle_state, state.result_state, state.state_message)
+        if task is not None:
+            key += (task.life_cycle_state, task.result_state, task.state_message)
+        if key == self._seen:
+            return
+        self._seen = key
+        text = f"Run {self.run_id}: {state.describe()}"
+        if task is not None:
+            stage = task.life_cycle_state + (f"/{task.result_state}" if task.result_state else "")
+            text += f"; stage {self.task_key}: {stage}"
+            if task.state_message and task.state_message != state.state_message:
+                text += f" ({task.state_message})"
+        if state.is_waiting_for_capacity:
+            text += " [waiting for GPU capacity]"
+        if state.unknown_state:
+            self.log.warning("%s (state unknown to this version; still waiting)", text)
+        else:
+            self.log.info("%s", text)
+
+
+def find_task(state: RunState, task_key: str | None) -> Any:
+    if task_key is None:
+        return None
+    for task in state.tasks:
+        if task.task_key == task_key:
+            return task
+    return None
+
+
+class LogStreamer:
+    """Copies the nodes' logs into the task log while a synchronous wait polls the run."""
+
+    def __init__(self, client: AirClient, run_id: int, nodes: int, log: logging.Logger) -> None:
+        self._threads = [
+            threading.Thread(
+                target=self._follow,
+                args=(client, run_id, node, log),
+                name=f"air-logs-{run_id}-{node}",
+                daemon=True,
+            )
+            for node in range(max(1, nodes))
+        ]
+
+    @staticmethod
+    def _follow(client: AirClient, run_id: int, node: int, log: logging.Logger) -> None:
+        try:
+            for record in client.iter_logs(run_id, node=node, follow=True):
+                for line in record.body.splitlines() or [""]:
+                    log.info("[node %s] %s", node, line)
+        except Exception as exc:  # logs are a convenience: never fail the task for them
+            log.info("Log streaming of node %s stopped: %s", node, exc)
+
+    def __enter__(self) -> LogStreamer:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+def wait_sync(
+    client: AirClient,
+    record: RunRecord,
+    *,
+    poll_interval: float,
+    log: logging.Logger,
+    task_key: str | None = None,
+) -> RunState:
+    """Poll in the worker until the run (or, for a workflow stage, its task) ends."""
+    on_update = StateLogger(log, record.run_id, task_key)
+    if task_key is None:
+        return client.wait(record.run_id, poll_interval=poll_interval, on_update=on_update)
+    while True:
+        state = client.get_run(record.run_id)
+        on_update(state)
+        task = find_task(state, task_key)
+        if state.is_terminal or (task is not None and task.is_terminal):
+            return state
+        time.sleep(poll_interval)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run (or one stage of it) ended, in the form operators return and triggers emit."""
+
+    status: str  # success | failed | timeout | error
+    run_id: int
+    run_page_url: str
+    result_state: str | None
+    message: str = ""
+    task_key: str | None = None
+    mlflow_experiment_id: str | None = None
+    mlflow_run_id: str | None = None
+    mlflow_run_url: str | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Outcome:
+        fields = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in event.items() if k in fields})
+
+    def result(self) -> dict[str, Any]:
+        """The operator's return value (XCom ``return_value``)."""
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "run_page_url": self.run_page_url,
+            "result_state": self.result_state,
+            "mlflow_experiment_id": self.mlflow_experiment_id,
+            "mlflow_run_id": self.mlflow_run_id,
+        }
+        if self.task_key:
+            out["task_key"] = self.task_key
+        return out
+
+
+def stage_view(state: RunState, task_key: str | None) -> RunState:
+    """The run as one workflow stage sees it: its task's state stands for the run's, so the
+    core's failure message and output lookups describe that stage."""
+    import dataclasses
+
+    task = find_task(state, task_key)
+    if task is None:
+        return state
+    return dataclasses.replace(
+        state,
+        run_id=task.run_id or state.run_id,
+        life_cycle_state=task.life_cycle_state,
+        result_state=task.result_state,
+        state_message=task.state_message or state.state_message,
+        tasks=(task,),
+    )
+
+
+def mlflow_ids(output: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    runtime = output.get("ai_runtime_task_output")
+    if not isinstance(runtime, Mapping):
+        return None, None
+    exp, run = runtime.get("mlflow_experiment_id"), runtime.get("mlflow_run_id")
+    return (str(exp) if exp else None), (str(run) if run else None)
+
+
+def make_outcome(
+    view: RunState,
+    *,
+    run_id: int,
+    run_page_url: str,
+    task_key: str | None,
+    failure: Exception | None,
+    output: Mapping[str, Any],
+    host: str,
+) -> Outcome:
+    """``failure`` is the core's ``RunFailed`` (its message has the error, log tail, trace and
+    MLflow ids) or ``None``; ``output`` is ``runs/get-output`` of the task, or empty."""
+    exp, mlflow_run = mlflow_ids(output)
+    return Outcome(
+        status="success" if failure is None else "failed",
+        run_id=run_id,
+        run_page_url=run_page_url,
+        result_state=view.result_state,
+        message="" if failure is None else str(failure),
+        task_key=task_key,
+        mlflow_experiment_id=exp,
+        mlflow_run_id=mlflow_run,
+        mlflow_run_url=mlflow_run_url(host, exp, mlflow_run),
+    )
+
+
+def single_task(view: RunState) -> Any:
+    return view.tasks[0] if len(view.tasks) == 1 else None
+
+
+def finish_sync(
+    client: AirClient, state: RunState, record: RunRecord, task_key: str | None
+) -> Outcome:
+    """The outcome of a terminal run (or stage), with the failure message or MLflow ids."""
+    from air_runtime._errors import AirError, RunFailed
+
+    view = stage_view(state, task_key) if task_key else state
+    failure: Exception | None = None
+    try:
+        client.raise_for_failure(view)
+    except RunFailed as exc:
+        failure = exc
+    output: dict[str, Any] = {}
+    task = single_task(view)
+    if failure is None and task is not None and task.run_id is not None:
+        try:
+            output = client.get_output(task.run_id)
+        except AirError as exc:
+            logging.getLogger(__name__).debug("no output for task run %s: %s", task.run_id, exc)
+    return make_outcome(
+        view,
+        run_id=record.run_id,
+        run_page_url=record.run_page_url,
+        task_key=task_key,
+        failure=failure,
+        output=output,
+        host=client.host,
+    )

@@ -1,0 +1,242 @@
+"""``AirHook``: the core AI Runtime client, built from an Airflow ``databricks`` connection.
+
+The connection type stays the one of apache-airflow-providers-databricks, so an existing
+``databricks_default`` works unchanged. Supported fields (same meaning as in that provider):
+
+- host (``https://`` is added when no scheme is given; the port field is honoured);
+- a personal access token in the password field (or, discouraged, ``{"token": ...}`` in extra);
+- ``{"service_principal_oauth": true}``: OAuth M2M with login = client id, password = secret;
+- ``{"azure_tenant_id": ...}`` (login/password = Azure service principal),
+  ``{"use_azure_managed_identity": true}``, optional ``azure_resource_id``: Azure flows through
+  the databricks-sdk configuration;
+- no credential at all: the databricks-sdk default chain (env vars, ``~/.databrickscfg``).
+
+This module never builds payloads or talks HTTP itself: the core client does.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseHook
+
+from airflow_air.exceptions import AirConfigurationError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
+    from air_runtime import AirClient, AsyncAirClient, RunWatcher
+    from air_runtime._auth import Credentials
+
+DEFAULT_CONN_ID = "databricks_default"
+
+
+@functools.cache
+def user_agent_extra() -> str:
+    """``airflow/<version> airflow-air/<version>``: the orchestrator part of the User-Agent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from airflow_air import __version__
+
+    try:
+        airflow_version = version("apache-airflow")
+    except PackageNotFoundError:  # pragma: no cover - airflow-core only installs
+        airflow_version = version("apache-airflow-core")
+    return f"airflow/{airflow_version} airflow-air/{__version__}"
+
+
+def config_float(option: str, fallback: float) -> float:
+    """A float from the provider's ``[air]`` section."""
+    from airflow.sdk import conf
+
+    return conf.getfloat("air", option, fallback=fallback)
+
+
+def default_poll_interval() -> float:
+    return config_float("default_poll_interval", 5.0)
+
+
+def request_budget() -> float:
+    return config_float("workspace_request_budget", 10.0)
+
+
+def default_secret_scope() -> str:
+    from airflow.sdk import conf
+
+    return conf.get("air", "default_secret_scope", fallback="airflow-air")
+
+
+@dataclass(frozen=True)
+class WorkspaceAccess:
+    """Where the workspace is and how to authenticate: what the core client is built from."""
+
+    host: str | None
+    credentials: Credentials
+    source: str  # which connection fields were used, for messages (never a secret)
+
+
+def _host_of(conn: Connection) -> str | None:
+    host = (conn.host or "").strip().rstrip("/")
+    if not host:
+        return None
+    if "://" not in host:
+        scheme = conn.schema if conn.schema in ("http", "https") else "https"
+        host = f"{scheme}://{host}"
+    if conn.port and urlsplit(host).port is None:
+        host = f"{host}:{conn.port}"
+    return host
+
+
+def access_from_connection(conn: Connection) -> WorkspaceAccess:
+    """Map a ``databricks`` connection to the core's credentials, in the order the
+    Databricks provider checks them, so both providers agree on what a connection means."""
+    from air_runtime._auth import OAuthM2M, SdkConfigCredentials, StaticToken
+    from air_runtime._errors import ConfigurationError
+
+    extra = conn.extra_dejson or {}
+    host = _host_of(conn)
+    where = f"connection {conn.conn_id!r}"
+    try:
+        if extra.get("token"):
+            token = extra["token"]
+            return WorkspaceAccess(host, StaticToken(token, source=f"{where} extra 'token'"), where)
+        if conn.password and not conn.login:
+            token = conn.password
+            return WorkspaceAccess(host, StaticToken(token, source=f"{where} password"), where)
+        if "azure_tenant_id" in extra or extra.get("use_azure_managed_identity"):
+            options: dict[str, Any] = {}
+            if extra.get("use_azure_managed_identity"):
+                options["azure_use_msi"] = True
+            else:
+                if not conn.login or not conn.password:
+                    raise AirConfigurationError(
+                        f"{where}: Azure service principal needs the client id in login and "
+                        "the client secret in password"
+                    )
+                options.update(
+                    azure_client_id=conn.login,
+                    azure_client_secret=conn.password,
+                    azure_tenant_id=extra["azure_tenant_id"],
+                )
+            if extra.get("azure_resource_id"):
+                options["azure_workspace_resource_id"] = extra["azure_resource_id"]
+            creds = SdkConfigCredentials.from_environment(host, **options)
+            return WorkspaceAccess(host or creds.host, creds, f"{where} (Azure)")
+        if extra.get("service_principal_oauth"):
+            if not host:
+                raise AirConfigurationError(f"{where}: OAuth service principal needs a host")
+            if not conn.login or not conn.password:
+                raise AirConfigurationError(
+                    f"{where}: service_principal_oauth needs the client id in login and the "
+                    "client secret in password"
+                )
+            creds = OAuthM2M(host, conn.login, conn.password)
+            return WorkspaceAccess(host, creds, f"{where} (OAuth service principal)")
+        if conn.password:
+            # login + password without another flag: the password is the token (basic auth
+            # is not supported by the AI Runtime APIs).
+            creds = StaticToken(conn.password, source=f"{where} password")
+            return WorkspaceAccess(host, creds, where)
+        creds = SdkConfigCredentials.from_environment(host)
+        return WorkspaceAccess(host or creds.host, creds, f"{where} (databricks-sdk default chain)")
+    except ConfigurationError as exc:
+        raise AirConfigurationError(f"{where}: {exc}") from exc
+
+
+class AirHook(BaseHook):
+    """Builds ``AirClient`` / ``AsyncAirClient`` and the shared ``RunWatcher`` for one
+    Databricks connection.
+
+    :param databricks_conn_id: an Airflow connection of type ``databricks``.
+    :param timeout: seconds per HTTP request.
+    """
+
+    conn_name_attr = "databricks_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "databricks"
+    hook_name = "Databricks AI Runtime"
+
+    def __init__(self, databricks_conn_id: str = DEFAULT_CONN_ID, *, timeout: float = 30.0) -> None:
+        super().__init__()
+        self.databricks_conn_id = databricks_conn_id
+        self.timeout = timeout
+
+    def _connection(self) -> Connection:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return self.get_connection(self.databricks_conn_id)
+        except AirflowNotFoundException as exc:
+            raise AirConfigurationError(
+                f"Airflow connection {self.databricks_conn_id!r} is not defined: create a "
+                "'databricks' connection with the workspace host and a token"
+            ) from exc
+
+    async def _aconnection(self) -> Connection:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return await self.aget_connection(self.databricks_conn_id)
+        except AirflowNotFoundException as exc:
+            raise AirConfigurationError(
+                f"Airflow connection {self.databricks_conn_id!r} is not defined"
+            ) from exc
+
+    def workspace_access(self) -> WorkspaceAccess:
+        return access_from_connection(self._connection())
+
+    async def aworkspace_access(self) -> WorkspaceAccess:
+        return access_from_connection(await self._aconnection())
+
+    def get_conn(self) -> AirClient:
+        return self.get_client()
+
+    def get_client(self) -> AirClient:
+        from air_runtime import AirClient
+
+        access = self.workspace_access()
+        return AirClient(
+            access.host,
+            credentials=access.credentials,
+            timeout=self.timeout,
+            user_agent_extra=user_agent_extra(),
+        )
+
+    def _async_client(self, access: WorkspaceAccess) -> AsyncAirClient:
+        from air_runtime import AsyncAirClient
+
+        return AsyncAirClient(
+            access.host,
+            credentials=access.credentials,
+            timeout=self.timeout,
+            user_agent_extra=user_agent_extra(),
+        )
+
+    async def aget_client(self) -> AsyncAirClient:
+        """A new async client (the caller closes it); triggers use ``aget_watcher`` instead."""
+        return self._async_client(await self.aworkspace_access())
+
+    async def aget_watcher(self, *, interval: float | None = None) -> RunWatcher:
+        """The process-wide watcher of this workspace in the running event loop: thousands of
+        deferred tasks share its connection pool and its coalesced status requests."""
+        from air_runtime import RunWatcher
+
+        access = await self.aworkspace_access()
+        return RunWatcher.shared(
+            access.host,
+            credentials=access.credentials,
+            interval=interval if interval is not None else default_poll_interval(),
+            budget_rps=request_budget(),
+            user_agent_extra=user_agent_extra(),
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            with self.get_client() as client:
+                identity = client.whoami()
+        except Exception as exc:
+            return False, str(exc)
+        return True, f"Connected as {identity.user_name}"

@@ -1,0 +1,520 @@
+"""Operators that run Databricks AI Runtime workloads and register Docker images.
+
+Importing this module is what every Dag file using the provider pays at parse time, so it
+imports nothing beyond ``airflow.sdk`` and the small links module: the core client (httpx),
+the hook and the triggers are loaded inside ``execute``. Nothing is validated at parse time
+either; an invalid workload fails the task, not the Dag import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_air.links import AirMlflowRunLink, AirRunLink
+
+if TYPE_CHECKING:
+    import jinja2
+    from airflow.sdk import Context
+
+    from air_runtime import AirClient, Workload
+    from airflow_air._submission import Outcome, RunRecord
+
+DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
+_WORKLOAD_EXTENSIONS = (".yaml", ".yml")
+# Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
+# the trigger; the trigger cancels the run at the deadline itself.
+_DEFER_GRACE = timedelta(minutes=5)
+
+
+def _default_deferrable() -> bool:
+    from airflow.sdk import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+@contextlib.contextmanager
+def _configuration_errors_fail_fast() -> Iterator[None]:
+    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException)."""
+    from air_runtime._errors import AuthError, ConfigurationError, WorkloadError
+    from airflow_air.exceptions import AirConfigurationError
+
+    try:
+        yield
+    except (WorkloadError, ConfigurationError, AuthError) as exc:
+        raise AirConfigurationError(str(exc)) from exc
+
+
+def _deadline(task: BaseOperator, context: Context) -> float | None:
+    """Wall-clock end of ``execution_timeout`` counted from this try's start, for triggers."""
+    if task.execution_timeout is None:
+        return None
+    import time
+
+    started = getattr(context.get("ti"), "start_date", None)
+    start = started.timestamp() if started is not None else time.time()
+    return start + task.execution_timeout.total_seconds()
+
+
+def _defer_timeout(deadline: float | None) -> timedelta | None:
+    if deadline is None:
+        return None
+    import time
+
+    return timedelta(seconds=max(deadline - time.time(), 0)) + _DEFER_GRACE
+
+
+class AirRunOperator(BaseOperator):
+    """Runs a Databricks AI Runtime workload and waits for it.
+
+    :param workload: a YAML file path (``.yaml``/``.yml``, relative to the Dag folder or
+        ``template_searchpath``, or absolute; Jinja-rendered), YAML text, or a dict of the same
+        structure (workload.md). ``{{secrets/<scope>/<key>}}`` references are kept verbatim.
+    :param overrides: dotted-path overrides applied before validation, e.g.
+        ``{"compute.num_accelerators": 16, "env_variables.OUT": "/tmp/{{ run_id }}"}``.
+    :param secret_env: env vars whose values come from Airflow, as references:
+        ``{"HF_TOKEN": "conn:hf_default:password", "WANDB_KEY": "var:wandb_key"}``. Resolved
+        at execute time, masked in logs, written to a Databricks secret scope; the workload
+        only carries ``scope/key``.
+    :param secret_scope: the scope ``secret_env`` values are written to (default
+        ``[air] default_secret_scope``).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between status checks (default ``[air] default_poll_interval``).
+    :param cancel_on_kill: cancel the run when the task is killed or times out.
+    :param wait_for_termination: when False, return right after the submit.
+    :param stream_logs: copy the nodes' logs into the task log while waiting in the worker.
+    :param databricks_conn_id: Airflow connection of type ``databricks``.
+
+    Retries and clears (workload.md §6): an automatic retry after a worker crash reattaches
+    to the run the crashed try started (or returns its success); a retry after the run
+    failed, and a manual clear, start a new run. See ``airflow_air._submission``.
+
+    Inside an ``AirWorkflowTaskGroup`` the operator is one stage of a multi-task run: the
+    group's submit task starts the run, and this task waits for its own stage.
+
+    Returns ``{"run_id", "run_page_url", "result_state", "mlflow_experiment_id",
+    "mlflow_run_id"}``; XComs ``run_id`` and ``run_page_url`` are pushed right after submit.
+    """
+
+    template_fields: Sequence[str] = ("workload", "overrides", "secret_env", "secret_scope")
+    template_ext: Sequence[str] = _WORKLOAD_EXTENSIONS
+    template_fields_renderers = {"workload": "yaml", "overrides": "json", "secret_env": "json"}
+    ui_color = "#ffe8d6"
+    operator_extra_links = (AirRunLink(), AirMlflowRunLink())
+
+    def __init__(
+        self,
+        *,
+        workload: str | os.PathLike[str] | Mapping[str, Any],
+        overrides: Mapping[str, Any] | Sequence[str] | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        secret_scope: str | None = None,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
+        cancel_on_kill: bool = True,
+        wait_for_termination: bool = True,
+        stream_logs: bool = True,
+        databricks_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if isinstance(workload, os.PathLike):
+            workload = os.fspath(workload)
+        self.workload = workload
+        # Remembered before templating replaces the path by the file's text: the workload's
+        # code_source.root_path is relative to the file's folder.
+        self.workload_file = (
+            workload
+            if isinstance(workload, str) and workload.endswith(_WORKLOAD_EXTENSIONS)
+            else None
+        )
+        self.overrides = overrides
+        self.secret_env = dict(secret_env or {})
+        self.secret_scope = secret_scope
+        self.deferrable = _default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+        self.wait_for_termination = wait_for_termination
+        self.stream_logs = stream_logs
+        self.databricks_conn_id = databricks_conn_id
+        # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
+        self.workflow_submit_task_id: str | None = None
+        self.workflow_task_key: str | None = None
+        self._run_id: int | None = None
+
+    # --- templating -----------------------------------------------------------------------
+
+    def get_template_env(self, dag: Any = None) -> jinja2.Environment:
+        from airflow_air._templating import workload_template_env
+
+        return workload_template_env(super().get_template_env(dag))
+
+    # --- workload -----------------------------------------------------------------------------
+
+    def workload_base_dir(self) -> str | None:
+        """Folder of the workload file (for ``code_source.root_path``), or None for text/dicts."""
+        path = self.workload_file
+        if not path:
+            return None
+        if os.path.isabs(path):
+            return os.path.dirname(path)
+        roots: list[str] = []
+        dag = self.dag if self.has_dag() else None
+        if dag is not None:
+            roots.append(dag.folder)
+            searchpath = dag.template_searchpath or []
+            roots.extend([searchpath] if isinstance(searchpath, str) else searchpath)
+        for root in roots:
+            candidate = os.path.join(root, path)
+            if os.path.isfile(candidate):
+                return os.path.dirname(os.path.abspath(candidate))
+        return None
+
+    def load_workload(self) -> Workload:
+        """Validate the rendered workload (raises the core's ``WorkloadError``)."""
+        from air_runtime import load_workload
+
+        source = self.workload
+        base_dir = self.workload_base_dir()
+        if isinstance(source, str) and source == self.workload_file:
+            # Templating did not replace the path (e.g. rendering skipped): load the file.
+            if base_dir is not None:
+                source = os.path.join(base_dir, os.path.basename(source))
+        elif isinstance(source, str) and source.endswith(_WORKLOAD_EXTENSIONS):
+            source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
+        overrides = self.overrides or None
+        return load_workload(source, overrides, base_dir=base_dir)
+
+    def secret_values(self) -> dict[str, str]:
+        from airflow_air._secret_env import resolve_secret_env
+
+        return resolve_secret_env(self.secret_env) if self.secret_env else {}
+
+    def secret_key_prefix(self) -> str:
+        dag_id = self.dag_id if self.has_dag() else "dag"
+        return f"{dag_id}.{self.task_id}."
+
+    def resolved_secret_scope(self) -> str:
+        from airflow_air.hooks import default_secret_scope
+
+        return self.secret_scope or default_secret_scope()
+
+    def with_orchestrator_secrets(self, client: AirClient, workload: Workload) -> Workload:
+        """Write ``secret_env`` values to the workspace; the workload gets ``scope/key`` only."""
+        values = self.secret_values()
+        if not values:
+            return workload
+        refs = client.materialize_secrets(
+            values, scope=self.resolved_secret_scope(), key_prefix=self.secret_key_prefix()
+        )
+        return workload.with_secrets(refs)
+
+    def effective_poll_interval(self) -> float:
+        from airflow_air.hooks import default_poll_interval
+
+        return self.poll_interval if self.poll_interval is not None else default_poll_interval()
+
+    # --- execution ----------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        from airflow_air._submission import own_run, push_run_xcoms
+        from airflow_air.hooks import AirHook
+
+        if self.workflow_submit_task_id is not None:
+            return self._execute_stage(context)
+        if self.secret_env:
+            from airflow_air._secret_env import check_references
+
+            check_references(self.secret_env)
+        with (
+            _configuration_errors_fail_fast(),
+            AirHook(self.databricks_conn_id).get_client() as client,
+        ):
+            workload = self.load_workload()
+            prepared: list[Workload] = []
+
+            def submit(token: str) -> Any:
+                if not prepared:  # secrets are resolved once, and only when submitting
+                    prepared.append(self.with_orchestrator_secrets(client, workload))
+                return client.submit_workload(prepared[0], idempotency_token=token)
+
+            record, _ = own_run(context, self, client, submit, log=self.log)
+            self._run_id = record.run_id
+            push_run_xcoms(context, record.run_id, record.run_page_url)
+            if not self.wait_for_termination:
+                return {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            if self.deferrable:
+                self._defer_until_done(context, record, task_key=None)
+            return self._wait_in_worker(context, client, record, None, workload.num_nodes)
+
+    def _execute_stage(self, context: Context) -> Any:
+        from airflow_air._submission import RunRecord, push_run_xcoms
+        from airflow_air.exceptions import AirConfigurationError
+        from airflow_air.hooks import AirHook
+        from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
+
+        ti = context["ti"]
+        submit_id = self.workflow_submit_task_id
+        run_id = ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
+        if run_id is None:
+            raise AirConfigurationError(
+                f"workflow task {submit_id!r} recorded no run_id; it must run (and succeed) "
+                f"before stage {self.task_id!r}"
+            )
+        url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
+        record = RunRecord(int(run_id), url, 0, 0)
+        self._run_id = record.run_id
+        push_run_xcoms(context, record.run_id, record.run_page_url)
+        self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
+        if self.deferrable:
+            self._defer_until_done(context, record, task_key=self.workflow_task_key)
+        with (
+            _configuration_errors_fail_fast(),
+            AirHook(self.databricks_conn_id).get_client() as client,
+        ):
+            return self._wait_in_worker(context, client, record, self.workflow_task_key, 1)
+
+    def _wait_in_worker(
+        self,
+        context: Context,
+        client: AirClient,
+        record: RunRecord,
+        task_key: str | None,
+        nodes: int,
+    ) -> Any:
+        from airflow_air._submission import LogStreamer, finish_sync, wait_sync
+
+        poll = self.effective_poll_interval()
+        if self.stream_logs and task_key is None:
+            with LogStreamer(client, record.run_id, nodes, self.log):
+                state = wait_sync(client, record, poll_interval=poll, log=self.log)
+        else:
+            state = wait_sync(client, record, poll_interval=poll, log=self.log, task_key=task_key)
+        return self._complete(context, finish_sync(client, state, record, task_key))
+
+    def _defer_until_done(self, context: Context, record: RunRecord, task_key: str | None) -> None:
+        from airflow_air.triggers import AirRunTrigger
+
+        deadline = _deadline(self, context)
+        self.defer(
+            trigger=AirRunTrigger(
+                record.run_id,
+                run_page_url=record.run_page_url,
+                databricks_conn_id=self.databricks_conn_id,
+                poll_interval=self.effective_poll_interval(),
+                deadline=deadline,
+                cancel_on_kill=self.cancel_on_kill,
+                task_key=task_key,
+            ),
+            method_name="execute_complete",
+            timeout=_defer_timeout(deadline),
+        )
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
+        from airflow.sdk.exceptions import AirflowException
+
+        from airflow_air._submission import Outcome
+
+        if not event:
+            raise AirflowException("the trigger ended without an event")
+        return self._complete(context, Outcome.from_event(event))
+
+    def _complete(self, context: Context, outcome: Outcome) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+        from airflow_air._submission import push_mlflow_link
+        from airflow_air.exceptions import AirRunFailedError
+
+        self._run_id = outcome.run_id
+        push_mlflow_link(context, outcome.mlflow_run_url)
+        if outcome.status == "success":
+            self.log.info("Run %s succeeded: %s", outcome.run_id, outcome.run_page_url)
+            return outcome.result()
+        if outcome.status == "failed":
+            raise AirRunFailedError(
+                outcome.message,
+                run_id=outcome.run_id,
+                result_state=outcome.result_state,
+                run_page_url=outcome.run_page_url,
+            )
+        if outcome.status == "timeout":
+            raise AirflowTaskTimeout(outcome.message)
+        raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    def on_kill(self) -> None:
+        """Cancel the run (the whole multi-task run for a workflow stage)."""
+        if not self.cancel_on_kill or self._run_id is None:
+            return
+        from airflow_air.hooks import AirHook
+
+        try:
+            with AirHook(self.databricks_conn_id).get_client() as client:
+                client.cancel(self._run_id)
+            self.log.info("Cancelled run %s", self._run_id)
+        except Exception as exc:
+            self.log.warning("Could not cancel run %s: %s", self._run_id, exc)
+
+
+class AirRegisterImageOperator(BaseOperator):
+    """Registers a Docker Hub image for AI Runtime workloads and waits until it is AVAILABLE.
+
+    Idempotent: an image already AVAILABLE is not registered again unless ``refresh=True``
+    (a re-pushed tag), and a registration in progress is waited on, not restarted.
+
+    :param image: Docker Hub reference (``org/repo:tag``, ``docker.io/...``, ``ubuntu``).
+    :param docker_conn_id: Airflow connection whose login/password (or token) are the Docker
+        Hub credentials; they are stored as a Databricks secret through the core client.
+    :param credentials_scope: an existing secret holding ``base64(user:password)``...
+    :param credentials_key: ...and its key. Without either, public images need nothing.
+    :param refresh: register again even when AVAILABLE.
+    :param timeout: seconds to wait for AVAILABLE.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+
+    Returns the image's manifest digest (``sha256:...``) when the platform reports one.
+    """
+
+    template_fields: Sequence[str] = ("image", "credentials_scope", "credentials_key")
+    ui_color = "#e8f0ff"
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        docker_conn_id: str | None = None,
+        credentials_scope: str | None = None,
+        credentials_key: str | None = None,
+        refresh: bool = False,
+        timeout: float = 3600.0,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
+        databricks_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.image = image
+        self.docker_conn_id = docker_conn_id
+        self.credentials_scope = credentials_scope
+        self.credentials_key = credentials_key
+        self.refresh = refresh
+        self.timeout = timeout
+        self.deferrable = _default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.databricks_conn_id = databricks_conn_id
+
+    def _poll_interval(self) -> float:
+        from airflow_air.hooks import default_poll_interval
+
+        return self.poll_interval if self.poll_interval is not None else default_poll_interval()
+
+    def _stored_credentials(self, client: AirClient) -> tuple[str | None, str | None]:
+        """The secret holding the registry credentials: given, or written from the connection."""
+        from airflow_air.exceptions import AirConfigurationError
+
+        if (self.credentials_scope is None) != (self.credentials_key is None):
+            raise AirConfigurationError("credentials_scope and credentials_key go together")
+        if self.docker_conn_id is None:
+            return self.credentials_scope, self.credentials_key
+        from airflow.sdk import BaseHook
+        from airflow.sdk.log import mask_secret
+
+        from air_runtime._images import DockerCredential, credentials_secret_location
+
+        conn = BaseHook.get_connection(self.docker_conn_id)
+        password = conn.password or (conn.extra_dejson or {}).get("token")
+        if not conn.login or not password:
+            raise AirConfigurationError(
+                f"connection {self.docker_conn_id!r} needs the Docker Hub user in login and a "
+                "password or access token in password"
+            )
+        mask_secret(password)
+        credential = DockerCredential(
+            registry="docker.io",
+            username=conn.login,
+            password=password,
+            origin=f"airflow-{self.docker_conn_id}",
+        )
+        mask_secret(credential.secret_value())
+        scope, key = credentials_secret_location(client.whoami().user_name, credential)
+        client.ensure_secret_scope(scope)
+        client.put_secret(scope, key, credential.secret_value())
+        self.log.info("Stored Docker Hub credentials of %s in secret %s/%s", conn.login, scope, key)
+        return scope, key
+
+    def execute(self, context: Context) -> Any:
+        from air_runtime import normalize_docker_ref
+        from airflow_air.hooks import AirHook
+
+        with (
+            _configuration_errors_fail_fast(),
+            AirHook(self.databricks_conn_id).get_client() as client,
+        ):
+            try:
+                image = normalize_docker_ref(self.image)
+            except ValueError as exc:
+                from air_runtime._errors import ConfigurationError
+
+                raise ConfigurationError(str(exc)) from exc
+            context["ti"].xcom_push(key="image", value=image)
+            existing = client.get_image(image)
+            if existing is not None and existing.is_available and not self.refresh:
+                self.log.info("%s is already AVAILABLE; nothing to do", image)
+                return existing.manifest_sha256
+            if existing is not None and existing.state in ("PENDING", "IMPORTING"):
+                self.log.info("%s is being registered (%s); waiting", image, existing.state)
+            else:
+                scope, key = self._stored_credentials(client)
+                registration = client.register_image(
+                    image, credentials_scope=scope, credentials_key=key, refresh=True
+                )
+                self.log.info("Registered %s: %s", image, registration.state)
+                if registration.is_available:
+                    return registration.manifest_sha256
+            if self.deferrable:
+                self._defer_until_available(context, image)
+            done = client.wait_for_image(
+                image, timeout=self.timeout, poll_interval=self._poll_interval()
+            )
+            self.log.info("%s is AVAILABLE (%s)", image, done.manifest_sha256)
+            return done.manifest_sha256
+
+    def _defer_until_available(self, context: Context, image: str) -> None:
+        import time
+
+        from airflow_air.triggers import AirImageTrigger
+
+        deadline = time.time() + self.timeout
+        task_deadline = _deadline(self, context)
+        if task_deadline is not None:
+            deadline = min(deadline, task_deadline)
+        self.defer(
+            trigger=AirImageTrigger(
+                image,
+                databricks_conn_id=self.databricks_conn_id,
+                poll_interval=self._poll_interval(),
+                deadline=deadline,
+            ),
+            method_name="execute_complete",
+            timeout=_defer_timeout(deadline),
+        )
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+        from airflow_air.exceptions import AirConfigurationError
+
+        event = dict(event or {})
+        status = event.get("status")
+        if status == "success":
+            self.log.info("%s is AVAILABLE (%s)", event.get("image"), event.get("digest"))
+            return event.get("digest")
+        message = f"{event.get('image')}: {event.get('message') or status}"
+        if status == "failed":
+            raise AirConfigurationError(message)
+        if status == "timeout":
+            raise AirflowTaskTimeout(message)
+        raise AirflowException(message)

@@ -1,0 +1,283 @@
+"""Triggers that wait on AI Runtime runs and image registrations in the triggerer.
+
+``AirRunTrigger`` does not poll on its own: it registers with the process-wide ``RunWatcher``
+of its workspace (one per event loop), which refreshes all watched runs with a few coalesced
+requests within the ``[air] workspace_request_budget``. A triggerer holding thousands of
+deferred tasks therefore sends about as many requests as one holding ten.
+
+Cancellation. Airflow 3.3 calls ``on_kill()`` only when a user acted on the deferred task
+(mark failed / success, clear); a triggerer restart or a trigger moving to another triggerer
+only cancels the coroutine (and calls ``cleanup()``). So the remote run is cancelled in
+``on_kill()`` (when ``cancel_on_kill``) and in the trigger's own deadline handling
+(``execution_timeout``), never in ``cleanup()``: a restarted triggerer picks the wait up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
+
+if TYPE_CHECKING:
+    from air_runtime import AsyncAirClient, RunState
+    from airflow_air._submission import Outcome
+
+_ON_KILL_TIMEOUT_S = 20.0
+
+
+class AirRunTrigger(BaseTrigger):
+    """Waits for an AI Runtime run (or one stage of a workflow run) to end.
+
+    Fires exactly one event whose payload has ``status``: ``success``, ``failed`` (with the
+    platform's failure message), ``timeout`` (the deadline passed; the run was cancelled when
+    ``cancel_on_kill``) or ``error`` (the workspace could not be asked), plus ``run_id``,
+    ``run_page_url``, ``result_state`` and the MLflow ids when known.
+
+    :param run_id: the run to wait for.
+    :param run_page_url: its page, echoed in the event.
+    :param databricks_conn_id: the ``databricks`` connection of the workspace.
+    :param poll_interval: seconds between status refreshes (shared watcher interval).
+    :param deadline: wall-clock time (``time.time()``) after which the wait ends with a
+        ``timeout`` event; from the task's ``execution_timeout``.
+    :param cancel_on_kill: cancel the run when the task is killed or times out.
+    :param task_key: wait for this task of a multi-task run instead of the whole run.
+    """
+
+    def __init__(
+        self,
+        run_id: int,
+        *,
+        run_page_url: str = "",
+        databricks_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+        cancel_on_kill: bool = True,
+        task_key: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.run_id = int(run_id)
+        self.run_page_url = run_page_url
+        self.databricks_conn_id = databricks_conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.cancel_on_kill = cancel_on_kill
+        self.task_key = task_key
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "run_id": self.run_id,
+                "run_page_url": self.run_page_url,
+                "databricks_conn_id": self.databricks_conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "cancel_on_kill": self.cancel_on_kill,
+                "task_key": self.task_key,
+            },
+        )
+
+    def _hook(self) -> AirHook:
+        return AirHook(self.databricks_conn_id)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from air_runtime._errors import AirError, RunTimeout
+        from airflow_air._submission import Outcome
+
+        try:
+            watcher = await self._hook().aget_watcher(interval=self.poll_interval)
+            if self.task_key is None:
+                state = await watcher.wait(
+                    self.run_id, deadline=self.deadline, on_update=self._log_update
+                )
+            else:
+                state = await self._wait_for_stage(watcher)
+            outcome = await self._finish(watcher.client, state)
+        except RunTimeout as exc:
+            message = f"execution_timeout reached while waiting: {exc}"
+            if self.cancel_on_kill:
+                message += await self._cancel("the task's execution_timeout passed")
+            outcome = Outcome(
+                status="timeout",
+                run_id=self.run_id,
+                run_page_url=self.run_page_url,
+                result_state=None,
+                message=message,
+                task_key=self.task_key,
+            )
+        except (AirError, OSError) as exc:
+            outcome = Outcome(
+                status="error",
+                run_id=self.run_id,
+                run_page_url=self.run_page_url,
+                result_state=None,
+                message=f"could not follow run {self.run_id}: {exc}",
+                task_key=self.task_key,
+            )
+        except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
+            outcome = Outcome(
+                status="error",
+                run_id=self.run_id,
+                run_page_url=self.run_page_url,
+                result_state=None,
+                message=f"{type(exc).__name__}: {exc}",
+                task_key=self.task_key,
+            )
+        yield TriggerEvent(outcome.to_event())
+
+    def _log_update(self, state: RunState) -> None:
+        capacity = " [waiting for GPU capacity]" if state.is_waiting_for_capacity else ""
+        self.log.info("Run %s: %s%s", self.run_id, state.describe(), capacity)
+
+    async def _wait_for_stage(self, watcher: Any) -> RunState:
+        """A stage ends before its run does; the coalesced list view has no per-task states,
+        so stages read ``runs/get`` themselves, within the watcher's request budget."""
+        from air_runtime._errors import RunTimeout
+        from airflow_air._submission import StateLogger, find_task
+
+        on_update = StateLogger(self.log, self.run_id, self.task_key)
+        while True:
+            await watcher.bucket.acquire()
+            state = await watcher.client.get_run(self.run_id)
+            on_update(state)
+            task = find_task(state, self.task_key)
+            if state.is_terminal or (task is not None and task.is_terminal):
+                return state
+            pause = self.poll_interval
+            if self.deadline is not None:
+                remaining = self.deadline - time.time()
+                if remaining <= 0:
+                    raise RunTimeout(
+                        f"stage {self.task_key} of run {self.run_id} is still "
+                        f"{state.describe()} at the deadline",
+                        run_id=self.run_id,
+                    )
+                pause = min(pause, remaining)
+            await asyncio.sleep(pause)
+
+    async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
+        from air_runtime._errors import AirError, RunFailed
+        from airflow_air._submission import make_outcome, single_task, stage_view
+
+        view = stage_view(state, self.task_key) if self.task_key else state
+        failure: Exception | None = None
+        try:
+            await client.raise_for_failure(view)
+        except RunFailed as exc:
+            failure = exc
+        output: dict[str, Any] = {}
+        task = single_task(view)
+        if failure is None and task is not None and task.run_id is not None:
+            try:
+                output = await client.get_output(task.run_id)
+            except AirError as exc:
+                self.log.debug("no output for task run %s: %s", task.run_id, exc)
+        return make_outcome(
+            view,
+            run_id=self.run_id,
+            run_page_url=state.run_page_url or self.run_page_url,
+            task_key=self.task_key,
+            failure=failure,
+            output=output,
+            host=client.host,
+        )
+
+    async def _cancel(self, why: str) -> str:
+        """Cancel the run with a client of its own (the shared one may be closing)."""
+        try:
+            client = await self._hook().aget_client()
+            async with client:
+                await asyncio.wait_for(client.cancel(self.run_id), _ON_KILL_TIMEOUT_S)
+        except Exception as exc:
+            self.log.warning("Could not cancel run %s (%s): %s", self.run_id, why, exc)
+            return f"; cancelling run {self.run_id} failed: {exc}"
+        self.log.info("Cancelled run %s: %s", self.run_id, why)
+        return f"; run {self.run_id} was cancelled"
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task (mark failed/success, clear): cancel the run."""
+        if self.cancel_on_kill:
+            await self._cancel("the deferred task was killed")
+
+    async def cleanup(self) -> None:
+        """Nothing remote: cleanup also runs when the triggerer restarts, and the run must
+        keep going then. The shared watcher outlives this trigger."""
+
+
+class AirImageTrigger(BaseTrigger):
+    """Waits until a Docker Hub image registration is ``AVAILABLE`` (or ``FAILED``).
+
+    Event payload: ``status`` (``success`` | ``failed`` | ``timeout`` | ``error``), ``image``
+    (normal form), ``state``, ``digest`` and ``message``.
+    """
+
+    def __init__(
+        self,
+        image: str,
+        *,
+        databricks_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.image = image
+        self.databricks_conn_id = databricks_conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "image": self.image,
+                "databricks_conn_id": self.databricks_conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from air_runtime._errors import AirError
+
+        payload: dict[str, Any] = {"image": self.image}
+        try:
+            client = await AirHook(self.databricks_conn_id).aget_client()
+            async with client:
+                payload.update(await self._poll(client))
+        except (AirError, OSError) as exc:
+            payload.update(status="error", message=str(exc))
+        except Exception as exc:
+            payload.update(status="error", message=f"{type(exc).__name__}: {exc}")
+        yield TriggerEvent(payload)
+
+    async def _poll(self, client: AsyncAirClient) -> dict[str, Any]:
+        seen = None
+        while True:
+            registration = await client.get_image(self.image)
+            if registration is None:
+                return {"status": "failed", "message": f"{self.image} is not registered"}
+            if registration.state != seen:
+                seen = registration.state
+                self.log.info("Image %s: %s %s", self.image, seen, registration.status_message)
+            found = {"state": registration.state, "digest": registration.manifest_sha256}
+            if registration.is_available:
+                return {"status": "success", **found}
+            if registration.state == "FAILED":
+                reason = registration.status_message or "no reason given"
+                return {"status": "failed", "message": f"registration FAILED: {reason}", **found}
+            pause = self.poll_interval
+            if self.deadline is not None:
+                remaining = self.deadline - time.time()
+                if remaining <= 0:
+                    return {
+                        "status": "timeout",
+                        "message": f"{self.image} is still {seen} at the deadline",
+                        **found,
+                    }
+                pause = min(pause, remaining)
+            await asyncio.sleep(pause)
