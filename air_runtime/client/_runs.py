@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,6 @@ _FAILED_SCRIPT_MARK = "ERROR: Script failed"
 _MAX_NODES_SEARCHED = 8
 _LOG_TAIL = 20
 _LOG_PAGE_SIZE = 500
-_MAX_TAIL_PAGES = 40
 # While the platform waits for GPUs nothing changes for minutes: poll less, up to this factor.
 _CAPACITY_BACKOFF_FACTOR = 1.5
 _CAPACITY_MAX_FACTOR = 6.0
@@ -192,28 +190,18 @@ def iter_logs(core: ClientCore, run_id: int, *, node: int, follow: bool) -> Flow
 
 
 def log_tail(core: ClientCore, run_id: int, node: int) -> Flow[list[str] | None]:
-    lines: deque[str] = deque(maxlen=_LOG_TAIL)
-    page_token: str | None = None
-    for _ in range(_MAX_TAIL_PAGES):
-        params: dict[str, Any] = {
-            "ascending": "true",
-            "filter.node_index": node,
-            "page_size": _LOG_PAGE_SIZE,
-        }
-        if page_token:
-            params["page_token"] = page_token
-        try:
-            body = yield from core.call("GET", _logs_path(run_id), params=params)
-        except AirError as error:
-            if _logs_unavailable(error):
-                return None
-            raise
-        for record in body.get("log_records") or []:
-            lines.extend(str(record.get("body") or "").splitlines() or [""])
-        page_token = body.get("next_page_token")
-        if not page_token:
-            break
-    return list(lines)
+    """The last lines of one node's log: one newest-first page, put back in order."""
+    params = {"ascending": "false", "filter.node_index": node, "page_size": _LOG_TAIL}
+    try:
+        body = yield from core.call("GET", _logs_path(run_id), params=params)
+    except AirError as error:
+        if _logs_unavailable(error):
+            return None
+        raise
+    lines: list[str] = []
+    for record in reversed(body.get("log_records") or []):
+        lines.extend(str(record.get("body") or "").rstrip("\n").splitlines())
+    return lines[-_LOG_TAIL:]
 
 
 def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | None, int | None]]:
@@ -252,7 +240,9 @@ def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:
     node: int | None = None
     if state.result_state not in ("SKIPPED", "MAXIMUM_CONCURRENT_RUNS_REACHED", "CANCELED"):
         try:
-            tail, node = yield from _failing_node_logs(core, state.run_id)
+            # The failed task's own run id narrows the logs to its last attempt.
+            log_run = task.run_id if task is not None and task.run_id else state.run_id
+            tail, node = yield from _failing_node_logs(core, log_run)
         except AirError as error:
             logger.debug("no logs for run %s: %s", state.run_id, error)
     raise RunFailed(
