@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ METRICS_FILE = "metrics.json"
 
 
 def log(role: str, message: str) -> None:
-    # Flushed at once: the platform streams container output line by line.
-    stamp = time.strftime("%H:%M:%S")
-    print(f"{stamp} [{role} rank={os.environ.get('POD_RANK', '?')}] {message}", flush=True)
+    # No timestamp: the platform stamps every log record. Flushed at once so it streams live.
+    print(f"[{role} rank={os.environ.get('POD_RANK', '?')}] {message}", flush=True)
 
 
 def load_hyperparameters(path: str | os.PathLike[str] = HYPERPARAMETERS_FILE) -> dict[str, Any]:
