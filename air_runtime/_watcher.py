@@ -16,13 +16,14 @@ Every request passes a token bucket, so requests to the workspace stay under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
 import random
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken
@@ -43,7 +44,8 @@ OnUpdate = Callable[[RunState], None]
 
 
 class TokenBucket:
-    """At most ``rate`` acquisitions per second on average, bursts of ``burst``.
+    """At most ``rate`` acquisitions per second, bursts of ``burst`` (default 1: requests
+    evenly spaced, so a list sweep is spread out rather than fired at once).
 
     Acquirers reserve a token even when none is left and sleep until it is theirs, so
     concurrent acquirers queue in order without a lock."""
@@ -52,7 +54,7 @@ class TokenBucket:
         if rate <= 0:
             raise ValueError("the request budget must be positive")
         self.rate = rate
-        self.capacity = burst if burst is not None else max(1.0, rate)
+        self.capacity = burst if burst is not None else 1.0
         self._tokens = self.capacity
         self._stamp = time.monotonic()
 
@@ -257,19 +259,28 @@ class RunWatcher:
             slots.release()
         self._observe(watched, state, final=True)
 
-    async def _sweep_list(self, started: float) -> None:
-        listed: set[int] = set()
-        need_detail: list[_Watched] = []
-        total = 0
-        params: dict[str, Any] = {
-            "active_only": "true",
-            "run_type": "SUBMIT_RUN",
-            "limit": self.page_size,
-        }
-        while True:
+    async def _list_pages(
+        self, params: dict[str, Any], max_pages: int | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Yield ``runs/list`` pages, each through the budget."""
+        params = {**params, "run_type": "SUBMIT_RUN", "limit": self.page_size}
+        pages = 0
+        while max_pages is None or pages < max_pages:
             await self.bucket.acquire()
             self.requests += 1
+            pages += 1
             body = await self.client.list_runs_raw(params)
+            yield body
+            token = body.get("next_page_token")
+            if not token or not body.get("has_more", True):
+                return
+            params["page_token"] = token
+
+    async def _sweep_list(self, started: float) -> None:
+        listed: set[int] = set()
+        ended: list[_Watched] = []
+        total = 0
+        async for body in self._list_pages({"active_only": "true"}):
             runs = body.get("runs") or []
             total += len(runs)
             for raw in runs:
@@ -279,23 +290,35 @@ class RunWatcher:
                     continue
                 listed.add(watched.run_id)
                 if self._observe_raw(watched, raw):
-                    need_detail.append(watched)
-            token = body.get("next_page_token")
-            if not token or not body.get("has_more", True):
-                break
-            params["page_token"] = token
+                    ended.append(watched)
         self._active_estimate = total
         now = asyncio.get_running_loop().time()
         for watched in self._runs.values():
             watched.next_due = now
         # Watched runs missing from the active list have (most likely) just ended. A run
         # registered after the sweep began may simply be too new to be listed yet.
-        gone = [
-            w
-            for w in self._runs.values()
-            if w.run_id not in listed and w.since <= started and w not in need_detail
-        ]
-        await self._get_each([*need_detail, *gone])
+        ended += [w for w in self._runs.values() if w.run_id not in listed and w.since <= started]
+        ended = list({w.run_id: w for w in ended}.values())
+        if len(ended) > 1:
+            ended = await self._resolve_from_completed(ended)
+        await self._get_each(ended)
+
+    async def _resolve_from_completed(self, ended: list[_Watched]) -> list[_Watched]:
+        """Many runs ending together (a sweep of trials) would cost one ``runs/get`` each;
+        the newest completed runs come a page at a time instead. Answers the runs not found
+        in the first few pages (they get ``runs/get``)."""
+        wanted = {w.run_id: w for w in ended}
+        max_pages = math.ceil(len(wanted) / self.page_size) + 2
+        pages = self._list_pages({"completed_only": "true"}, max_pages)
+        async with contextlib.aclosing(pages):
+            async for body in pages:
+                for raw in body.get("runs") or []:
+                    watched = wanted.pop(raw.get("run_id"), None)
+                    if watched is not None:
+                        self._observe(watched, RunState.from_api(raw), final=True)
+                if not wanted:
+                    break
+        return list(wanted.values())
 
     def _observe_raw(self, watched: _Watched, raw: dict[str, Any]) -> bool:
         """Update from a list entry without building objects when nothing changed; True
