@@ -1,7 +1,7 @@
 """Asset factories: ``build_air_assets`` (a workflow as one subsettable multi-asset) and the
 ``@air_workload_asset`` decorator (the same, with a body the user writes)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Dagster reads the op signatures at runtime.
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
