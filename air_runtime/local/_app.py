@@ -823,17 +823,14 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
     app.include_router(public)
     app.include_router(admin)
     app.include_router(api)
-    injector = FaultInjector(app.router, options.faults, state.counters, state.request_log)
-    state.faults = injector
-    # The injector wraps everything but the error handling, so injected answers look real.
-    app.add_middleware(_InjectorMiddleware, injector=injector)
+    # Served as the outermost ASGI layer (see `asgi_app`), so a dropped connection really
+    # closes the socket and injected answers bypass the handlers entirely.
+    state.faults = FaultInjector(app, options.faults, state.counters, state.request_log)
     return app
 
 
-class _InjectorMiddleware:
-    def __init__(self, app: Any, injector: FaultInjector) -> None:
-        injector.app = app
-        self.injector = injector
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.injector(scope, receive, send)
+def asgi_app(app: FastAPI) -> FaultInjector:
+    """The app to serve: `app` behind its fault injector, counters and request log."""
+    injector = app.state.workspace.faults
+    assert isinstance(injector, FaultInjector)
+    return injector

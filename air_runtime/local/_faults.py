@@ -89,10 +89,6 @@ def normalize_faults(faults: Any) -> dict[str, Any]:
     return result
 
 
-class DroppedConnection(Exception):
-    """Raised to make the server close the connection without an answer."""
-
-
 class Counters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -261,10 +257,13 @@ async def _answer(send: Send, status: int, body: dict[str, Any], headers: dict[s
 
 async def _drop(send: Send) -> None:
     """Close the TCP connection without a byte of answer. uvicorn's `send` is a bound
-    method of the request cycle, which holds the transport; elsewhere, abort mid-answer."""
+    method of the request cycle, which holds the transport; elsewhere, start an answer
+    and never finish it, which makes the server abort the connection."""
     transport = getattr(getattr(send, "__self__", None), "transport", None)
     if transport is not None:
         transport.close()
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # let the server see the connection is gone
         return
-    raise DroppedConnection("injected dropped connection")
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]}
+    )

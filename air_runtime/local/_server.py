@@ -45,11 +45,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _uvicorn_config(options: WorkspaceOptions, data_dir: Path, log_level: str) -> uvicorn.Config:
-    from air_runtime.local._app import create_app
+    from air_runtime.local._app import asgi_app, create_app
 
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
     return uvicorn.Config(
-        create_app(options, data_dir),
+        asgi_app(create_app(options, data_dir)),
         http="h11",
         log_level=log_level,
         access_log=False,
