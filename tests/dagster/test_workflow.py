@@ -1,0 +1,127 @@
+"""Multi-stage workflows: one multi-asset, any subset of stages as one multi-task run."""
+
+from __future__ import annotations
+
+import dagster as dg
+import httpx
+from helpers import counters, failure_data, node_log, workload
+
+from air_runtime import AirClient
+from dagster_air import AirStage, build_air_assets
+
+
+def _pipeline(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    return build_air_assets(
+        [
+            AirStage(
+                key="generate",
+                workload=workload("generate", f'echo rollouts > "{shared}/rollouts.txt"\n'),
+            ),
+            AirStage(
+                key="train",
+                workload=workload(
+                    "train", f'cat "{shared}/rollouts.txt"\necho trained > "{shared}/model.txt"\n'
+                ),
+                depends_on=["generate"],
+            ),
+            AirStage(
+                key="evaluate",
+                workload=workload("evaluate", f'echo "evaluating $(cat "{shared}/model.txt")"\n'),
+                depends_on=["train"],
+            ),
+        ],
+        name="rl_pipeline",
+    )
+
+
+def _tasks(local_workspace, run_id):
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        return {t.task_key: t for t in client.get_run(run_id).tasks}
+
+
+def test_all_stages_run_as_one_multi_task_run(air_workspace, instance, local_workspace, tmp_path):
+    assets = _pipeline(tmp_path)
+    assert assets.can_subset
+    deps = {key.path[-1]: [d.path[-1] for d in assets.asset_deps[key]] for key in assets.keys}
+    assert deps == {"generate": [], "train": ["generate"], "evaluate": ["train"]}
+
+    result = dg.materialize([assets], resources={"air_workspace": air_workspace}, instance=instance)
+    assert result.success
+    mats = {m.asset_key.path[-1]: m for m in result.get_asset_materialization_events()}
+    assert set(mats) == {"generate", "train", "evaluate"}
+    run_ids = {m.materialization.metadata["dagster-air/run_id"].value for m in mats.values()}
+    assert len(run_ids) == 1
+    (run_id,) = run_ids
+    assert counters(local_workspace)["runs_created"] == 1
+
+    tasks = _tasks(local_workspace, run_id)
+    assert set(tasks) == {"generate", "train", "evaluate"}
+    assert all(t.is_success for t in tasks.values())
+    # Each stage's metadata points at its own task run.
+    for key, mat in mats.items():
+        assert mat.materialization.metadata["dagster-air/task_run_id"].value == tasks[key].run_id
+    assert "evaluating trained" in node_log(local_workspace, tasks["evaluate"].run_id)
+
+
+def test_a_subset_of_stages_runs_with_dependencies_among_the_selected(
+    air_workspace, instance, local_workspace, tmp_path
+):
+    assets = _pipeline(tmp_path)
+    (tmp_path / "shared" / "rollouts.txt").write_text("earlier rollouts\n")
+    result = dg.materialize(
+        [assets],
+        selection=["train", "evaluate"],
+        resources={"air_workspace": air_workspace},
+        instance=instance,
+    )
+    assert result.success
+    mats = {m.asset_key.path[-1]: m for m in result.get_asset_materialization_events()}
+    assert set(mats) == {"train", "evaluate"}
+    (run_id,) = {m.materialization.metadata["dagster-air/run_id"].value for m in mats.values()}
+    assert counters(local_workspace)["runs_created"] == 1
+
+    body = _raw_run(local_workspace, run_id)
+    assert body["run_name"] == "rl_pipeline"
+    depends = {
+        t["task_key"]: [d["task_key"] for d in t.get("depends_on", [])] for t in body["tasks"]
+    }
+    assert depends == {"train": [], "evaluate": ["train"]}
+    assert "earlier rollouts" in node_log(
+        local_workspace, _tasks(local_workspace, run_id)["train"].run_id
+    )
+
+
+def test_a_failed_stage_fails_the_step_after_recording_the_stages_that_succeeded(
+    air_workspace, instance, local_workspace, tmp_path
+):
+    assets = build_air_assets(
+        [
+            AirStage(key="first", workload=workload("first", "echo ok\n")),
+            AirStage(key="second", workload=workload("second", "exit 4\n"), depends_on=["first"]),
+        ],
+        name="two_stages",
+    )
+    result = dg.materialize(
+        [assets],
+        resources={"air_workspace": air_workspace},
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert [m.asset_key.path[-1] for m in result.get_asset_materialization_events()] == ["first"]
+    failure = failure_data(result).user_failure_data
+    assert "Failed task: second" in failure.description
+    assert "exit code 4" in failure.description
+
+
+def _raw_run(local_workspace, run_id):
+    """runs/get as the workspace answers it (with each task's depends_on)."""
+    response = httpx.get(
+        f"{local_workspace.host}/api/2.2/jobs/runs/get",
+        params={"run_id": run_id},
+        headers={"Authorization": f"Bearer {local_workspace.token}"},
+    )
+    response.raise_for_status()
+    return response.json()
