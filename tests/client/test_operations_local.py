@@ -1,0 +1,138 @@
+"""Async twin, logs, code snapshots, images, secrets and the CLI against the local workspace."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from air_runtime import AirClient, AsyncAirClient, build_plan, load_workload
+from air_runtime._errors import ConfigurationError
+from air_runtime.cli import main as airo
+
+
+def _workload(name: str, command: str, **extra):
+    return load_workload(
+        {
+            "experiment_name": name,
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "command": command,
+            **extra,
+        }
+    )
+
+
+async def test_async_twin_submits_waits_and_streams_logs(workspace_factory):
+    ws = workspace_factory()
+    async with AsyncAirClient(ws.host, ws.token) as client:
+        run = await client.submit_workload(
+            _workload("twin", "for i in 1 2 3; do echo line $i; sleep 0.2; done")
+        )
+        followed = [r.body async for r in client.iter_logs(run.run_id, follow=True)]
+        state = await client.wait(run.run_id, poll_interval=0.2)
+    assert state.is_success
+    lines = [b for b in followed if b.startswith("line")]
+    assert lines == ["line 1", "line 2", "line 3"]  # followed live, each record once
+
+
+def test_code_snapshot_is_uploaded_and_unpacked(workspace_factory, tmp_path: Path):
+    ws = workspace_factory()
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "train.py").write_text("print('trained from snapshot')\n")
+    (project / "pkg" / "__pycache__").mkdir()
+    (project / "pkg" / "__pycache__" / "junk.pyc").write_bytes(b"x")
+    (project / "job.yaml").write_text(
+        "experiment_name: snap\n"
+        "compute: {accelerator_type: GPU_1xA10, num_accelerators: 1}\n"
+        "code_source: {root_path: .}\n"
+        'command: python3 "$CODE_SOURCE_PATH/pkg/train.py"\n'
+    )
+    with AirClient(ws.host, ws.token) as client:
+        run = client.submit_workload(load_workload(str(project / "job.yaml")))
+        state = client.wait(run.run_id, poll_interval=0.2)
+        client.raise_for_failure(state)
+        assert "trained from snapshot" in [r.body for r in client.iter_logs(run.run_id)]
+
+
+def test_public_and_private_image_registration(workspace_factory, tmp_path, monkeypatch):
+    ws = workspace_factory(
+        private_images={"docker.io/acme/private": {"user": "bob", "password": "pw-42"}}
+    )
+    docker_dir = tmp_path / "docker"
+    docker_dir.mkdir()
+    auth = base64.b64encode(b"bob:pw-42").decode()
+    (docker_dir / "config.json").write_text(
+        json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": auth}}})
+    )
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_dir))
+    with AirClient(ws.host, ws.token) as client:
+        public = client.register_image("ubuntu")
+        assert public.docker_image_url == "docker.io/library/ubuntu:latest"
+        assert client.wait_for_image("ubuntu", poll_interval=0.1).is_available
+        private = client.register_image("acme/private:1")
+        ready = client.wait_for_image("acme/private:1", poll_interval=0.1)
+        assert ready.is_available, ready
+        # Already AVAILABLE: nothing registered again unless refreshed.
+        assert client.register_image("acme/private:1").is_available
+    assert private.docker_image_url == "docker.io/acme/private:1"
+    scope = "docker-credentials-local-user@example.com"
+    request_log = ws.admin.request_log(limit=10_000)
+    assert any("secrets/put" in e.get("path", "") for e in request_log)
+    assert "pw-42" not in json.dumps(request_log)
+    stored = httpx.get(
+        f"{ws.host}/api/2.0/secrets/list",
+        params={"scope": scope},
+        headers={"Authorization": f"Bearer {ws.token}"},
+    ).json()
+    assert [s["key"] for s in stored["secrets"]] == ["docker.io-bob-docker-config"]
+
+
+def test_unregistered_image_fails_before_upload_naming_the_command(workspace_factory):
+    ws = workspace_factory()
+    workload = _workload(
+        "img", "/app/run.sh", environment={"docker_image": {"url": "acme/never:2"}}
+    )
+    with AirClient(ws.host, ws.token) as client:
+        plan = build_plan(workload, user_name=client.whoami().user_name)
+        with pytest.raises(ConfigurationError) as caught:
+            client.submit(plan)
+    assert "airo images register docker.io/acme/never:2" in str(caught.value)
+    assert "AirRegisterImageOperator" in str(caught.value)
+    assert ws.admin.counters()["requests"].get("workspace-files/import-file", 0) == 0
+
+
+def test_secret_scope_creation_is_idempotent(workspace_factory):
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        client.ensure_secret_scope("team")
+        client.ensure_secret_scope("team")
+        refs = client.materialize_secrets({"A B": "1", "x" * 200: "2"}, scope="team")
+    assert refs["A B"] == "team/A_B"
+    assert len(refs["x" * 200].split("/", 1)[1]) <= 128
+
+
+def test_cli_run_wait_logs_cancel(workspace_factory, tmp_path: Path, capsys):
+    ws = workspace_factory()
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "experiment_name: cli\n"
+        "compute: {accelerator_type: GPU_1xA10, num_accelerators: 1}\n"
+        "command: echo from-cli $GREETING\n"
+        "env_variables: {GREETING: hi}\n"
+    )
+    auth = ["--host", ws.host, "--token", ws.token]
+    assert airo(["run", str(job), "--wait", "--override", "env_variables.GREETING=yo", *auth]) == 0
+    out = capsys.readouterr().out
+    run_id = int(out.split()[1].rstrip(":"))
+    assert airo(["logs", str(run_id), *auth]) == 0
+    assert "from-cli yo" in capsys.readouterr().out
+    job.write_text(job.read_text().replace("echo from-cli $GREETING", "sleep 30"))
+    assert airo(["run", str(job), *auth]) == 0
+    long_id = int(capsys.readouterr().out.split()[1].rstrip(":"))
+    assert airo(["cancel", str(long_id), *auth]) == 0
+    with AirClient(ws.host, ws.token) as client:
+        assert client.wait(long_id, poll_interval=0.2).result_state == "CANCELED"
