@@ -136,3 +136,14 @@ def test_cli_run_wait_logs_cancel(workspace_factory, tmp_path: Path, capsys):
     assert airo(["cancel", str(long_id), *auth]) == 0
     with AirClient(ws.host, ws.token) as client:
         assert client.wait(long_id, poll_interval=0.2).result_state == "CANCELED"
+
+
+def test_without_host_the_databricks_sdk_config_chain_is_used(workspace_factory, monkeypatch):
+    ws = workspace_factory()
+    monkeypatch.setenv("DATABRICKS_HOST", ws.host)
+    monkeypatch.setenv("DATABRICKS_TOKEN", ws.token)
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", "/nonexistent/.databrickscfg")
+    with AirClient() as client:
+        assert client.host == ws.host
+        assert "databricks-sdk config" in client.credentials.source
+        assert client.whoami().user_name == "local-user@example.com"
