@@ -262,6 +262,8 @@ def load_workload(
         normalized = checker.workload(raw)
         problems.extend(checker.problems)
         if problems or normalized is None:
+            # in file order, so the list reads top to bottom; located problems first
+            problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
             raise WorkloadError(problems, label)
         if text is None or items:
             text = dump_yaml(raw)

@@ -20,8 +20,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from air_runtime._errors import Problem
 
 MAX_BYTES = 1024 * 1024
-# Nodes built, counting each alias expansion again; real workloads have a few hundred.
-MAX_NODES = 50_000
+# Values built from the document (bounded by its size anyway) and values built again by
+# expanding an alias: real workloads have a few hundred of each, a "billion laughs" has 10^9.
+MAX_NODES = 500_000
+MAX_ALIAS_NODES = 10_000
 MAX_DEPTH = 64
 
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -34,6 +36,9 @@ _LITERAL_PATHS = re.compile(
 )
 
 Mark = tuple[int, int]
+
+# libyaml's parser when present: the pure-Python one takes seconds on a 1 MiB document.
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def is_literal_path(path: str) -> bool:
@@ -69,23 +74,32 @@ def _mark(node: Node) -> Mark:
 
 
 class _Builder:
-    def __init__(self, loader: yaml.SafeLoader, keep_literal: Callable[[str], bool]) -> None:
+    def __init__(self, loader: Any, keep_literal: Callable[[str], bool]) -> None:
         self.loader = loader
         self.keep_literal = keep_literal
         self.count = 0
+        self.alias_count = 0
+        self.seen: set[int] = set()
         self.marks = SourceMarks()
 
     def fail(self, node: Node, path: str, message: str, hint: str | None = None) -> None:
         line, column = _mark(node)
         raise YamlLoadError(Problem(path, message, hint, line, column))
 
-    def build(self, node: Node, path: str, depth: int) -> Any:
+    def build(self, node: Node, path: str, depth: int, in_alias: bool = False) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
+        if in_alias or id(node) in self.seen:
+            in_alias = True
+            self.alias_count += 1
+        else:
+            self.seen.add(id(node))
+        if self.count > MAX_NODES or self.alias_count > MAX_ALIAS_NODES:
             self.fail(
                 node,
                 path,
-                f"the document expands to more than {MAX_NODES} values (aliases included)",
+                f"the document expands to more than {MAX_ALIAS_NODES} values through aliases"
+                if self.alias_count > MAX_ALIAS_NODES
+                else f"the document has more than {MAX_NODES} values",
                 "remove the nested anchors/aliases; a workload needs only a few hundred values",
             )
         if depth > MAX_DEPTH:
@@ -102,12 +116,13 @@ class _Builder:
             if node.tag != _SEQ_TAG:
                 self.fail(node, path, f"unsupported YAML tag {node.tag!r}", "remove the tag")
             return [
-                self.build(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
+                self.build(item, f"{path}[{i}]", depth + 1, in_alias)
+                for i, item in enumerate(node.value)
             ]
         if isinstance(node, MappingNode):
             if node.tag != _MAP_TAG:
                 self.fail(node, path, f"unsupported YAML tag {node.tag!r}", "remove the tag")
-            return self.mapping(node, path, depth)
+            return self.mapping(node, path, depth, in_alias)
         self.fail(node, path, "unsupported YAML node")  # pragma: no cover
         return None  # pragma: no cover
 
@@ -127,7 +142,7 @@ class _Builder:
             self.fail(node, path, f"cannot read this value: {exc}")
         return None  # pragma: no cover
 
-    def mapping(self, node: MappingNode, path: str, depth: int) -> dict[Any, Any]:
+    def mapping(self, node: MappingNode, path: str, depth: int, in_alias: bool) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
         merged: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -135,7 +150,7 @@ class _Builder:
                 # `<<: *base` merges; built through `build` so expansions are counted.
                 sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
                 for source in sources:
-                    value = self.build(source, path, depth + 1)
+                    value = self.build(source, path, depth + 1, in_alias)
                     if not isinstance(value, dict):
                         self.fail(source, path, "a merge key (<<) must refer to a mapping")
                     for k, v in value.items():
@@ -160,7 +175,7 @@ class _Builder:
             if key in result:
                 self.fail(key_node, sub, f"duplicate key {key!r}", "keep only one of them")
             self.marks.keys.setdefault(sub, _mark(key_node))
-            result[key] = self.build(value_node, sub, depth + 1)
+            result[key] = self.build(value_node, sub, depth + 1, in_alias)
         for k, v in merged.items():
             result.setdefault(k, v)
         return result
@@ -198,7 +213,7 @@ def load_yaml_text(
                 "keep the YAML small: move large data into code_source or a volume",
             )
         )
-    loader = yaml.SafeLoader(text)
+    loader = _SafeLoader(text)
     try:
         try:
             node = loader.get_single_node()
