@@ -24,8 +24,9 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
     """NAME -> value from the process environment; a missing variable is a config error."""
     values: dict[str, str] = {}
     missing: list[str] = []
-    for name, variable in secret_env.items():
-        value = os.environ.get(str(variable))
+    for name, source in secret_env.items():
+        variable = env_var_name(source)
+        value = os.environ.get(variable)
         if value is None or value == "":
             missing.append(f"{name} (from environment variable {variable})")
         else:
@@ -38,6 +39,11 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
             allow_retries=False,
         )
     return values
+
+
+def env_var_name(source: str) -> str:
+    """The variable a ``secret_env`` value names (``dg.EnvVar`` refuses ``str()``)."""
+    return source.env_var_name if isinstance(source, dg.EnvVar) else str(source)
 
 
 class Redactor:
