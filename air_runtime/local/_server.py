@@ -40,7 +40,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.set_inheritable(True)
     return sock
 
 
@@ -51,6 +50,7 @@ def _uvicorn_config(options: WorkspaceOptions, data_dir: Path, log_level: str) -
     return uvicorn.Config(
         asgi_app(create_app(options, data_dir)),
         http="h11",
+        loop="asyncio",  # uvloop lets ranks inherit the listening socket
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=3,

@@ -71,13 +71,22 @@ class Workloads:
             "experiment": key,
             "deployments": [
                 {
-                    "compute": {"accelerator_type": accelerator, "accelerator_count": nodes * per_node},
+                    "compute": {
+                        "accelerator_type": accelerator,
+                        "accelerator_count": nodes * per_node,
+                    },
                     "command_path": f"{folder}/command.sh",
                 }
             ],
         }
         ai_task.update(fields.pop("ai_runtime_task", {}))
-        return {"task_key": key, "run_if": "ALL_SUCCESS", "max_retries": 0, "ai_runtime_task": ai_task, **fields}
+        return {
+            "task_key": key,
+            "run_if": "ALL_SUCCESS",
+            "max_retries": 0,
+            "ai_runtime_task": ai_task,
+            **fields,
+        }
 
     def containers_task(
         self, containers: list[dict[str, Any]], *, key: str = "exp", nodes: int = 2, **fields: Any
@@ -145,7 +154,9 @@ class Workloads:
             run = self.get(run_id)
             if run["state"]["life_cycle_state"] == life_cycle_state:
                 return run
-            assert time.monotonic() < deadline, f"run {run_id} never {life_cycle_state}: {run['state']}"
+            assert time.monotonic() < deadline, (
+                f"run {run_id} never {life_cycle_state}: {run['state']}"
+            )
             time.sleep(0.05)
 
     def logs(self, run_id: int, node: int = 0) -> list[str]:

@@ -131,9 +131,7 @@ def test_two_containers_talk_over_master_address(workloads: Workloads) -> None:
     assert any("does not pull images" in line for line in workloads.logs(run["run_id"], 0))
 
 
-def test_failing_rank_fails_the_run_and_stops_the_others(
-    workloads: Workloads, tmp_path
-) -> None:
+def test_failing_rank_fails_the_run_and_stops_the_others(workloads: Workloads, tmp_path) -> None:
     pid_file = tmp_path / "sleeper.pid"
     command = (
         f'if [ "$POD_RANK" = 1 ]; then sleep 0.5; echo boom >&2; exit 3; fi\n'
@@ -223,7 +221,10 @@ def test_retries_are_bounded_and_timeouts_retried_only_when_asked(workloads: Wor
     run = workloads.wait(workloads.submit(timing_out), timeout=20)
     assert len(run["tasks"]) == 1 and run["state"]["result_state"] == "TIMEDOUT"
     retried = workloads.command_task(
-        "sleep 10", max_retries=1, timeout_seconds=1, retry_on_timeout=True,
+        "sleep 10",
+        max_retries=1,
+        timeout_seconds=1,
+        retry_on_timeout=True,
         min_retry_interval_millis=10,
     )
     run = workloads.wait(workloads.submit(retried), timeout=20)
@@ -240,7 +241,9 @@ def test_missing_secret_fails_the_task_with_a_clear_error(workloads: Workloads) 
 
 def test_missing_command_file_fails_the_task(workloads: Workloads) -> None:
     task = workloads.command_task("echo hi")
-    task["ai_runtime_task"]["deployments"][0]["command_path"] = "/Workspace/Users/x/missing/command.sh"
+    task["ai_runtime_task"]["deployments"][0]["command_path"] = (
+        "/Workspace/Users/x/missing/command.sh"
+    )
     run = workloads.wait(workloads.submit(task))
     assert run["state"]["result_state"] == "FAILED"
     assert "does not exist" in run["tasks"][0]["state"]["state_message"]

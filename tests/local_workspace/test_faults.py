@@ -15,9 +15,13 @@ from tests.local_workspace.conftest import Workloads
 ME = "/api/2.0/preview/scim/v2/Me"
 
 
-def test_faults_are_off_by_default_and_set_through_admin(local_workspace, api: httpx.Client) -> None:
+def test_faults_are_off_by_default_and_set_through_admin(
+    local_workspace, api: httpx.Client
+) -> None:
     assert local_workspace.admin.faults() == {}
-    local_workspace.admin.set_faults({"seed": 3, "preview/scim/v2/Me": {"rate_429": 1.0, "retry_after_s": 2}})
+    local_workspace.admin.set_faults(
+        {"seed": 3, "preview/scim/v2/Me": {"rate_429": 1.0, "retry_after_s": 2}}
+    )
     limited = api.get(ME)
     assert limited.status_code == 429
     assert limited.headers["Retry-After"] == "2"
@@ -67,11 +71,16 @@ def test_submit_response_lost_still_creates_the_run(
 
 
 def test_latency_and_seeded_shares(tmp_path) -> None:
-    faults = {"seed": 11, "secrets/scopes/list": {"rate_429": 0.3, "rate_5xx": 0.2, "latency_ms": 20}}
+    faults = {
+        "seed": 11,
+        "secrets/scopes/list": {"rate_429": 0.3, "rate_5xx": 0.2, "latency_ms": 20},
+    }
     outcomes = []
     for run in range(2):
         ws = start_local_workspace(data_dir=tmp_path / f"w{run}", faults=faults)
-        with httpx.Client(base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}) as client:
+        with httpx.Client(
+            base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}
+        ) as client:
             started = time.monotonic()
             codes = [client.get("/api/2.0/secrets/scopes/list").status_code for _ in range(40)]
             elapsed = time.monotonic() - started
@@ -84,10 +93,15 @@ def test_latency_and_seeded_shares(tmp_path) -> None:
 
 def test_request_log_never_holds_tokens_or_bodies(local_workspace, api: httpx.Client) -> None:
     api.post("/api/2.0/secrets/scopes/create", json={"scope": "log-test"})
-    api.post("/api/2.0/secrets/put", json={"scope": "log-test", "key": "k", "string_value": "TOPSECRETVALUE"})
+    api.post(
+        "/api/2.0/secrets/put",
+        json={"scope": "log-test", "key": "k", "string_value": "TOPSECRETVALUE"},
+    )
     api.get("/api/2.0/secrets/list", params={"scope": "log-test", "access_token": "abc123"})
     entries = local_workspace.admin.request_log()
-    assert {"method": "POST", "path": "/api/2.0/secrets/put", "status": 200}.items() <= entries[-2].items()
+    assert {"method": "POST", "path": "/api/2.0/secrets/put", "status": 200}.items() <= entries[
+        -2
+    ].items()
     assert "access_token=REDACTED" in entries[-1]["query"]
     on_disk = (local_workspace.data_dir / "request_log.jsonl").read_text()
     for text in (json.dumps(entries), on_disk):

@@ -50,11 +50,15 @@ def test_public_image_becomes_available(api: httpx.Client) -> None:
     api.post(REGISTER, json={"docker_image_url": "docker.io/acme/public:1"}).raise_for_status()
     again = _wait_final(api, "docker.io/acme/public:1")
     assert again["manifest_sha256"] != final["manifest_sha256"]
-    assert api.get(ACCESS, params={"docker_image_url": "acme/public:1"}).json() == {"publicly_accessible": True}
+    assert api.get(ACCESS, params={"docker_image_url": "acme/public:1"}).json() == {
+        "publicly_accessible": True
+    }
 
 
 def test_only_docker_hub(api: httpx.Client) -> None:
-    response = api.post(REGISTER, json={"docker_image_url": "123.dkr.ecr.us-east-1.amazonaws.com/x:1"})
+    response = api.post(
+        REGISTER, json={"docker_image_url": "123.dkr.ecr.us-east-1.amazonaws.com/x:1"}
+    )
     assert response.status_code == 400
     assert "Docker Hub" in response.json()["message"]
     half = api.post(REGISTER, json={"docker_image_url": "acme/x:1", "credentials_scope": "s"})
@@ -63,21 +67,43 @@ def test_only_docker_hub(api: httpx.Client) -> None:
 
 def test_private_image_needs_the_right_credentials(api: httpx.Client) -> None:
     url = "docker.io/acme/private:2"
-    assert api.get(ACCESS, params={"docker_image_url": url}).json() == {"publicly_accessible": False}
+    assert api.get(ACCESS, params={"docker_image_url": url}).json() == {
+        "publicly_accessible": False
+    }
     api.post(REGISTER, json={"docker_image_url": url}).raise_for_status()
     failed = _wait_final(api, url)
     assert failed["state"] == "FAILED" and "private" in failed["status_message"]
     assert "manifest_sha256" not in failed
     api.post("/api/2.0/secrets/scopes/create", json={"scope": "docker-credentials-u"})
     wrong = base64.b64encode(b"acme:nope").decode()
-    api.post("/api/2.0/secrets/put", json={"scope": "docker-credentials-u", "key": "k", "string_value": wrong})
-    api.post(REGISTER, json={"docker_image_url": url, "credentials_scope": "docker-credentials-u", "credentials_key": "k"})
+    api.post(
+        "/api/2.0/secrets/put",
+        json={"scope": "docker-credentials-u", "key": "k", "string_value": wrong},
+    )
+    api.post(
+        REGISTER,
+        json={
+            "docker_image_url": url,
+            "credentials_scope": "docker-credentials-u",
+            "credentials_key": "k",
+        },
+    )
     refused = _wait_final(api, url)
     assert refused["state"] == "FAILED" and "docker-credentials-u/k" in refused["status_message"]
     assert "nope" not in refused["status_message"]
     right = base64.b64encode(b"acme:pw").decode()
-    api.post("/api/2.0/secrets/put", json={"scope": "docker-credentials-u", "key": "k", "string_value": right})
-    api.post(REGISTER, json={"docker_image_url": url, "credentials_scope": "docker-credentials-u", "credentials_key": "k"})
+    api.post(
+        "/api/2.0/secrets/put",
+        json={"scope": "docker-credentials-u", "key": "k", "string_value": right},
+    )
+    api.post(
+        REGISTER,
+        json={
+            "docker_image_url": url,
+            "credentials_scope": "docker-credentials-u",
+            "credentials_key": "k",
+        },
+    )
     assert _wait_final(api, url)["state"] == "AVAILABLE"
 
 
@@ -87,8 +113,12 @@ def test_submit_needs_an_available_image(api: httpx.Client) -> None:
         "ai_runtime_task": {
             "experiment": "img",
             "docker_image_url": "docker.io/acme/unregistered:1",
-            "deployments": [{"compute": {"accelerator_type": "GPU_1xA10", "accelerator_count": 1},
-                             "command_path": "/Workspace/Users/u/x/command.sh"}],
+            "deployments": [
+                {
+                    "compute": {"accelerator_type": "GPU_1xA10", "accelerator_count": 1},
+                    "command_path": "/Workspace/Users/u/x/command.sh",
+                }
+            ],
         },
     }
     response = api.post("/api/2.2/jobs/runs/submit", json={"run_name": "img", "tasks": [task]})
