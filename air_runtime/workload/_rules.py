@@ -254,7 +254,7 @@ class Checker:
                 "one of command or containers is required",
                 "add command: <shell script> (or a containers list)",
             )
-        if "command" in data:
+        if has_command:
             command = self.command(data["command"], "command")
             if command is not None:
                 out["command"] = command
@@ -363,7 +363,7 @@ class Checker:
                         "compute.num_accelerators",
                         f"compute.num_accelerators for {out['accelerator_type']} must be a "
                         f"multiple of {gpus}, got {count}",
-                        f"use {max(gpus, count - count % gpus)} or {count - count % gpus + gpus}",
+                        self._multiples_hint(count, gpus),
                     )
                 else:
                     out["num_accelerators"] = count
@@ -400,6 +400,12 @@ class Checker:
         if "accelerator_type" in out and "num_accelerators" in out:
             return out
         return None
+
+    @staticmethod
+    def _multiples_hint(count: int, gpus: int) -> str:
+        lower = count - count % gpus
+        choices = [lower, lower + gpus] if lower else [gpus]
+        return "use " + " or ".join(str(c) for c in choices) + f" ({gpus} GPUs per node)"
 
     def environment(self, raw: Any, has_containers: bool) -> dict[str, Any] | None:
         if raw is None:

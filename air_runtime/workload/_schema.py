@@ -55,7 +55,6 @@ def workload_json_schema() -> dict[str, Any]:
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/air-orchestration/air-orchestration/workload.schema.json",
         "title": "Databricks AI Runtime workload",
         **_obj(
             {

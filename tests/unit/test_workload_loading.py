@@ -129,7 +129,7 @@ def test_billion_laughs_is_refused_fast() -> None:
     bomb = "\n".join(lines) + "\n"
     start = time.perf_counter()
     problem = only_problem(bomb)
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 1.0
     assert "expands to more than" in problem.message
 
 
@@ -140,7 +140,7 @@ def test_merge_key_bomb_is_refused_fast() -> None:
         lines.append(f"a{i}: &a{i} {{<<: [{merges}], z{i}: 1}}")
     start = time.perf_counter()
     problems_of("\n".join(lines))
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 1.0
 
 
 def test_merge_keys_work() -> None:
