@@ -219,6 +219,9 @@ def load_workload(
     text, or a mapping of the same structure. ``overrides`` are dotted paths applied to the
     raw mapping before validation: ``{"compute.num_accelerators": 16}`` or
     ``["compute.num_accelerators=16"]`` (values of the ``K=V`` form are YAML scalars).
+
+    ``source_text`` (uploaded as training_config.yaml) is the text as given; for a mapping,
+    or when overrides changed the text, it is the YAML dump of what was validated.
     """
     label: str | None = None
     try:
