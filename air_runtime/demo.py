@@ -140,7 +140,9 @@ class Demo:
             c.line(f"  serving the Databricks REST API at {workspace.host}")
             client = AirClient(workspace.host, workspace.token)
             try:
-                self._store_placeholder_secrets(client)
+                stored = store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
+                if stored:
+                    c.line(f"  stored placeholder secrets for {', '.join(stored)}")
                 runners: dict[str, Callable[[], StageOutcome]] = {
                     "client": lambda: self._run_with_client(client),
                     "airflow": lambda: self._run_with_airflow(workspace.host, workspace.token),
@@ -171,19 +173,6 @@ class Demo:
         return 0 if ok else 1
 
     # -- stages --------------------------------------------------------------------------
-
-    def _store_placeholder_secrets(self, client: AirClient) -> None:
-        refs = {
-            str(ref)
-            for path in (TRAIN_YAML, EVALUATE_YAML)
-            for ref in load_workload(path).secrets.values()
-        }
-        for ref in sorted(refs):
-            scope, key = ref.split("/", 1)
-            client.ensure_secret_scope(scope)
-            client.put_secret(scope, key, PLACEHOLDER_SECRET)
-        if refs:
-            self.console.line(f"  stored placeholder secrets for {', '.join(sorted(refs))}")
 
     def _run_with_client(self, client: AirClient) -> StageOutcome:
         self.console.heading("Python client: one multi-task run (train -> evaluate)")
@@ -357,6 +346,16 @@ def _node_labels(spec: dict[str, Any]) -> list[tuple[int, str]]:
     count = int((deployment.get("compute") or {}).get("accelerator_count") or 1)
     gpus = GPUS_PER_NODE.get(str((deployment.get("compute") or {}).get("accelerator_type")), 1)
     return [(rank, f"node {rank}") for rank in range(max(1, count // gpus))]
+
+
+def store_placeholder_secrets(client: AirClient, workload_files: Sequence[Path]) -> list[str]:
+    """Give every secret the workloads reference a harmless value, so they can start."""
+    refs = sorted({str(ref) for p in workload_files for ref in load_workload(p).secrets.values()})
+    for ref in refs:
+        scope, key = ref.split("/", 1)
+        client.ensure_secret_scope(scope)
+        client.put_secret(scope, key, PLACEHOLDER_SECRET)
+    return refs
 
 
 def _run_bounded(

@@ -1,0 +1,55 @@
+"""Fixtures of the deployment tests: a local workspace and the local database services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from managed_process import require_services
+
+from air_runtime.client import AirClient
+from air_runtime.demo import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
+from air_runtime.local import LocalWorkspace, start_local_workspace
+
+POSTGRES = "postgresql://postgres@127.0.0.1:5432"
+REDIS = "redis://127.0.0.1:6379"
+
+
+def _postgres_up() -> None:
+    import psycopg2
+
+    psycopg2.connect(f"{POSTGRES}/postgres", connect_timeout=3).close()
+
+
+def _redis_up() -> None:
+    import redis
+
+    redis.Redis.from_url(f"{REDIS}/0", socket_connect_timeout=3).ping()
+
+
+@pytest.fixture
+def postgres() -> str:
+    require_services(("PostgreSQL at 127.0.0.1:5432", _postgres_up))
+    return POSTGRES
+
+
+@pytest.fixture
+def redis_url() -> str:
+    require_services(("Redis at 127.0.0.1:6379", _redis_up))
+    return REDIS
+
+
+@pytest.fixture
+def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
+    # Images take a few seconds to become available, as on the platform (where it is minutes).
+    with start_local_workspace(data_dir=tmp_path / "workspace", image_delay_s=6.0) as workspace:
+        with AirClient(workspace.host, workspace.token) as client:
+            store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
+        yield workspace
+
+
+@pytest.fixture
+def workspace_client(local_workspace: LocalWorkspace) -> Iterator[AirClient]:
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        yield client

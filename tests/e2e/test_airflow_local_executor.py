@@ -1,0 +1,72 @@
+"""Airflow 3 with the LocalExecutor on PostgreSQL: scheduler, triggerer, DAG processor and
+API server as separate processes, driven only through the REST API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from airflow_deployment import (
+    E2E_DIR,
+    REPO_ROOT,
+    AirflowDeployment,
+    DeferralObserver,
+    airflow_connection_env,
+    check_air_task_instances,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+
+PARALLELISM = 4
+FANOUT_DAG = "air_fanout_20"
+FANOUT_WIDTH = 20
+
+
+def test_rl_pipeline_and_twenty_deferred_runs(
+    tmp_path: Path, postgres: str, local_workspace, workspace_client
+) -> None:
+    deployment = AirflowDeployment(
+        tmp_path,
+        executor="LocalExecutor",
+        database_dsn=f"{postgres}/airo_airflow",
+        dag_folders={"project": REPO_ROOT / "dags", "e2e": E2E_DIR / "dags"},
+        extra_env=airflow_connection_env(local_workspace),
+        parallelism=PARALLELISM,
+    )
+    try:
+        deployment.migrate()
+        deployment.start()
+        deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG])
+
+        fanout_run = deployment.trigger(FANOUT_DAG)
+        rl_run = deployment.trigger("rl_pipeline")
+        observer = DeferralObserver(deployment, FANOUT_DAG, fanout_run)
+        states = deployment.wait_for_runs(
+            [(FANOUT_DAG, fanout_run), ("rl_pipeline", rl_run)], timeout=300, on_poll=observer.poll
+        )
+        final = {k: v["state"] for k, v in states.items()}
+        assert set(final.values()) == {"success"}, deployment.diagnose(list(final))
+
+        # More runs waited at once than the executor has slots: the triggerer held them.
+        assert observer.max_deferred > PARALLELISM, vars(observer)
+        assert observer.max_running <= PARALLELISM, vars(observer)
+        assert observer.trigger_classpaths == {"airflow_air.triggers.AirRunTrigger"}
+        triggerers = deployment.api("GET", "/jobs", params={"job_type": "TriggererJob"})["jobs"]
+        assert observer.triggerer_ids, "no deferred task was ever claimed by a triggerer"
+        assert observer.triggerer_ids <= {j["id"] for j in triggerers}, vars(observer)
+        assert len(observer.deferred_task_ids) == FANOUT_WIDTH, vars(observer)
+
+        fanout_remote = check_air_task_instances(
+            deployment, FANOUT_DAG, fanout_run, workspace_client
+        )
+        assert len(fanout_remote) == FANOUT_WIDTH
+        assert len(set(fanout_remote.values())) == FANOUT_WIDTH  # one remote run per task
+
+        rl_remote = check_air_task_instances(deployment, "rl_pipeline", rl_run, workspace_client)
+        assert rl_remote, "rl_pipeline pushed no AI Runtime run id"
+        for remote_id in set(rl_remote.values()):
+            run = workspace_client.get_run(remote_id)
+            assert run.is_success and run.tasks, run
+            assert all(t.result_state == "SUCCESS" for t in run.tasks), run
+    finally:
+        deployment.stop()
