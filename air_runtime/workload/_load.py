@@ -178,8 +178,19 @@ class _ReadableDumper(yaml.SafeDumper):
     """Writes multi-line strings (commands) as ``|`` blocks, the way people write them."""
 
 
+_LINE_BREAKS_OTHER_THAN_NEWLINE = ("\r", "\x85", "\u2028", "\u2029")
+
+
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    # Double quotes escape every character, so YAML line breaks other than "\n" survive.
+    style: str | None = None
+    if (
+        any(ch in value for ch in _LINE_BREAKS_OTHER_THAN_NEWLINE)
+        or not value.replace("\n", "").isprintable()
+    ):
+        style = '"'
+    elif "\n" in value:
+        style = "|"
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

@@ -275,6 +275,9 @@ def test_dict_source_text_is_yaml_dump() -> None:
     w = load_workload(minimal(command="echo a\necho b\n"))
     assert "command: |" in w.source_text
     assert load_workload(w.source_text).command == "echo a\necho b\n"
+    for odd in ("0\x85", "a\tb\nc", "x\r\ny", "trailing  \nspace  \n"):
+        assert load_workload(minimal(command=odd)).source_text
+        assert load_workload(load_workload(minimal(command=odd)).source_text).command == odd
 
 
 def test_lint_relative_path_with_docker_image() -> None:
