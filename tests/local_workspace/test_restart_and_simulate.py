@@ -15,11 +15,15 @@ def test_restart_mid_run_keeps_history_and_fails_the_interrupted_run(tmp_path) -
     ws = start_local_workspace(data_dir=tmp_path / "ws", in_process=False, token="restart-token")
     try:
         assert ws.pid is not None
-        client = httpx.Client(base_url=ws.host, headers={"Authorization": "Bearer restart-token"}, timeout=30)
+        client = httpx.Client(
+            base_url=ws.host, headers={"Authorization": "Bearer restart-token"}, timeout=30
+        )
         workloads = Workloads(ws, client)
         pid_file = tmp_path / "rank.pid"
         finished = workloads.wait(workloads.submit(workloads.command_task("echo before")))
-        live = workloads.submit(workloads.command_task(f"echo $$ > {pid_file}; exec sleep 120"), token="keep-me")
+        live = workloads.submit(
+            workloads.command_task(f"echo $$ > {pid_file}; exec sleep 120"), token="keep-me"
+        )
         workloads.wait_for(live, "RUNNING")
         while not pid_file.exists():
             time.sleep(0.05)
@@ -28,7 +32,9 @@ def test_restart_mid_run_keeps_history_and_fails_the_interrupted_run(tmp_path) -
         ws.kill()  # a crash: the rank is orphaned
         ws.restart()
         assert ws.host == host
-        client = httpx.Client(base_url=ws.host, headers={"Authorization": "Bearer restart-token"}, timeout=30)
+        client = httpx.Client(
+            base_url=ws.host, headers={"Authorization": "Bearer restart-token"}, timeout=30
+        )
         workloads = Workloads(ws, client)
         assert workloads.get(finished["run_id"])["state"]["result_state"] == "SUCCESS"
         assert workloads.logs(finished["run_id"]) == ["before"]
@@ -70,7 +76,9 @@ def test_simulate_mode_timeline_and_per_run_override(tmp_path) -> None:
         assert workloads.get(held)["state"]["life_cycle_state"] == "PENDING"
         workloads.wait_for(held, "RUNNING")
         short = workloads.submit(
-            workloads.command_task("x", key="short", env={"AIRO_SIMULATE": "pending_s=0,running_s=0.3,result=FAILED"})
+            workloads.command_task(
+                "x", key="short", env={"AIRO_SIMULATE": "pending_s=0,running_s=0.3,result=FAILED"}
+            )
         )
         run = workloads.wait(short, timeout=10)
         assert run["state"]["result_state"] == "FAILED"
@@ -78,14 +86,21 @@ def test_simulate_mode_timeline_and_per_run_override(tmp_path) -> None:
         client.post("/api/2.2/jobs/runs/cancel", json={"run_id": held}).raise_for_status()
         assert workloads.wait(held)["state"]["result_state"] == "CANCELED"
         ws.admin.set_simulation(running_s=0.1, pending_s=0)
-        assert workloads.wait(workloads.submit(workloads.command_task("x", key="quick")))["state"]["result_state"] == "SUCCESS"
+        assert (
+            workloads.wait(workloads.submit(workloads.command_task("x", key="quick")))["state"][
+                "result_state"
+            ]
+            == "SUCCESS"
+        )
     finally:
         ws.stop()
 
 
 def test_thousand_running_runs_and_active_only_listing(tmp_path) -> None:
     ws = start_local_workspace(
-        data_dir=tmp_path / "ws", mode="simulate", simulate={"pending_s": 0, "running_s": 3600, "result": "SUCCESS"}
+        data_dir=tmp_path / "ws",
+        mode="simulate",
+        simulate={"pending_s": 0, "running_s": 3600, "result": "SUCCESS"},
     )
     try:
         client = httpx.Client(base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"})
@@ -93,8 +108,12 @@ def test_thousand_running_runs_and_active_only_listing(tmp_path) -> None:
             "task_key": "sim",
             "ai_runtime_task": {
                 "experiment": "sim",
-                "deployments": [{"compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 64},
-                                 "command_path": "/Workspace/Users/u/none/command.sh"}],
+                "deployments": [
+                    {
+                        "compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 64},
+                        "command_path": "/Workspace/Users/u/none/command.sh",
+                    }
+                ],
             },
         }
         ids = set()
@@ -104,10 +123,18 @@ def test_thousand_running_runs_and_active_only_listing(tmp_path) -> None:
         started = time.monotonic()
         seen, token, pages = set(), None, 0
         while True:
-            params = {"active_only": "true", "limit": 25, **({"page_token": token} if token else {})}
+            params = {
+                "active_only": "true",
+                "limit": 25,
+                **({"page_token": token} if token else {}),
+            }
             page = client.get("/api/2.2/jobs/runs/list", params=params).json()
             pages += 1
-            seen |= {r["run_id"] for r in page["runs"] if r["state"]["life_cycle_state"] in ("PENDING", "RUNNING")}
+            seen |= {
+                r["run_id"]
+                for r in page["runs"]
+                if r["state"]["life_cycle_state"] in ("PENDING", "RUNNING")
+            }
             if not page["has_more"]:
                 break
             token = page["next_page_token"]
