@@ -70,10 +70,19 @@ def serve(
     port: int = 8765,
     ready_file: Path | None = None,
     log_level: str = "warning",
+    announce: bool = False,
 ) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (used by `airo workspace`)."""
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
+    if announce:
+        token = options.tokens[0] if options.tokens else "<any>"
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        print(
+            f"local workspace ({options.mode}) on http://{shown}:{actual}  "
+            f"token: {token}  data: {data_dir}",
+            flush=True,
+        )
     server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
     if ready_file is not None:
 
@@ -381,14 +390,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None:
     options = options_from_arguments(args)
     data_dir = args.data_dir or default_data_dir()
-    if announce:
-        token = options.tokens[0] if options.tokens else "<any>"
-        shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
-        print(
-            f"local workspace ({options.mode}) on http://{shown}:{args.port}  "
-            f"token: {token}  data: {data_dir}",
-            flush=True,
-        )
     serve(
         options,
         Path(data_dir),
@@ -396,4 +397,5 @@ def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None
         port=args.port,
         ready_file=args.ready_file,
         log_level=args.log_level,
+        announce=announce,
     )
