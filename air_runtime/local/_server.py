@@ -86,14 +86,14 @@ def serve(
     server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
     if ready_file is not None:
 
-        def announce() -> None:
+        def write_ready_file() -> None:
             while not server.started and not server.should_exit:
                 time.sleep(0.01)
             tmp = ready_file.with_suffix(".tmp")
             tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
             tmp.replace(ready_file)
 
-        threading.Thread(target=announce, daemon=True).start()
+        threading.Thread(target=write_ready_file, daemon=True).start()
     server.run(sockets=[sock])
 
 
