@@ -188,6 +188,14 @@ async def scim_me(request: Request, principal: str = Depends(authenticate)) -> J
     return JSONResponse(body, headers={"X-Databricks-Org-Id": state.options.workspace_id})
 
 
+@public.get("/.well-known/databricks-config")
+async def host_metadata(request: Request) -> dict[str, Any]:
+    # databricks-sdk probes this while building its Config; without it every SDK client
+    # start-up logs a warning and waits on a failed request.
+    state = _state(request)
+    return {"oidc_endpoint": f"{_host(request)}/oidc", "workspace_id": state.options.workspace_id}
+
+
 @public.get("/oidc/.well-known/oauth-authorization-server")
 async def oidc_metadata(request: Request) -> dict[str, Any]:
     host = _host(request)
