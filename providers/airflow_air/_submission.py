@@ -294,7 +294,8 @@ class Outcome:
     status: str  # success | failed | timeout | error
     run_id: int
     run_page_url: str
-    result_state: str | None
+    # None (no result yet: timeout, error) is left out of events, so it must be optional.
+    result_state: str | None = None
     message: str = ""
     task_key: str | None = None
     mlflow_experiment_id: str | None = None
