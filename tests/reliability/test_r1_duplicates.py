@@ -39,7 +39,14 @@ from air_runtime import build_plan, make_idempotency_token
 
 pytestmark = [pytest.mark.row("R1"), pytest.mark.timeout(1200)]
 
-SCENARIOS = ("response_lost", "worker_sigkill", "triggerer_restart", "task_retry", "repeated_request")
+SCENARIOS = (
+    "response_lost",
+    "worker_sigkill",
+    "triggerer_restart",
+    "task_retry",
+    "repeated_request",
+)
+
 
 def _token(trial: int, scenario: str) -> str:
     return make_idempotency_token("reliability", "R1", f"trial-{trial}", scenario)
@@ -47,7 +54,9 @@ def _token(trial: int, scenario: str) -> str:
 
 def _response_lost(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
     rate = rng.choice([0.3, 0.6, 0.9])
-    ws.admin.set_faults({"seed": rng.randrange(10**6), "jobs/runs/submit": {"rate_response_lost": rate}})
+    ws.admin.set_faults(
+        {"seed": rng.randrange(10**6), "jobs/runs/submit": {"rate_response_lost": rate}}
+    )
     try:
         with client_for(ws) as client:
             submitted = client.submit_workload(
@@ -121,7 +130,9 @@ def _triggerer_restart(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
         submitted = client.submit_workload(
             workload(f"r1-trig-{trial}", command), idempotency_token=_token(trial, "trigger")
         )
-    trigger = AirRunTrigger(submitted.run_id, run_page_url=submitted.run_page_url, poll_interval=0.2)
+    trigger = AirRunTrigger(
+        submitted.run_id, run_page_url=submitted.run_page_url, poll_interval=0.2
+    )
     first_loop = LoopThread()
     pending = first_loop.submit(first_event(trigger))
     time.sleep(rng.uniform(0.2, seconds * 0.8))
@@ -130,7 +141,9 @@ def _triggerer_restart(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
     first_loop.close()
     second_loop = LoopThread()
     try:
-        event = second_loop.submit(first_event(trigger_from(trigger.serialize()))).result(timeout=60)
+        event = second_loop.submit(first_event(trigger_from(trigger.serialize()))).result(
+            timeout=60
+        )
     finally:
         second_loop.close()
     expected = "failed" if fails else "success"
@@ -199,7 +212,10 @@ def _repeated_request(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {ws.token}"}
     for _ in range(repeats):
         response = httpx.post(
-            f"{ws.host}/api/2.2/jobs/runs/submit", json=plan.submit_body, headers=headers, timeout=30
+            f"{ws.host}/api/2.2/jobs/runs/submit",
+            json=plan.submit_body,
+            headers=headers,
+            timeout=30,
         )
         response.raise_for_status()
         ids.add(int(response.json()["run_id"]))

@@ -23,7 +23,9 @@ def workload(name: str) -> dict:
 
 def single_dag(dag_id: str, **operator_kwargs) -> DAG:
     with DAG(dag_id, schedule=None, start_date=START, params={"command": "echo ok"}) as dag:
-        AirRunOperator(task_id="run", workload=workload(dag_id), poll_interval=0.2, **operator_kwargs)
+        AirRunOperator(
+            task_id="run", workload=workload(dag_id), poll_interval=0.2, **operator_kwargs
+        )
     return dag
 
 
