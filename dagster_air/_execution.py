@@ -30,7 +30,8 @@ from air_runtime import (
 from air_runtime._errors import AirError, AuthError, ConfigurationError, RunFailed, WorkloadError
 
 from ._config import AirRunConfig
-from ._identity import StepIdentity, record_terminal_failure
+from ._identity import StepIdentity, terminal_failure_observation
+from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
 from ._resource import AirWorkspace
 from ._secrets import Redactor, resolve_secret_env
@@ -280,7 +281,7 @@ class StepRun:
             sys.stdout.write(self.redact(str(value)) + "\n")
             sys.stdout.flush()
 
-    def _wait(self, client: AirClient, submitted: SubmittedRun) -> RunState:
+    def _wait(self, submitted: SubmittedRun) -> RunState:
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         node = (
             self.workflow.log_node
@@ -305,9 +306,8 @@ class StepRun:
                     continue
             self._drain(events, submitted.run_id)
             return state
-        except DagsterExecutionInterruptedError:
-            future.cancel()
-            self._cancel_remote(client, submitted)
+        except BaseException:
+            future.cancel()  # stop following this run on the background loop
             raise
 
     def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> None:
@@ -342,7 +342,7 @@ class StepRun:
 
     # --- the whole step -------------------------------------------------------------
 
-    def execute(self) -> Iterator[dg.MaterializeResult]:
+    def execute(self) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         selected = self.workflow.selected(self.context)
         if not selected:
             return
@@ -358,12 +358,26 @@ class StepRun:
                 self.identity.partition,
                 generation,
             )
-            submitted = self._submit(client, selected, workloads, token)
-            self.context.log.info(
-                f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
-                f"{submitted.run_page_url} (generation {generation})"
-            )
-            state = self._wait(client, submitted)
+            submitted: SubmittedRun | None = None
+            try:
+                # An interrupt during the submit is held until the run id is known, so
+                # the run can still be cancelled.
+                with deferred_interrupts():
+                    submitted = self._submit(client, selected, workloads, token)
+                self.context.log.info(
+                    f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
+                    f"{submitted.run_page_url} (generation {generation})"
+                )
+                state = self._wait(submitted)
+            except DagsterExecutionInterruptedError:
+                if submitted is not None:
+                    ended = self._cancel_remote(client, submitted)
+                    # A retry of this step (Dagster retries interrupted steps that have a
+                    # retry policy) must not reattach to the run just cancelled.
+                    yield terminal_failure_observation(
+                        self.context, selected[0].asset_key, submitted, ended, generation
+                    )
+                raise
             yield from self._results(client, selected, workloads, submitted, state, generation)
 
     def _results(
@@ -374,7 +388,7 @@ class StepRun:
         submitted: SubmittedRun,
         state: RunState,
         generation: int,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         single = len(selected) == 1 and not self.workflow.always_workflow
         for loaded in selected:
             task = _task_for(state, loaded.workload.experiment_name if single else loaded.key)
@@ -385,7 +399,9 @@ class StepRun:
                 )
         if state.is_success:
             return
-        record_terminal_failure(self.context, selected[0].asset_key, submitted, state, generation)
+        yield terminal_failure_observation(
+            self.context, selected[0].asset_key, submitted, state, generation
+        )
         try:
             client.raise_for_failure(state)
             message = f"run {submitted.run_id} ended {state.describe()}"

@@ -71,25 +71,25 @@ class StepIdentity:
         return seen + 1
 
 
-def record_terminal_failure(
+def terminal_failure_observation(
     context: dg.AssetExecutionContext,
     asset_key: dg.AssetKey,
     submitted: SubmittedRun,
-    state: RunState,
+    state: RunState | None,
     generation: int,
-) -> None:
-    """Note in the event log that this generation's remote run ended unsuccessfully, so a
-    retry of the step starts the next generation."""
-    context.log_event(
-        dg.AssetObservation(
-            asset_key=asset_key,
-            partition=context.partition_key if context.has_partition_key else None,
-            metadata={
-                f"{META_PREFIX}run_id": dg.MetadataValue.int(submitted.run_id),
-                f"{META_PREFIX}run_url": dg.MetadataValue.url(submitted.run_page_url),
-                f"{META_PREFIX}final_state": state.result_state or state.life_cycle_state,
-                GENERATION_KEY: dg.MetadataValue.int(generation),
-                STEP_KEY_KEY: str(context.op_handle),
-            },
-        )
+) -> dg.AssetObservation:
+    """The event that says this generation's remote run ended unsuccessfully (or was
+    cancelled), so a retry of the step starts the next generation. It is yielded, not
+    ``log_event``-ed: events logged that way are lost when the step raises right after."""
+    final = (state.result_state or state.life_cycle_state) if state is not None else "CANCELING"
+    return dg.AssetObservation(
+        asset_key=asset_key,
+        partition=context.partition_key if context.has_partition_key else None,
+        metadata={
+            f"{META_PREFIX}run_id": dg.MetadataValue.int(submitted.run_id),
+            f"{META_PREFIX}run_url": dg.MetadataValue.url(submitted.run_page_url),
+            f"{META_PREFIX}final_state": final,
+            GENERATION_KEY: dg.MetadataValue.int(generation),
+            STEP_KEY_KEY: str(context.op_handle),
+        },
     )
