@@ -10,6 +10,7 @@
 from dagster_air._assets import AirInvocation, air_workload_asset, build_air_assets
 from dagster_air._component import AirWorkloadComponent, AirWorkloadScaffolder
 from dagster_air._config import AirRunConfig
+from dagster_air._images import build_image_registration_asset
 from dagster_air._partitions import DEFAULT_PARTITION_ENV
 from dagster_air._resource import AirWorkspace
 from dagster_air._stage import AirStage, workload_hash
@@ -26,5 +27,6 @@ __all__ = [
     "DagsterAirTranslator",
     "air_workload_asset",
     "build_air_assets",
+    "build_image_registration_asset",
     "workload_hash",
 ]

@@ -75,6 +75,7 @@ def _workflow_and_specs(
     partition_parameters: PartitionParameters | None,
     partition_env: str | None,
     log_node: int | None,
+    run_env: Mapping[str, str] | None = None,
 ) -> tuple[AirWorkflow, list[dg.AssetSpec]]:
     loaded, specs = _load_stages(
         stages, translator or DagsterAirTranslator(), base_dir, partitions_def
@@ -87,6 +88,7 @@ def _workflow_and_specs(
         partition_parameters=partition_parameters,
         partition_env=partition_env if partitions_def is not None else None,
         log_node=log_node,
+        run_env=dict(run_env or {}),
         always_workflow=len(loaded) > 1,
     )
     return workflow, specs
@@ -104,6 +106,7 @@ def build_air_assets(
     secret_env: Mapping[str, str] | None = None,
     resource_key: str = "air_workspace",
     log_node: int | None = None,
+    run_env: Mapping[str, str] | None = None,
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
@@ -133,6 +136,9 @@ def build_air_assets(
             time, values never logged.
         resource_key: the key of the :class:`AirWorkspace` resource.
         log_node: the node whose logs are streamed (default: the resource's ``log_node``).
+        run_env: environment variables set per materialization, formatted with
+            ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
+            ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.
         retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
             a retry after a failed remote run starts a new one.
     """
@@ -149,6 +155,7 @@ def build_air_assets(
         partition_parameters=partition_parameters,
         partition_env=partition_env,
         log_node=log_node,
+        run_env=run_env,
     )
 
     @dg.multi_asset(
@@ -214,6 +221,7 @@ def air_workload_asset(
     secret_env: Mapping[str, str] | None = None,
     resource_key: str = "air_workspace",
     log_node: int | None = None,
+    run_env: Mapping[str, str] | None = None,
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
@@ -262,6 +270,7 @@ def air_workload_asset(
             partition_parameters=partition_parameters,
             partition_env=partition_env,
             log_node=log_node,
+            run_env=run_env,
         )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]

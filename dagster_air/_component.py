@@ -192,6 +192,11 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         default_factory=dict,
         description="Workload secret NAME -> environment variable holding its value.",
     )
+    run_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Env vars set per materialization, formatted with {run_id}, "
+        "{partition_key}, {stage}: e.g. OUTPUT_DIR: /tmp/out/{run_id}.",
+    )
     workspace: AirWorkspaceArgs | None = None
     resource_key: str = "air_workspace"
     log_node: int | None = None
@@ -241,6 +246,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             secret_env=self.secret_env,
             resource_key=self.resource_key,
             log_node=self.log_node,
+            run_env=self.run_env,
             retry_policy=dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None,
         )
         resources = {self.resource_key: self.workspace.build()} if self.workspace else {}

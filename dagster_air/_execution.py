@@ -67,6 +67,8 @@ class AirWorkflow:
     partition_parameters: PartitionParameters | None = None
     partition_env: str | None = None
     log_node: int | None = None
+    # Env vars whose values are formatted per step: {run_id}, {partition_key}, {stage}.
+    run_env: Mapping[str, str] | None = None
     always_workflow: bool = False  # several stages: always a multi-task run, even one selected
 
     def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
@@ -210,10 +212,30 @@ class StepRun:
 
     def _workloads(self, selected: list[LoadedStage]) -> dict[str, Workload]:
         partition = _partition_overrides(self.context, self.workflow)
-        return {
-            s.key: _apply_overrides(s, self.config, partition, self.extra_overrides)
-            for s in selected
+        workloads = {}
+        for s in selected:
+            workload = _apply_overrides(s, self.config, partition, self.extra_overrides)
+            run_env = self._run_env(s.key)
+            if run_env:
+                workload = workload.with_overrides(run_env)
+            workloads[s.key] = workload
+        return workloads
+
+    def _run_env(self, stage_key: str) -> dict[str, str]:
+        fields = {
+            "run_id": self.context.run_id,
+            "partition_key": self.identity.partition or "",
+            "stage": stage_key,
         }
+        try:
+            return {
+                f"env_variables.{name}": template.format(**fields)
+                for name, template in (self.workflow.run_env or {}).items()
+            }
+        except (KeyError, IndexError, ValueError) as error:
+            raise _config_failure(
+                error, "run_env may only use {run_id}, {partition_key} and {stage}"
+            ) from None
 
     def _with_secrets(
         self, client: AirClient, workloads: dict[str, Workload]

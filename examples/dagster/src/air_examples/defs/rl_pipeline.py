@@ -1,0 +1,76 @@
+"""The RL pipeline: register images, then GRPO training (policy server on node 0, trainer on
+node 1) and evaluation as one multi-task run; plus a sweep over dynamic partitions."""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_air import (
+    AirInvocation,
+    AirStage,
+    air_workload_asset,
+    build_air_assets,
+    build_image_registration_asset,
+)
+
+RL_EXAMPLES = Path(__file__).resolve().parents[4] / "rl"
+OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT", "/tmp/airo-rl/dagster")
+HF_TOKEN = {"HF_TOKEN": dg.EnvVar("HF_TOKEN")}
+
+air_images = build_image_registration_asset(
+    ["vllm/vllm-openai:v0.8.5", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"],
+    key="air_images",
+    group_name="rl",
+)
+
+
+@air_workload_asset(
+    stages=[
+        AirStage(
+            key="grpo",
+            workload=RL_EXAMPLES / "grpo_two_containers.yaml",
+            deps=[air_images],
+            asset_attributes={"group_name": "rl"},
+        ),
+        AirStage(
+            key="evaluate",
+            workload=RL_EXAMPLES / "evaluate.yaml",
+            depends_on=["grpo"],
+            asset_attributes={"group_name": "rl"},
+        ),
+    ],
+    secret_env=HF_TOKEN,
+)
+def rl_pipeline(context: dg.AssetExecutionContext, air: AirInvocation):
+    """Each run trains into its own folder; evaluating alone reads the latest training's."""
+    if dg.AssetKey("grpo") in context.selected_asset_keys:
+        output_dir = f"{OUTPUT_ROOT}/{context.run_id}"
+    else:
+        latest = context.instance.get_latest_materialization_event(dg.AssetKey("grpo"))
+        if latest is None or latest.asset_materialization is None:
+            raise dg.Failure("evaluate needs a materialized grpo first", allow_retries=False)
+        output_dir = latest.asset_materialization.metadata["rl_output_dir"].value
+    for result in air.run({"env_variables.RL_OUTPUT_DIR": output_dir}):
+        if isinstance(result, dg.MaterializeResult):
+            result = dg.MaterializeResult(
+                asset_key=result.asset_key,
+                metadata={**(result.metadata or {}), "rl_output_dir": output_dir},
+            )
+        yield result
+
+
+rl_trials = dg.DynamicPartitionsDefinition(name="rl_trials")
+
+# Add trials with keys like "learning_rate=0.1,epochs=3": they become parameters.
+rl_trial = build_air_assets(
+    AirStage(
+        key="rl_trial",
+        workload=RL_EXAMPLES / "grpo_two_containers.yaml",
+        deps=[air_images],
+        asset_attributes={"group_name": "sweeps"},
+    ),
+    partitions_def=rl_trials,
+    secret_env=HF_TOKEN,
+    run_env={"RL_OUTPUT_DIR": OUTPUT_ROOT + "/trials/{run_id}"},
+)
