@@ -43,7 +43,7 @@ class AirflowDeployment:
         executor: str,
         database_dsn: str,
         dag_folders: Mapping[str, Path],
-        extra_env: Mapping[str, str] = (),  # type: ignore[assignment]
+        extra_env: Mapping[str, str] | None = None,
         parallelism: int = 4,
     ) -> None:
         self.root = root
@@ -72,12 +72,13 @@ class AirflowDeployment:
             "AIRFLOW__CORE__EXECUTOR": executor,
             "AIRFLOW__CORE__PARALLELISM": str(parallelism),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             # Task runners and the triggerer reach the API server on its runtime port.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
             "AIRFLOW__API__BASE_URL": self.base_url,
             "AIRFLOW__API__WORKERS": "1",
+            # The default 5 s is short on a busy 2-core machine; a timeout fails the task.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             # Every component must sign and check the same task tokens.
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
             "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
@@ -90,7 +91,7 @@ class AirflowDeployment:
             # Free ports: the default log-server ports may be taken on a shared machine.
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            **dict(extra_env),
+            **dict(extra_env or {}),
         }
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -108,6 +109,8 @@ class AirflowDeployment:
     def start(
         self, extra_services: Sequence[tuple[str, Sequence[str], Mapping[str, str]]] = ()
     ) -> None:
+        # All at once: DAGs start paused, so no task is queued before the API server (which
+        # task runners report to) answers and the test unpauses and triggers its DAGs.
         services: list[tuple[str, Sequence[str], Mapping[str, str]]] = [
             ("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(self.port)], {}),
             ("scheduler", ["scheduler"], {}),
@@ -116,17 +119,20 @@ class AirflowDeployment:
             *extra_services,
         ]
         for name, args, env in services:
-            self.processes.append(
-                ManagedProcess(
-                    name, [AIRFLOW, *args], env={**self.env, **env}, log_dir=self.log_dir
-                )
-            )
+            self._spawn(name, args, env)
         wait_for(
             self._healthy,
             timeout=150,
             what="Airflow components healthy",
             processes=self.processes,
             interval=2,
+        )
+
+    def _spawn(self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self.processes.append(
+            ManagedProcess(
+                name, [AIRFLOW, *args], env={**self.env, **(env or {})}, log_dir=self.log_dir
+            )
         )
 
     def stop(self) -> None:
@@ -203,6 +209,8 @@ class AirflowDeployment:
         )
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        # DAGs start paused (so scheduled ones in the folder stay idle); unpause what we run.
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
         body = {"logical_date": None, "conf": dict(conf or {})}
         run = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
         return str(run["dag_run_id"])
@@ -329,6 +337,8 @@ def check_air_task_instances(
         assert url == f"{host}/jobs/runs/{remote_id}", (ti["task_id"], url)
         links = deployment.extra_links(dag_id, run_id, ti["task_id"])
         assert links.get("AI Runtime run") == url, (ti["task_id"], links)
+        mlflow = links.get("MLflow run")
+        assert mlflow is None or mlflow.startswith(f"{host}/ml/experiments/"), links
         remote = workspace_client.get_run(int(remote_id))
         assert remote.is_success, (ti["task_id"], remote)
         remote_runs[ti["task_id"]] = int(remote_id)

@@ -1,0 +1,283 @@
+"""A real Dagster deployment for the end-to-end tests: webserver and daemon on PostgreSQL.
+
+Runs are launched through the webserver's GraphQL API and queued (QueuedRunCoordinator), so
+the daemon must pick them up and start a run worker process: the same path as a launch from
+the UI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from managed_process import ManagedProcess, describe, free_port, reset_postgres_database, wait_for
+
+BIN = Path(sys.executable).parent
+TERMINAL_RUN_STATUSES = {"SUCCESS", "FAILURE", "CANCELED"}
+
+LAUNCH_RUN = """
+mutation LaunchRun($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId status } }
+    ... on PythonError { message stack }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on Error { message }
+  }
+}
+"""
+
+RUN_STATUS = """
+query RunStatus($runId: ID!) {
+  runOrError(runId: $runId) {
+    __typename
+    ... on Run { runId status }
+  }
+}
+"""
+
+RUN_MATERIALIZATIONS = """
+query RunMaterializations($runId: ID!) {
+  runOrError(runId: $runId) {
+    ... on Run {
+      status
+      assetMaterializations {
+        assetKey { path }
+        metadataEntries {
+          label
+          __typename
+          ... on TextMetadataEntry { text }
+          ... on IntMetadataEntry { intValue }
+          ... on FloatMetadataEntry { floatValue }
+          ... on UrlMetadataEntry { url }
+          ... on JsonMetadataEntry { jsonString }
+          ... on BoolMetadataEntry { boolValue }
+          ... on MarkdownMetadataEntry { mdStr }
+        }
+      }
+    }
+  }
+}
+"""
+
+RUN_EVENTS = """
+query RunEvents($runId: ID!) {
+  logsForRun(runId: $runId, limit: 300) {
+    __typename
+    ... on EventConnection { events { __typename ... on MessageEvent { message level } } }
+  }
+}
+"""
+
+WORKSPACE_STATUS = """
+query Workspace {
+  workspaceOrError {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        locationOrLoadError {
+          __typename
+          ... on RepositoryLocation { repositories { name jobs { name } } }
+          ... on PythonError { message stack }
+        }
+      }
+    }
+  }
+}
+"""
+
+DAEMON_HEALTH = """
+query DaemonHealth {
+  instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } }
+}
+"""
+
+
+class DagsterDeployment:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        database_dsn: str,
+        code_location: Mapping[str, Any],
+        extra_env: Mapping[str, str],
+    ) -> None:
+        self.root = root
+        self.home = root / "dagster_home"
+        self.log_dir = root / "service_logs"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.database_dsn = database_dsn
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.processes: list[ManagedProcess] = []
+        instance = {
+            "storage": {"postgres": {"postgres_url": database_dsn}},
+            # Launches wait in the queue until the daemon dequeues them.
+            "run_coordinator": {
+                "module": "dagster._core.run_coordinator",
+                "class": "QueuedRunCoordinator",
+                "config": {"max_concurrent_runs": 2},
+            },
+            "telemetry": {"enabled": False},
+        }
+        (self.home / "dagster.yaml").write_text(yaml.safe_dump(instance))
+        self.workspace_file = root / "workspace.yaml"
+        self.workspace_file.write_text(yaml.safe_dump({"load_from": [dict(code_location)]}))
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("DAGSTER")},
+            "DAGSTER_HOME": str(self.home),
+            **dict(extra_env),
+        }
+
+    def start(self) -> None:
+        reset_postgres_database(self.database_dsn)
+        workspace = ["-w", str(self.workspace_file)]
+        self.processes = [
+            ManagedProcess(
+                "dagster-webserver",
+                [
+                    str(BIN / "dagster-webserver"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    *workspace,
+                ],
+                env=self.env,
+                log_dir=self.log_dir,
+                cwd=self.root,
+            ),
+            ManagedProcess(
+                "dagster-daemon",
+                [str(BIN / "dagster-daemon"), "run", *workspace],
+                env=self.env,
+                log_dir=self.log_dir,
+                cwd=self.root,
+            ),
+        ]
+        wait_for(
+            self._location_loaded,
+            timeout=150,
+            what="Dagster code location loaded",
+            processes=self.processes,
+            interval=2,
+        )
+        wait_for(
+            self._daemons_healthy,
+            timeout=120,
+            what="Dagster daemons healthy",
+            processes=self.processes,
+            interval=2,
+        )
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes = []
+
+    def logs(self) -> str:
+        return describe(self.processes)
+
+    def graphql(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.base_url}/graphql",
+            json={"query": query, "variables": dict(variables or {})},
+            timeout=60,
+        )
+        response.raise_for_status()
+        body = response.json()
+        if body.get("errors"):
+            raise AssertionError(f"GraphQL errors: {body['errors']}")
+        return dict(body["data"])
+
+    def _location_loaded(self) -> list[dict[str, Any]] | None:
+        data = self.graphql(WORKSPACE_STATUS)["workspaceOrError"]
+        entries = data.get("locationEntries") or []
+        for entry in entries:
+            location = entry.get("locationOrLoadError") or {}
+            if location.get("__typename") == "PythonError":
+                pytest.fail(f"code location {entry['name']} failed to load: {location['message']}")
+        loaded = [e for e in entries if (e.get("locationOrLoadError") or {}).get("repositories")]
+        return loaded or None
+
+    def _daemons_healthy(self) -> bool:
+        statuses = self.graphql(DAEMON_HEALTH)["instance"]["daemonHealth"]["allDaemonStatuses"]
+        required = [s for s in statuses if s["required"]]
+        return bool(required) and all(s["healthy"] for s in required)
+
+    def jobs(self) -> dict[str, list[str]]:
+        """Location name -> job names."""
+        loaded = self._location_loaded() or []
+        return {
+            e["name"]: [
+                j["name"] for r in e["locationOrLoadError"]["repositories"] for j in r["jobs"]
+            ]
+            for e in loaded
+        }
+
+    def launch(
+        self,
+        *,
+        location: str,
+        job: str,
+        asset_selection: Sequence[Sequence[str]] | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ) -> str:
+        selector: dict[str, Any] = {
+            "repositoryLocationName": location,
+            "repositoryName": "__repository__",
+            "jobName": job,
+        }
+        if asset_selection is not None:
+            selector["assetSelection"] = [{"path": list(path)} for path in asset_selection]
+        params = {"selector": selector, "runConfigData": dict(run_config or {})}
+        result = self.graphql(LAUNCH_RUN, {"executionParams": params})["launchRun"]
+        if result["__typename"] != "LaunchRunSuccess":
+            pytest.fail(f"launchRun returned {result}")
+        return str(result["run"]["runId"])
+
+    def wait_for_run(self, run_id: str, *, timeout: float) -> tuple[str, list[str]]:
+        """The run's final status and every status seen on the way (QUEUED, STARTING, ...)."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            if status in TERMINAL_RUN_STATUSES:
+                return status, seen
+            dead = [p for p in self.processes if not p.alive]
+            if dead or time.monotonic() > deadline:
+                pytest.fail(
+                    f"run {run_id} {'lost a service' if dead else 'timed out'} in {status}; "
+                    f"statuses {seen}\n{self.run_messages(run_id)}\n{self.logs()}"
+                )
+            time.sleep(1.0)
+
+    def run_messages(self, run_id: str, last: int = 40) -> str:
+        events = self.graphql(RUN_EVENTS, {"runId": run_id})["logsForRun"].get("events") or []
+        lines = [f"{e['__typename']}: {e.get('message', '')}" for e in events]
+        return "\n".join(lines[-last:])
+
+    def materializations(self, run_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
+        """Asset key -> {metadata label: value} of each materialization of the run."""
+        run = self.graphql(RUN_MATERIALIZATIONS, {"runId": run_id})["runOrError"]
+        result = {}
+        for event in run["assetMaterializations"]:
+            values = {}
+            for entry in event["metadataEntries"]:
+                value = next(
+                    (v for k, v in entry.items() if k not in ("label", "__typename")), None
+                )
+                values[entry["label"]] = value
+            result[tuple(event["assetKey"]["path"])] = values
+        return result
