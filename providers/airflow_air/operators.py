@@ -175,11 +175,15 @@ class AirRunOperator(BaseOperator):
                 return os.path.dirname(os.path.abspath(candidate))
         return None
 
-    def load_workload(self) -> Workload:
-        """Validate the rendered workload (raises the core's ``WorkloadError``)."""
+    def load_workload(
+        self, workload: Any = None, overrides: Mapping[str, Any] | Sequence[str] | None = None
+    ) -> Workload:
+        """Validate the rendered workload (raises the core's ``WorkloadError``). ``workload`` /
+        ``overrides`` default to this operator's (rendered) fields."""
         from air_runtime import load_workload
 
-        source = self.workload
+        source = self.workload if workload is None else workload
+        overrides = self.overrides if workload is None else overrides
         base_dir = self.workload_base_dir()
         if isinstance(source, str) and source == self.workload_file:
             # Templating did not replace the path (e.g. rendering skipped): load the file.
@@ -187,31 +191,31 @@ class AirRunOperator(BaseOperator):
                 source = os.path.join(base_dir, os.path.basename(source))
         elif isinstance(source, str) and source.endswith(_WORKLOAD_EXTENSIONS):
             source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
-        overrides = self.overrides or None
-        return load_workload(source, overrides, base_dir=base_dir)
-
-    def secret_values(self) -> dict[str, str]:
-        from airflow_air._secret_env import resolve_secret_env
-
-        return resolve_secret_env(self.secret_env) if self.secret_env else {}
+        return load_workload(source, overrides or None, base_dir=base_dir)
 
     def secret_key_prefix(self) -> str:
         dag_id = self.dag_id if self.has_dag() else "dag"
         return f"{dag_id}.{self.task_id}."
 
-    def resolved_secret_scope(self) -> str:
+    def with_orchestrator_secrets(
+        self,
+        client: AirClient,
+        workload: Workload,
+        secret_env: Mapping[str, str] | None = None,
+        secret_scope: str | None = None,
+    ) -> Workload:
+        """Write ``secret_env`` values to the workspace; the workload gets ``scope/key`` only."""
+        from airflow_air._secret_env import resolve_secret_env
         from airflow_air.hooks import default_secret_scope
 
-        return self.secret_scope or default_secret_scope()
-
-    def with_orchestrator_secrets(self, client: AirClient, workload: Workload) -> Workload:
-        """Write ``secret_env`` values to the workspace; the workload gets ``scope/key`` only."""
-        values = self.secret_values()
-        if not values:
+        references = self.secret_env if secret_env is None else secret_env
+        if not references:
             return workload
-        refs = client.materialize_secrets(
-            values, scope=self.resolved_secret_scope(), key_prefix=self.secret_key_prefix()
+        values = resolve_secret_env(references)
+        scope = (secret_scope if secret_env is not None else self.secret_scope) or (
+            default_secret_scope()
         )
+        refs = client.materialize_secrets(values, scope=scope, key_prefix=self.secret_key_prefix())
         return workload.with_secrets(refs)
 
     def effective_poll_interval(self) -> float:

@@ -132,8 +132,10 @@ class AirWorkflowSubmitOperator(BaseOperator):
             raise AirConfigurationError(f"{self.task_id} is not inside an AirWorkflowTaskGroup")
         return group
 
-    def _stage_plan(self, context: Context, group: AirWorkflowTaskGroup) -> list[tuple[Any, Any]]:
-        """(operator, Stage) per stage, workloads rendered and validated; no secrets yet."""
+    def _stage_plan(
+        self, context: Context, group: AirWorkflowTaskGroup
+    ) -> list[tuple[Any, dict[str, Any], Any]]:
+        """(operator, rendered fields, Stage) per stage, workloads rendered and validated; no secrets yet."""
         from air_runtime import Stage
         from airflow_air.exceptions import AirConfigurationError
 
@@ -164,26 +166,33 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     f"{stage.task_id}: depends on {', '.join(inside)}, which is not a stage of "
                     "the run (the platform would not wait for it); move it out of the group"
                 )
-            stage.render_template_fields(context)
+            # Rendered into a copy of the fields: the operator objects may be shared (in-process
+            # runs) and the stage task renders its own fields when it runs.
+            env = stage.get_template_env()
+            rendered = {
+                name: stage.render_template(getattr(stage, name), context, env, set())
+                for name in stage.template_fields
+            }
             depends_on = tuple(
                 sorted(
                     by_id[t].workflow_task_key or t for t in stage.upstream_task_ids if t in by_id
                 )
             )
-            planned.append((stage, stage.workflow_task_key, depends_on, run_if))
+            planned.append((stage, rendered, stage.workflow_task_key, depends_on, run_if))
         if problems:
             raise AirConfigurationError("invalid workflow:\n  - " + "\n  - ".join(problems))
         return [
             (
                 stage,
+                rendered,
                 Stage(
                     task_key=task_key,
-                    workload=stage.load_workload(),
+                    workload=stage.load_workload(rendered["workload"], rendered["overrides"]),
                     depends_on=depends_on,
                     run_if=run_if,
                 ),
             )
-            for stage, task_key, depends_on, run_if in planned
+            for stage, rendered, task_key, depends_on, run_if in planned
         ]
 
     def execute(self, context: Context) -> Any:
@@ -209,7 +218,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                         if stage.depends_on
                         else ""
                     )
-                    for _, stage in planned
+                    for _, _, stage in planned
                 ),
             )
             prepared: list[Any] = []
@@ -218,9 +227,15 @@ class AirWorkflowSubmitOperator(BaseOperator):
                 if not prepared:  # secrets are resolved once, and only when submitting
                     prepared.extend(
                         dataclasses.replace(
-                            stage, workload=op.with_orchestrator_secrets(client, stage.workload)
+                            stage,
+                            workload=op.with_orchestrator_secrets(
+                                client,
+                                stage.workload,
+                                rendered["secret_env"] or {},
+                                rendered["secret_scope"],
+                            ),
                         )
-                        for op, stage in planned
+                        for op, rendered, stage in planned
                     )
                 return client.submit_workload(
                     prepared, idempotency_token=token, run_name=group.run_name or group.group_id

@@ -1,0 +1,174 @@
+"""Running test Dags for real: ``dag.test()``, single tries the way the scheduler starts them,
+and reading back task states and XComs from the metadata database."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_DAGS = Path(__file__).resolve().parent / "dag_files"
+
+
+@cache
+def _module(path: Path) -> ModuleType:
+    name = f"_air_dagfile_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_test_dag(dag_id: str) -> Any:
+    module = _module(TEST_DAGS / "air_test_dags.py")
+    for value in vars(module).values():
+        if getattr(value, "dag_id", None) == dag_id and hasattr(value, "task_dict"):
+            return value
+    raise KeyError(dag_id)
+
+
+def repo_dag(file_name: str) -> Any:
+    return _module(REPO / "dags" / file_name).dag
+
+
+def task_states(dag_run: Any) -> dict[str, str]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {
+            ti.task_id: str(getattr(ti.state, "value", ti.state))
+            for ti in dag_run.get_task_instances(session=session)
+        }
+
+
+def xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == key,
+            )
+        ).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def all_xcom_text(dag_id: str) -> str:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id)).all()
+        return "\n".join(repr(row.value) for row in rows)
+
+
+def rendered_fields_text(dag_id: str) -> str:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.scalars(select(RTIF).where(RTIF.dag_id == dag_id)).all()
+        return "\n".join(repr(row.rendered_fields) for row in rows)
+
+
+def latest_dag_run(dag_id: str) -> Any:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())
+        ).first()
+        session.expunge_all()
+        return run
+
+
+def task_instance(dag_id: str, run_id: str, task_id: str) -> Any:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id,
+            )
+        ).one()
+        session.expunge_all()
+        return ti
+
+
+def run_next_try(dag: Any, run_id: str, task_id: str) -> str:
+    """Start the task's next try the way the scheduler does (``try_number + 1``, SCHEDULED)
+    and run it in this process, triggers inline; return the resulting state."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_id == dag.dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id,
+            )
+        ).one()
+        ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        session.refresh(ti)
+        session.expunge(ti)
+    _run_task(ti=ti, task=dag.task_dict[task_id], run_triggerer=True)
+    return str(task_instance(dag.dag_id, run_id, task_id).state)
+
+
+def set_state(dag_id: str, run_id: str, task_id: str, state: str) -> None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id,
+            )
+            .values(state=state)
+        )
+
+
+def clear_task(dag_id: str, run_id: str, task_id: str) -> None:
+    """What "Clear" in the UI does for one finished task."""
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        tis = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id,
+            )
+        ).all()
+        clear_task_instances(list(tis), session)

@@ -1,0 +1,70 @@
+"""Dags used by the provider tests (command and behaviour chosen through params)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+from airflow_air.operators import AirRunOperator
+from airflow_air.workflow import AirWorkflowTaskGroup
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def workload(name: str, nodes: int = 1) -> dict:
+    return {
+        "experiment_name": name,
+        "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": nodes},
+        "max_retries": 0,
+        "command": "{{ params.command }}",
+    }
+
+
+def single_dag(dag_id: str, **operator_kwargs) -> DAG:
+    with DAG(dag_id, schedule=None, start_date=START, params={"command": "echo ok"}) as dag:
+        AirRunOperator(
+            task_id="run",
+            workload=workload(dag_id),
+            poll_interval=0.2,
+            **operator_kwargs,
+        )
+    return dag
+
+
+sync_dag = single_dag("air_test_sync", deferrable=False)
+deferred_dag = single_dag("air_test_deferred", deferrable=True)
+timeout_dag = single_dag(
+    "air_test_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=4)
+)
+crash_dag = single_dag(
+    "air_test_crash", deferrable=False, retries=2, retry_delay=timedelta(seconds=0)
+)
+secret_dag = single_dag(
+    "air_test_secrets",
+    deferrable=False,
+    secret_env={"HF_TOKEN": "conn:hf_test:password", "API_KEY": "var:air_test_api_key"},
+    secret_scope="air-tests",
+)
+
+with (
+    DAG(
+        "air_test_workflow",
+        schedule=None,
+        start_date=START,
+        params={"first": "echo first", "second": "echo second"},
+    ) as workflow_dag,
+    AirWorkflowTaskGroup("pipeline", run_name="air_test_workflow"),
+):
+    first = AirRunOperator(
+        task_id="first",
+        workload={**workload("first"), "command": "{{ params.first }}"},
+        poll_interval=0.2,
+    )
+    second = AirRunOperator(
+        task_id="second",
+        workload={**workload("second"), "command": "{{ params.second }}"},
+        poll_interval=0.2,
+        deferrable=True,
+    )
+    first >> second

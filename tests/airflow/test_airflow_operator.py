@@ -1,0 +1,77 @@
+"""AirRunOperator against the local workspace over real HTTP, run by Airflow's own ``dag.test()``
+(which runs deferred tasks' triggers inline)."""
+
+from __future__ import annotations
+
+import pytest
+from airflow_runs import load_test_dag, task_states, xcom
+
+from air_runtime import AirClient
+
+
+def _client(workspace) -> AirClient:
+    return AirClient(workspace.host, workspace.token)
+
+
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+def test_success(workspace, task_log, dag_id):
+    dag = load_test_dag(dag_id)
+    dag_run = dag.test(run_conf={"command": 'echo "hello from rank $POD_RANK"'})
+    assert task_states(dag_run) == {"run": "success"}
+
+    result = xcom(dag_id, dag_run.run_id, "run")
+    run_id = xcom(dag_id, dag_run.run_id, "run", "run_id")
+    assert result["run_id"] == run_id
+    assert result["result_state"] == "SUCCESS"
+    assert result["run_page_url"] == f"{workspace.host}/jobs/runs/{run_id}"
+    assert xcom(dag_id, dag_run.run_id, "run", "run_page_url") == result["run_page_url"]
+    # The run page link is stored under the link's own key right after submit.
+    assert xcom(dag_id, dag_run.run_id, "run", "_link_AirRunLink") == result["run_page_url"]
+    with _client(workspace) as client:
+        assert client.get_run(run_id).result_state == "SUCCESS"
+    assert workspace.admin.counters()["runs_created"] == 1
+
+    out = task_log.text()
+    if dag_id == "air_test_sync":
+        assert "[node 0] hello from rank 0" in out  # node logs streamed into the task log
+    else:
+        assert "Pausing task as DEFERRED" in out
+        assert f"Run {run_id}: TERMINATED/SUCCESS" in out
+
+
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+def test_failure_carries_the_platform_message(workspace, task_log, dag_id):
+    dag = load_test_dag(dag_id)
+    dag_run = dag.test(run_conf={"command": "echo 'loss went to nan' >&2; exit 3"})
+    assert task_states(dag_run) == {"run": "failed"}
+    run_id = xcom(dag_id, dag_run.run_id, "run", "run_id")
+    out = task_log.text()
+    assert "AirRunFailedError" in out
+    assert f"Run {run_id}" in out and "ended FAILED" in out
+    assert "Script failed with exit code 3" in out
+    assert "loss went to nan" in out
+
+
+def test_deferred_timeout_cancels_the_run(workspace, task_log):
+    dag = load_test_dag("air_test_deferred_timeout")
+    dag_run = dag.test(run_conf={"command": "sleep 120"})
+    assert task_states(dag_run) == {"run": "failed"}
+    run_id = xcom(dag.dag_id, dag_run.run_id, "run", "run_id")
+    with _client(workspace) as client:
+        state = client.wait(run_id, timeout=30, poll_interval=0.2)
+    assert state.result_state == "CANCELED"
+    out = task_log.text()
+    assert "execution_timeout reached" in out and f"run {run_id} was cancelled" in out
+    assert "AirflowTaskTimeout" in out
+
+
+def test_failed_run_then_retry_starts_a_new_run(workspace, tmp_path):
+    """A retry after the run failed is a new generation: a second run, which succeeds."""
+    marker = tmp_path / "failed-once"
+    dag = load_test_dag("air_test_crash")
+    command = f"test -f {marker} || {{ touch {marker}; exit 1; }}"
+    dag_run = dag.test(run_conf={"command": command})
+    assert task_states(dag_run) == {"run": "success"}
+    counters = workspace.admin.counters()
+    assert counters["runs_created"] == 2
+    assert sorted(counters["submits_per_token"].values()) == [1, 1]
