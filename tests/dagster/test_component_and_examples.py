@@ -1,0 +1,149 @@
+"""The `dg` component (scaffolded and loaded in a sandbox, materialized for real), its
+registration for `dg list components`, and the example project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from dagster.components.testing import create_defs_folder_sandbox
+from helpers import counters, node_log
+
+from dagster_air import AirWorkloadComponent
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_PROJECT = REPO / "examples" / "dagster"
+DG = Path(sys.executable).with_name("dg")
+
+
+def _dg_env() -> dict[str, str]:
+    venv = Path(sys.executable).parent.parent
+    return {
+        **os.environ,
+        "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "NO_COLOR": "1",
+    }
+
+
+def test_scaffolded_component_materializes_against_the_workspace(
+    local_workspace, instance, monkeypatch
+):
+    monkeypatch.setenv("DATABRICKS_HOST", local_workspace.host)
+    monkeypatch.setenv("DATABRICKS_TOKEN", local_workspace.token)
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=AirWorkloadComponent,
+            defs_path="starter",
+            scaffold_params={"experiment_name": "starter_run"},
+        )
+        defs_yaml = yaml.safe_load((defs_path / "defs.yaml").read_text())
+        assert defs_yaml["attributes"]["workload"] == "workload.yaml"
+        assert defs_yaml["attributes"]["workspace"]["token_env"] == "DATABRICKS_TOKEN"
+        assert "experiment_name: starter_run" in (defs_path / "workload.yaml").read_text()
+
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (component, defs):
+            assert isinstance(component, AirWorkloadComponent)
+            job = defs.resolve_implicit_global_asset_job_def()
+            result = job.execute_in_process(instance=instance)
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("starter")
+    log = node_log(local_workspace, mat.metadata["dagster-air/run_id"].value)
+    assert "learning_rate: 0.001" in log
+
+
+def test_multi_stage_component_with_partitions_and_asset_attributes(
+    local_workspace, instance, monkeypatch
+):
+    monkeypatch.setenv("TEST_AIR_HOST", local_workspace.host)
+    monkeypatch.setenv("TEST_AIR_TOKEN", local_workspace.token)
+    stage_command = 'echo "$STAGE_NAME out=$OUT_DIR"\ncat hyperparameters.yaml\n'
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.defs_folder_path / "pipeline"
+        defs_path.mkdir()
+        (defs_path / "prepare.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "experiment_name": "prepare",
+                    "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                    "env_variables": {"STAGE_NAME": "prepare"},
+                    "command": stage_command,
+                }
+            )
+        )
+        attributes = {
+            "name": "pipeline",
+            "stages": [
+                {"key": "prepare", "workload": "prepare.yaml"},
+                {
+                    "key": "train",
+                    "workload": {
+                        "experiment_name": "train",
+                        "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                        "env_variables": {"STAGE_NAME": "train"},
+                        "command": stage_command,
+                    },
+                    "depends_on": ["prepare"],
+                    "asset": {"key": "models/train", "group_name": "training"},
+                },
+            ],
+            "partitions_def": {"type": "static", "partition_keys": ["small", "large"]},
+            "partition_parameters": {"small": {"width": 64}, "large": {"width": 1024}},
+            "run_env": {"OUT_DIR": "/tmp/out/{partition_key}/{stage}"},
+            "workspace": {"host_env": "TEST_AIR_HOST", "token_env": "TEST_AIR_TOKEN"},
+        }
+        (defs_path / "defs.yaml").write_text(
+            yaml.safe_dump({"type": "dagster_air.AirWorkloadComponent", "attributes": attributes})
+        )
+        with sandbox.build_all_defs() as defs:
+            specs = {s.key: s for s in defs.resolve_all_asset_specs()}
+            train = specs[dg.AssetKey(["models", "train"])]
+            assert train.group_name == "training"
+            assert [d.asset_key for d in train.deps] == [dg.AssetKey("prepare")]
+            job = defs.resolve_implicit_global_asset_job_def()
+            result = job.execute_in_process(instance=instance, partition_key="large")
+    assert result.success
+    mats = {m.asset_key: m.materialization for m in result.get_asset_materialization_events()}
+    assert set(mats) == {dg.AssetKey("prepare"), dg.AssetKey(["models", "train"])}
+    assert counters(local_workspace)["runs_created"] == 1
+    train_task = mats[dg.AssetKey(["models", "train"])].metadata["dagster-air/task_run_id"].value
+    log = node_log(local_workspace, train_task)
+    assert "train out=/tmp/out/large/train" in log and "width: 1024" in log
+
+
+def test_dg_list_components_shows_the_component():
+    out = subprocess.run(
+        [str(DG), "list", "components", "--json"],
+        capture_output=True,
+        text=True,
+        env=_dg_env(),
+        cwd=EXAMPLE_PROJECT,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "dagster_air.AirWorkloadComponent" in out.stdout
+
+
+def test_dg_check_defs_passes_on_the_example_project(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE_PROJECT, project)
+    # The example finds the RL workloads two folders up, as in the repository.
+    shutil.copytree(REPO / "examples" / "rl", tmp_path / "rl")
+    env = {**_dg_env(), "AIRO_HOST": "http://127.0.0.1:9", "AIRO_TOKEN": "unused"}
+    env["DAGSTER_HOME"] = str(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    out = subprocess.run(
+        [str(DG), "check", "defs"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=300,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "All definitions loaded successfully" in out.stdout + out.stderr
