@@ -39,7 +39,9 @@ RL_DIR = REPO_ROOT / "examples" / "rl"
 TRAIN_YAML = RL_DIR / "grpo_two_containers.yaml"
 EVALUATE_YAML = RL_DIR / "evaluate.yaml"
 AIRFLOW_DAG_ID = "rl_pipeline"
-DAGSTER_DEFINITIONS = REPO_ROOT / "examples" / "dagster"
+DAGSTER_PROJECT = REPO_ROOT / "examples" / "dagster"
+DAGSTER_MODULE = "air_examples.definitions"
+DAGSTER_ASSETS = ("air_images", "grpo", "evaluate")
 
 STAGES = ("client", "airflow", "dagster")
 STAGE_TIMEOUT_SECONDS = 150.0
@@ -204,6 +206,10 @@ class Demo:
             AIRFLOW_CONN_DATABRICKS_DEFAULT=json.dumps(
                 {"conn_type": "databricks", "host": host, "password": token}
             ),
+            # rl_pipeline hands HF_TOKEN from this connection to the workload as a secret.
+            AIRFLOW_CONN_HF_DEFAULT=json.dumps(
+                {"conn_type": "generic", "password": PLACEHOLDER_SECRET}
+            ),
         )
         airflow = str(Path(sys.executable).with_name("airflow"))
         return self._run_commands(
@@ -215,27 +221,30 @@ class Demo:
         )
 
     def _run_with_dagster(self, host: str, token: str) -> StageOutcome:
-        self.console.heading("Dagster: materialize the RL assets (in-process executor)")
+        self.console.heading(
+            f"Dagster: materialize {', '.join(DAGSTER_ASSETS)} (examples/dagster, in-process)"
+        )
         home = self.work_dir / "dagster"
         home.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER")}
-        env.update(DAGSTER_HOME=str(home), DATABRICKS_HOST=host, DATABRICKS_TOKEN=token)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER", "AIRO_"))}
+        # AIRO_HOST/AIRO_TOKEN select the local workspace in examples/dagster's resources.
+        env.update(
+            DAGSTER_HOME=str(home), AIRO_HOST=host, AIRO_TOKEN=token, HF_TOKEN=PLACEHOLDER_SECRET
+        )
         dagster = str(Path(sys.executable).with_name("dagster"))
+        command = [
+            dagster, "asset", "materialize",
+            "-m", DAGSTER_MODULE,
+            "-d", str(DAGSTER_PROJECT / "src"),
+            "--select", ",".join(DAGSTER_ASSETS),
+            # One process: a process per step would only add start-up time here.
+            "--config-json", json.dumps({"execution": {"config": {"in_process": {}}}}),
+        ]  # fmt: skip
         return self._run_commands(
             "dagster",
-            [
-                [
-                    dagster,
-                    "asset",
-                    "materialize",
-                    "--select",
-                    "*",
-                    "-m",
-                    "examples.dagster.definitions",
-                ]
-            ],
+            [command],
             env,
-            success="Dagster materialization succeeded",
+            success="Dagster materialized " + ", ".join(DAGSTER_ASSETS),
             failure="Dagster materialization failed",
         )
 
@@ -254,7 +263,7 @@ class Demo:
         deadline = started + self.timeout
         with log_path.open("wb") as log:
             for argv in commands:
-                shown = " ".join([Path(argv[0]).name, *argv[1:]])
+                shown = " ".join([Path(argv[0]).name, *argv[1:]]).replace(f"{REPO_ROOT}/", "")
                 self.console.line(self.console.dim(f"  $ {shown}"))
                 code = _run_bounded(argv, env, log, cwd=REPO_ROOT, deadline=deadline)
                 if code != 0:
