@@ -147,3 +147,37 @@ def test_dg_check_defs_passes_on_the_example_project(tmp_path):
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "All definitions loaded successfully" in out.stdout + out.stderr
+
+
+def test_example_rl_pipeline_runs_on_the_local_workspace(
+    local_workspace, instance, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("AIRO_HOST", local_workspace.host)
+    monkeypatch.setenv("AIRO_TOKEN", local_workspace.token)
+    monkeypatch.setenv("HF_TOKEN", "hf_example_token_value")
+    monkeypatch.setenv("RL_OUTPUT_ROOT", str(tmp_path / "rl"))
+    monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT / "src"))
+    import air_examples.definitions
+
+    defs = air_examples.definitions.defs()
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(
+        instance=instance,
+        asset_selection=[dg.AssetKey("air_images"), dg.AssetKey("grpo"), dg.AssetKey("evaluate")],
+    )
+    assert result.success
+    mats = {
+        m.asset_key.path[-1]: m.materialization for m in result.get_asset_materialization_events()
+    }
+    assert set(mats) == {"air_images", "grpo", "evaluate"}
+    output_dir = Path(mats["grpo"].metadata["rl_output_dir"].value)
+    assert output_dir == tmp_path / "rl" / result.run_id
+    assert (output_dir / "metrics.json").is_file()
+    containers = mats["grpo"].metadata["dagster-air/containers"].value.records
+    assert [(r.data["name"], r.data["ranks"]) for r in containers] == [
+        ("inference", "0"),
+        ("trainer", "1"),
+    ]
+    assert "hf_example_token_value" not in dg.serialize_value(
+        list(instance.all_logs(result.run_id))
+    )
