@@ -194,9 +194,15 @@ def decode_source(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        # Point at the first bad byte the way YAML problems are located (1-based).
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
         raise YamlLoadError(
             Problem(
-                "", f"the workload is not valid UTF-8 (byte {exc.start})", "save the file as UTF-8"
+                "",
+                f"the workload is not valid UTF-8 (byte {exc.start})",
+                "save the file as UTF-8",
+                line=data.count(b"\n", 0, exc.start) + 1,
+                column=exc.start - line_start + 1,
             )
         ) from None
 
