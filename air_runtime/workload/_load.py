@@ -70,9 +70,12 @@ def _read_source(
                 [Problem("", f"cannot read {label}: {exc.strerror or exc}", "check the file path")],
                 label,
             ) from None
-        text = decode_source(data)
+        try:
+            text = decode_source(data)
+            raw, marks = load_yaml_text(text)
+        except YamlLoadError as exc:  # name the file, as for every other problem
+            raise WorkloadError([exc.problem], label) from None
         folder = base_dir if base_dir is not None else str(path.resolve().parent)
-        raw, marks = load_yaml_text(text)
         return raw, marks, text, folder, label
     if isinstance(source, bytes):
         text = decode_source(source)
