@@ -230,6 +230,14 @@ def load_yaml_text(
             raise YamlLoadError(
                 Problem("", f"YAML syntax error: {message}", "fix the YAML syntax", line, column)
             ) from None
+        except yaml.reader.ReaderError as exc:
+            # A character YAML does not accept: located by its index in the text.
+            line_start = text.rfind("\n", 0, exc.position) + 1
+            line = text.count("\n", 0, exc.position) + 1
+            column = exc.position - line_start + 1
+            raise YamlLoadError(
+                Problem("", f"YAML error: {exc}", "fix the YAML syntax", line, column)
+            ) from None
         except yaml.YAMLError as exc:
             raise YamlLoadError(Problem("", f"YAML error: {exc}", "fix the YAML syntax")) from None
         except RecursionError:
