@@ -19,19 +19,10 @@ from typing import Any
 import dagster as dg
 
 from air_runtime import Workload, load_workload
+from air_runtime.plan._build import RUN_IF_VALUES
 
 WorkloadSource = str | os.PathLike[str] | Mapping[str, Any]
 Overrides = Mapping[str, Any] | Sequence[str]
-
-# Run-if rules the platform accepts for a task that depends on others.
-RUN_IF_VALUES = (
-    "ALL_SUCCESS",
-    "AT_LEAST_ONE_SUCCESS",
-    "NONE_FAILED",
-    "ALL_DONE",
-    "AT_LEAST_ONE_FAILED",
-    "ALL_FAILED",
-)
 
 
 @dataclass(frozen=True)
