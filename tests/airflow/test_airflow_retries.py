@@ -1,0 +1,194 @@
+"""Worker crash → automatic retry reattaches (one run); a human clear starts a new run; killing
+a task cancels its run (worker SIGTERM, and the triggerer's user-action cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from airflow_runs import (
+    TEST_DAGS,
+    clear_task,
+    latest_dag_run,
+    load_test_dag,
+    run_next_try,
+    set_state,
+    task_instance,
+    xcom,
+)
+
+from air_runtime import AirClient
+
+RUN_DAG_IN_SUBPROCESS = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("dags", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dag = next(v for v in vars(module).values() if getattr(v, "dag_id", None) == sys.argv[2])
+dag.test(run_conf=json.loads(sys.argv[3]))
+"""
+
+
+def _start_dag_test(dag_id: str, conf: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RUN_DAG_IN_SUBPROCESS,
+            str(TEST_DAGS / "air_test_dags.py"),
+            dag_id,
+            conf,
+        ],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_until(predicate, timeout: float = 120.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _run_state_store_has_record(dag_id: str) -> bool:
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return (
+            session.scalars(
+                select(TaskStateStoreModel).where(
+                    TaskStateStoreModel.dag_id == dag_id,
+                    TaskStateStoreModel.key == "airflow_air.run",
+                )
+            ).first()
+            is not None
+        )
+
+
+def _running_run(workspace) -> int | None:
+    with AirClient(workspace.host, workspace.token) as client:
+        runs, _ = client.list_runs(active_only=True)
+    running = [r.run_id for r in runs if r.life_cycle_state == "RUNNING"]
+    return running[0] if running else None
+
+
+def test_worker_crash_retry_reattaches_to_the_same_run(workspace, task_log):
+    dag = load_test_dag("air_test_crash")
+    worker = _start_dag_test(dag.dag_id, '{"command": "sleep 6; echo finished"}')
+    try:
+        _wait_until(lambda: _run_state_store_has_record(dag.dag_id), what="the run record")
+    finally:
+        worker.send_signal(signal.SIGKILL)  # the worker dies between submit and the end
+        worker.wait(timeout=30)
+    dag_run = latest_dag_run(dag.dag_id)
+    assert str(task_instance(dag.dag_id, dag_run.run_id, "run").state) == "running"
+    # What the scheduler does when the worker's heartbeat stops: the try failed, retry it.
+    set_state(dag.dag_id, dag_run.run_id, "run", "up_for_retry")
+
+    assert run_next_try(dag, dag_run.run_id, "run") == "success"
+
+    counters = workspace.admin.counters()
+    assert counters["runs_created"] == 1
+    assert list(counters["submits_per_token"].values()) == [1]  # the retry did not even resubmit
+    assert "Reattaching to run" in task_log.text()
+    assert xcom(dag.dag_id, dag_run.run_id, "run")["result_state"] == "SUCCESS"
+
+
+def test_clear_starts_a_new_run(workspace, task_log):
+    dag = load_test_dag("air_test_sync")
+    dag_run = dag.test(run_conf={"command": "echo first"})
+    first_run = xcom(dag.dag_id, dag_run.run_id, "run", "run_id")
+
+    clear_task(dag.dag_id, dag_run.run_id, "run")
+    assert run_next_try(dag, dag_run.run_id, "run") == "success"
+
+    second_run = xcom(dag.dag_id, dag_run.run_id, "run", "run_id")
+    assert second_run != first_run
+    counters = workspace.admin.counters()
+    assert counters["runs_created"] == 2
+    assert sorted(counters["submits_per_token"].values()) == [1, 1]
+    assert "The task was cleared since run" in task_log.text()
+
+
+def test_sigterm_of_a_sync_task_cancels_its_run(workspace):
+    dag = load_test_dag("air_test_sync")
+    worker = _start_dag_test(dag.dag_id, '{"command": "sleep 120"}')
+    try:
+        _wait_until(lambda: _running_run(workspace) is not None, what="a RUNNING run")
+        run_id = _running_run(workspace)
+        worker.send_signal(signal.SIGTERM)  # what the supervisor sends a task being killed
+        worker.wait(timeout=120)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    with AirClient(workspace.host, workspace.token) as client:
+        state = client.wait(run_id, timeout=30, poll_interval=0.2)
+    assert state.result_state == "CANCELED"
+    assert (
+        str(task_instance(dag.dag_id, latest_dag_run(dag.dag_id).run_id, "run").state) == "failed"
+    )
+
+
+def _submit_sleeper(workspace) -> int:
+    from air_runtime import load_workload
+
+    workload = load_workload(
+        {
+            "experiment_name": "trigger_target",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "command": "sleep 120",
+        }
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        run_id = client.submit_workload(workload).run_id
+    _wait_until(lambda: _running_run(workspace) == run_id, what="the run to be RUNNING")
+    return run_id
+
+
+async def _run_in_triggerer(trigger, *, user_action: bool) -> None:
+    """Run the trigger in Airflow's TriggerRunner and cancel it the way the triggerer does:
+    a user action on the task (on_kill runs) or a triggerer shutdown (plain cancel)."""
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+
+    runner = TriggerRunner()
+    runner.triggers[1] = {"task": None, "name": "air", "events": 0, "is_watcher": False}
+    task = asyncio.create_task(runner.run_trigger(1, trigger))
+    runner.triggers[1]["task"] = task
+    await asyncio.sleep(1.0)  # the trigger is now waiting on the run
+    assert not task.done()
+    if user_action:
+        runner.to_cancel.append(1)
+        await runner.cancel_triggers()
+    else:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("user_action", [True, False], ids=["task-killed", "triggerer-restart"])
+def test_deferred_kill_cancels_but_triggerer_restart_does_not(workspace, user_action):
+    from airflow_air.triggers import AirRunTrigger
+
+    run_id = _submit_sleeper(workspace)
+    trigger = AirRunTrigger(run_id, poll_interval=0.2, cancel_on_kill=True)
+    asyncio.run(_run_in_triggerer(trigger, user_action=user_action))
+
+    with AirClient(workspace.host, workspace.token) as client:
+        if user_action:
+            assert client.wait(run_id, timeout=30, poll_interval=0.2).result_state == "CANCELED"
+        else:
+            state = client.get_run(run_id)
+            assert state.life_cycle_state == "RUNNING"  # a new triggerer picks the wait up
+            client.cancel(run_id)

@@ -1,0 +1,54 @@
+"""Orchestrator secrets (workload.md §6, target R5): the value reaches the workload as a
+Databricks secret and appears nowhere else."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from airflow_runs import all_xcom_text, load_test_dag, rendered_fields_text, task_states
+
+HF_TOKEN = "hf_S3cr3tValueThatMustNotLeak_9c1f"
+API_KEY = "api-S3cr3t-0b7e-only-in-the-vault"
+
+
+def test_secret_env_values_reach_the_workload_and_nowhere_else(workspace, task_log, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": HF_TOKEN}),
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", API_KEY)
+    expected = hashlib.sha256((HF_TOKEN + API_KEY).encode()).hexdigest()
+    command = (
+        "python3 -c 'import os, hashlib; "
+        'print("digest", hashlib.sha256((os.environ["HF_TOKEN"] + os.environ["API_KEY"])'
+        ".encode()).hexdigest())'"
+    )
+    dag = load_test_dag("air_test_secrets")
+    dag_run = dag.test(run_conf={"command": command})
+    assert task_states(dag_run) == {"run": "success"}
+
+    logs = task_log.text()
+    assert f"digest {expected}" in logs  # the workload saw both values
+    places = {
+        "task logs": logs,
+        "XComs": all_xcom_text(dag.dag_id),
+        "rendered template fields": rendered_fields_text(dag.dag_id),
+        "workspace request log": json.dumps(workspace.admin.request_log()),
+    }
+    # Every file the workspace keeps (launch directories, code, node logs) except its own
+    # database, which is where a platform keeps secret values.
+    uploaded = [
+        p
+        for p in workspace.data_dir.rglob("*")
+        if p.is_file() and not p.name.startswith("state.sqlite3")
+    ]
+    assert any(p.name == "command.sh" for p in uploaded)
+    places["workspace files"] = "\n".join(
+        p.read_bytes().decode("utf-8", "replace") for p in uploaded
+    )
+    for where, text in places.items():
+        assert HF_TOKEN not in text, f"HF_TOKEN leaked into {where}"
+        assert API_KEY not in text, f"API_KEY leaked into {where}"
+    # The workload carried references only.
+    assert "air-tests/air_test_secrets.run.HF_TOKEN" in places["workspace files"]
