@@ -76,8 +76,9 @@ class AirWorkspace(dg.ConfigurableResource):
         if not (self.client_id or self.client_secret):
             return None
         if not self.host:
-            raise dg.DagsterInvalidConfigError(
-                "AirWorkspace: OAuth client credentials need a host", [], None
+            raise dg.Failure(
+                description="AirWorkspace: OAuth client credentials need a host",
+                allow_retries=False,
             )
         return OAuthM2M(normalize_host(self.host), self.client_id or "", self.client_secret or "")
 
