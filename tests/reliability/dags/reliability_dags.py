@@ -49,4 +49,15 @@ secret_dag = single_dag(
     secret_env={"HF_TOKEN": "conn:reliability_hf:password"},
     secret_scope="reliability",
 )
-bad_input_dag = single_dag("reliability_bad_input", deferrable=False, stream_logs=False)
+
+with DAG(
+    "reliability_bad_input_text", schedule=None, start_date=START, params={"workload": ""}
+) as bad_input_text_dag:
+    AirRunOperator(
+        task_id="run",
+        workload="{{ params.workload }}",
+        deferrable=False,
+        stream_logs=False,
+        retries=2,
+        retry_delay=timedelta(0),
+    )
