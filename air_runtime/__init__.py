@@ -1,10 +1,35 @@
-# --- workload and plan -------------------------------------------------------------------
+"""air-orchestration's orchestrator-neutral core for Databricks AI Runtime.
+
+Workload validation, submission plans, states and errors load eagerly (they are cheap);
+the HTTP client, auth and watcher load on first use so that importing ``air_runtime`` from a
+DAG file does not pull in httpx.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from air_runtime._docker_ref import (
     DockerRef,
     DockerRefError,
     normalize_docker_ref,
     parse_docker_ref,
 )
+from air_runtime._errors import (
+    AirError,
+    AuthError,
+    CapacityError,
+    ConfigurationError,
+    NotFound,
+    PlatformError,
+    Problem,
+    RateLimited,
+    RunFailed,
+    RunTimeout,
+    WorkloadError,
+)
+from air_runtime._states import RunState, TaskState, failure_message
 from air_runtime.plan import (
     CodeSnapshot,
     Stage,
@@ -28,41 +53,7 @@ from air_runtime.workload import (
     workload_json_schema,
 )
 
-__all__ = [
-    *globals().get("__all__", []),
-    "CodeSnapshot",
-    "CodeSource",
-    "Compute",
-    "Container",
-    "DockerImage",
-    "DockerRef",
-    "DockerRefError",
-    "Environment",
-    "Permission",
-    "SecretRef",
-    "Stage",
-    "SubmissionPlan",
-    "UploadFile",
-    "Workload",
-    "build_plan",
-    "build_workflow_plan",
-    "lint_workload",
-    "load_workload",
-    "make_idempotency_token",
-    "normalize_docker_ref",
-    "parse_docker_ref",
-    "workload_json_schema",
-]
-
-# --- client, states, watcher -------------------------------------------------------------
-# The client pulls in httpx: load it on first use so importing air_runtime (e.g. from a DAG
-# file) stays cheap.
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
-
-from air_runtime._states import RunState, TaskState, failure_message
-
-if _TYPE_CHECKING:
+if TYPE_CHECKING:
     from air_runtime._auth import Credentials as Credentials
     from air_runtime._auth import OAuthM2M as OAuthM2M
     from air_runtime._auth import SdkConfigCredentials as SdkConfigCredentials
@@ -92,21 +83,51 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _Any:
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'air_runtime' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 __all__ = [
-    *globals().get("__all__", []),
+    "AirError",
+    "AuthError",
+    "CapacityError",
+    "CodeSnapshot",
+    "CodeSource",
+    "Compute",
+    "ConfigurationError",
+    "Container",
+    "DockerImage",
+    "DockerRef",
+    "DockerRefError",
+    "Environment",
+    "NotFound",
+    "Permission",
+    "PlatformError",
+    "Problem",
+    "RateLimited",
+    "RunFailed",
     "RunState",
+    "RunTimeout",
+    "SecretRef",
+    "Stage",
+    "SubmissionPlan",
     "TaskState",
+    "UploadFile",
+    "Workload",
+    "WorkloadError",
+    "build_plan",
+    "build_workflow_plan",
     "failure_message",
+    "lint_workload",
+    "load_workload",
+    "make_idempotency_token",
+    "normalize_docker_ref",
+    "parse_docker_ref",
+    "workload_json_schema",
     *_LAZY,
 ]
