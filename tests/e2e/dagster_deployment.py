@@ -120,7 +120,13 @@ class DagsterDeployment:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.processes: list[ManagedProcess] = []
         instance = {
-            "storage": {"postgres": {"postgres_url": database_dsn}},
+            # psycopg2 named explicitly: SQLAlchemy 2.1 defaults to psycopg 3, with which
+            # dagster-postgres' NOTIFY statement fails to bind and no event is stored.
+            "storage": {
+                "postgres": {
+                    "postgres_url": database_dsn.replace("postgresql://", "postgresql+psycopg2://")
+                }
+            },
             # Launches wait in the queue until the daemon dequeues them.
             "run_coordinator": {
                 "module": "dagster._core.run_coordinator",

@@ -1,0 +1,73 @@
+"""Dagster webserver and daemon on PostgreSQL: the RL assets of examples/dagster launched
+through GraphQL, queued, started by the daemon, and materialized from a local workspace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dagster_deployment import DagsterDeployment
+
+from air_runtime.demo import DAGSTER_ASSETS, DAGSTER_MODULE, DAGSTER_PROJECT, PLACEHOLDER_SECRET
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
+
+LOCATION = "air_examples"
+
+
+def test_rl_assets_launched_through_graphql(
+    tmp_path: Path, postgres: str, local_workspace, workspace_client
+) -> None:
+    deployment = DagsterDeployment(
+        tmp_path,
+        database_dsn=f"{postgres}/airo_dagster",
+        code_location={
+            "python_module": {
+                "module_name": DAGSTER_MODULE,
+                "working_directory": str(DAGSTER_PROJECT / "src"),
+                "location_name": LOCATION,
+            }
+        },
+        extra_env={
+            "AIRO_HOST": local_workspace.host,
+            "AIRO_TOKEN": local_workspace.token,
+            "HF_TOKEN": PLACEHOLDER_SECRET,
+            "RL_OUTPUT_ROOT": str(tmp_path / "rl_output"),
+        },
+    )
+    try:
+        deployment.start()
+        jobs = deployment.jobs()[LOCATION]
+        asset_job = "__ASSET_JOB" if "__ASSET_JOB" in jobs else sorted(jobs)[0]
+        run_id = deployment.launch(
+            location=LOCATION,
+            job=asset_job,
+            asset_selection=[[key] for key in DAGSTER_ASSETS],
+            # One run worker process; a process per step only adds start-up time here.
+            run_config={"execution": {"config": {"in_process": {}}}},
+        )
+        status, seen = deployment.wait_for_run(run_id, timeout=240)
+        assert status == "SUCCESS", f"{seen}\n{deployment.run_messages(run_id)}"
+        # Queued first: the daemon, not the webserver, started the run.
+        assert seen[0] in ("QUEUED", "NOT_STARTED", "STARTING") and len(seen) > 1, seen
+
+        materialized = deployment.materializations(run_id)
+        assert set(materialized) == {(key,) for key in DAGSTER_ASSETS}, materialized
+        grpo, evaluate = materialized[("grpo",)], materialized[("evaluate",)]
+        # Both stages ran as one multi-task run on the workspace.
+        remote_id = grpo["dagster-air/run_id"]
+        assert isinstance(remote_id, int) and evaluate["dagster-air/run_id"] == remote_id
+        assert grpo["dagster-air/run_url"] == f"{local_workspace.host}/jobs/runs/{remote_id}"
+        remote = workspace_client.get_run(remote_id)
+        assert remote.is_success, remote
+        assert {t.task_key: t.result_state for t in remote.tasks} == {
+            "grpo": "SUCCESS",
+            "evaluate": "SUCCESS",
+        }
+        assert grpo["dagster-air/task_run_id"] != evaluate["dagster-air/task_run_id"]
+        # The trainer wrote its metrics where this run's metadata says.
+        metrics = json.loads((Path(grpo["rl_output_dir"]) / "metrics.json").read_text())
+        assert metrics["epochs"] >= 1 and 0.0 <= metrics["mean_reward"] <= 1.0
+    finally:
+        deployment.stop()
