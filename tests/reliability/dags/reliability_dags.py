@@ -61,3 +61,9 @@ with DAG(
         retries=2,
         retry_delay=timedelta(0),
     )
+secret_deferred_dag = single_dag(
+    "reliability_secrets_deferred",
+    deferrable=True,
+    secret_env={"HF_TOKEN": "conn:reliability_hf:password"},
+    secret_scope="reliability",
+)
