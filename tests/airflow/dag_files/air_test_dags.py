@@ -68,3 +68,16 @@ with (
         deferrable=True,
     )
     first >> second
+
+with DAG("air_test_images", schedule=None, start_date=START) as images_dag:
+    from airflow_air.operators import AirRegisterImageOperator
+
+    AirRegisterImageOperator(
+        task_id="public_deferred", image="ubuntu:24.04", deferrable=True, poll_interval=0.1
+    )
+    AirRegisterImageOperator(
+        task_id="private_with_connection",
+        image="acme/private-trainer:1.0",
+        docker_conn_id="dockerhub_test",
+        poll_interval=0.1,
+    )
