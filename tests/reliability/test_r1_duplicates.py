@@ -227,7 +227,7 @@ def _repeated_request(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
 def test_duplicates(workspace, airflow_workspace, tally) -> None:
     ws = workspace
     rng = rng_for("R1")
-    count = trials(6, 100)
+    count = trials(5, 100)
     # Every scenario at least once, the rest drawn at random.
     order = list(SCENARIOS) + [rng.choice(SCENARIOS) for _ in range(max(count - len(SCENARIOS), 0))]
     rng.shuffle(order)

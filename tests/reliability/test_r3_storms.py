@@ -128,8 +128,8 @@ def test_storms(airflow_workspace, tally) -> None:
     ws = airflow_workspace
     rng = rng_for("R3")
     plan = (
-        [("client", i) for i in range(trials(4, 40))]
-        + [("airflow_sync", i) for i in range(trials(1, 5))]
+        [("client", i) for i in range(trials(2, 40))]
+        + [("airflow_sync", i) for i in range(trials(0, 5))]
         + [("airflow_deferred", i) for i in range(trials(1, 5))]
         + [("dagster", i) for i in range(trials(1, 5))]
     )
