@@ -26,7 +26,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, ClassVar
 
-from ._auth import Credentials, OAuthM2M, StaticToken
+from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
 from ._errors import AirError, AuthError, NotFound, RunTimeout
 from ._states import RunState
 from .client import AsyncAirClient
@@ -136,10 +136,15 @@ class RunWatcher:
         if client is not None:
             key = (client.host, f"client:{id(client)}")
         else:
-            client = AsyncAirClient(host, token, credentials=credentials, **client_options)
-            key = (client.host, _credentials_key(client.credentials))
+            # Key first, client only for a new watcher: building an HTTP client (its TLS
+            # context) costs tens of milliseconds, once per trigger if done on every call.
+            host, credentials = resolve_credentials(host, token, credentials)
+            key = (host, _credentials_key(credentials))
+            if key not in watchers:
+                client = AsyncAirClient(host, credentials=credentials, **client_options)
         watcher = watchers.get(key)
         if watcher is None:
+            assert client is not None
             watcher = watchers[key] = cls(client, interval=interval, budget_rps=budget_rps)
         return watcher
 
