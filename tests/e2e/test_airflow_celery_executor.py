@@ -14,6 +14,7 @@ from airflow_deployment import (
     DeferralObserver,
     airflow_connection_env,
     check_air_task_instances,
+    remote_run_names,
 )
 from managed_process import free_port, wait_for
 
@@ -102,5 +103,10 @@ def test_rl_pipeline_on_two_celery_workers(
             assert "air_fanout_6" in proc.tail(5000) or "rl_pipeline" in proc.tail(5000), (
                 f"{proc.name} ran no task\n{proc.tail()}"
             )
+
+        # Exactly one remote run per logical submission, retries included.
+        names = remote_run_names(workspace_client)
+        assert names["rl_pipeline"] == 1, names
+        assert sum(c for k, c in names.items() if k.startswith(f"{FANOUT_DAG}_")) == 6, names
     finally:
         deployment.stop()

@@ -13,6 +13,7 @@ from airflow_deployment import (
     DeferralObserver,
     airflow_connection_env,
     check_air_task_instances,
+    remote_run_names,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -68,5 +69,12 @@ def test_rl_pipeline_and_twenty_deferred_runs(
             run = workspace_client.get_run(remote_id)
             assert run.is_success and run.tasks, run
             assert all(t.result_state == "SUCCESS" for t in run.tasks), run
+
+        # Exactly one remote run per logical submission, retries included.
+        names = remote_run_names(workspace_client)
+        assert names["rl_pipeline"] == 1, names
+        assert sum(c for k, c in names.items() if k.startswith(f"{FANOUT_DAG}_")) == FANOUT_WIDTH, (
+            names
+        )
     finally:
         deployment.stop()
