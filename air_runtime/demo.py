@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, TextIO
 import httpx
 
 from air_runtime import Stage, load_workload
+from air_runtime._errors import AirError
 from air_runtime._states import RunState, TaskState
 from air_runtime.client import AirClient
 from air_runtime.workload import GPUS_PER_NODE
@@ -153,7 +154,16 @@ class Demo:
                 outcomes = []
                 for name in stages:
                     known = self._run_ids(client)
-                    outcome = runners[name]()
+                    stage_started = time.monotonic()
+                    try:
+                        outcome = runners[name]()
+                    except AirError as exc:  # a failed stage is reported, the others still run
+                        outcome = StageOutcome(
+                            name,
+                            False,
+                            time.monotonic() - stage_started,
+                            f"{type(exc).__name__}: {exc}",
+                        )
                     outcome.run_ids = sorted(self._run_ids(client) - known)
                     outcomes.append(outcome)
                     c.line(f"  [{c.status(outcome.ok)}] {outcome.detail} ({outcome.seconds:.1f}s)")
@@ -179,9 +189,11 @@ class Demo:
     def _run_with_client(self, client: AirClient) -> StageOutcome:
         self.console.heading("Python client: one multi-task run (train -> evaluate)")
         started = time.monotonic()
+        # This run's own output folder, as the Airflow DAG and the Dagster assets do.
+        output = {"env_variables.RL_OUTPUT_DIR": str(self.work_dir / "rl_output")}
         stages = [
-            Stage("train", load_workload(TRAIN_YAML)),
-            Stage("evaluate", load_workload(EVALUATE_YAML), depends_on=("train",)),
+            Stage("train", load_workload(TRAIN_YAML, output)),
+            Stage("evaluate", load_workload(EVALUATE_YAML, output), depends_on=("train",)),
         ]
         submitted = client.submit_workload(stages, run_name="rl_pipeline_client")
         self.console.line(f"  submitted run {submitted.run_id}: {submitted.run_page_url}")
@@ -320,9 +332,11 @@ class Demo:
             except Exception as exc:  # logs are a courtesy: never fail the summary on them
                 c.line(c.dim(f"      logs unavailable: {exc}"))
                 return
-            c.line(
-                f"      {label}: {len(records)} log lines, last {min(LOG_TAIL_LINES, len(records))}:"
-            )
+            if not records:
+                c.line(f"      {label}: no log lines yet")
+                continue
+            shown = min(LOG_TAIL_LINES, len(records))
+            c.line(f"      {label}: {len(records)} log lines, last {shown}:")
             for record in records[-LOG_TAIL_LINES:]:
                 c.line(c.dim(f"        {_clock(record.time_unix_nano)} {record.body.rstrip()}"))
 
