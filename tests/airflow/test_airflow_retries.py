@@ -60,20 +60,19 @@ def _wait_until(predicate, timeout: float = 120.0, what: str = "condition") -> N
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _run_state_store_has_record(dag_id: str) -> bool:
+def _run_records(dag_id: str) -> int:
     from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        return (
+        return len(
             session.scalars(
                 select(TaskStateStoreModel).where(
                     TaskStateStoreModel.dag_id == dag_id,
                     TaskStateStoreModel.key == "airflow_air.run",
                 )
-            ).first()
-            is not None
+            ).all()
         )
 
 
@@ -86,9 +85,10 @@ def _running_run(workspace) -> int | None:
 
 def test_worker_crash_retry_reattaches_to_the_same_run(workspace, task_log):
     dag = load_test_dag("air_test_crash")
+    earlier = _run_records(dag.dag_id)  # other tests' Dag runs of this Dag
     worker = _start_dag_test(dag.dag_id, '{"command": "sleep 6; echo finished"}')
     try:
-        _wait_until(lambda: _run_state_store_has_record(dag.dag_id), what="the run record")
+        _wait_until(lambda: _run_records(dag.dag_id) > earlier, what="the run record")
     finally:
         worker.send_signal(signal.SIGKILL)  # the worker dies between submit and the end
         worker.wait(timeout=30)
