@@ -10,23 +10,12 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from air_runtime._errors import RunFailed
+
 
 class AirConfigurationError(AirflowFailException):
     """Something the user must fix (workload, connection, secret reference); never retried."""
 
 
-class AirRunFailedError(AirflowException):
-    """The AI Runtime run ended in a state other than SUCCESS."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: int | None = None,
-        result_state: str | None = None,
-        run_page_url: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.run_id = run_id
-        self.result_state = result_state
-        self.run_page_url = run_page_url
+class AirRunFailedError(AirflowException, RunFailed):
+    """The AI Runtime run ended in a state other than SUCCESS (the core's ``RunFailed``)."""
