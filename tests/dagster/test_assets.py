@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from helpers import compute_logs, counters, failure_data, node_log, workload
+from dagster_checks import compute_logs, counters, failure_data, node_log, workload
 
 from dagster_air import (
     AirInvocation,

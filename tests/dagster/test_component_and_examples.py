@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 from dagster.components.testing import create_defs_folder_sandbox
-from helpers import counters, node_log
+from dagster_checks import counters, node_log
 
 from dagster_air import AirWorkloadComponent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
-from helpers import counters, workload
+from dagster_checks import counters, workload
 
 from air_runtime import AirClient, RunState
 from dagster_air import AirStage, build_air_assets

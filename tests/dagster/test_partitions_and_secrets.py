@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import dagster as dg
-from helpers import compute_logs, event_log_text, failure_data, node_log, workload
+from dagster_checks import compute_logs, event_log_text, failure_data, node_log, workload
 
 from dagster_air import AirStage, build_air_assets
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 import httpx
-from helpers import counters, failure_data, node_log, workload
+from dagster_checks import counters, failure_data, node_log, workload
 
 from air_runtime import AirClient
 from dagster_air import AirStage, build_air_assets
