@@ -9,10 +9,15 @@ import pytest
 
 from air_runtime.demo import REPO_ROOT
 
+DEMO = ("-m", "air_runtime.demo")  # what `make demo` runs
+AIRO_DEMO = ("-m", "air_runtime.cli", "demo")  # `airo demo`
 
-def run_demo(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+
+def run_demo(
+    *args: str, timeout: float, entry: tuple[str, ...] = DEMO
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "air_runtime.demo", *args],
+        [sys.executable, *entry, *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -52,7 +57,8 @@ def test_demo_exits_non_zero_when_a_stage_fails() -> None:
     assert "client: run" in result.stdout
 
 
-def test_demo_rejects_an_unknown_stage() -> None:
-    result = run_demo("--stages", "client,spark", timeout=60)
+@pytest.mark.parametrize("entry", [DEMO, AIRO_DEMO], ids=["make-demo", "airo-demo"])
+def test_demo_rejects_an_unknown_stage(entry: tuple[str, ...]) -> None:
+    result = run_demo("--stages", "client,spark", timeout=60, entry=entry)
     assert result.returncode == 2
     assert "unknown stage(s) ['spark']" in result.stderr
