@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,6 +321,7 @@ class BenchWorkspace:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def top_up(self, n: int) -> None:
         """Hold exactly ``n`` runs RUNNING (runs are only ever added: N grows)."""
@@ -448,6 +450,7 @@ def _airflow_env(home: Path) -> dict[str, str]:
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         "AIRFLOW__AIR__WORKSPACE_REQUEST_BUDGET": str(TARGETS["budget_rps"]),
         "PYTHONWARNINGS": "ignore",
     }
