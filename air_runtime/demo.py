@@ -168,7 +168,9 @@ class Demo:
                     outcomes.append(outcome)
                     c.line(f"  [{c.status(outcome.ok)}] {outcome.detail} ({outcome.seconds:.1f}s)")
                     if not outcome.ok and outcome.log_path is not None:
-                        c.line(c.dim(f"         last lines of {outcome.log_path}:"))
+                        c.line(
+                            c.dim(f"         last lines of {outcome.log_path} (--keep keeps it):")
+                        )
                         for text in _tail_lines(outcome.log_path, 15):
                             c.line(c.dim(f"         | {text}"))
                 self._print_runs(client, outcomes)
@@ -226,7 +228,18 @@ class Demo:
         airflow = str(Path(sys.executable).with_name("airflow"))
         return self._run_commands(
             "airflow",
-            [[airflow, "db", "migrate"], [airflow, "dags", "test", AIRFLOW_DAG_ID]],
+            [
+                [airflow, "db", "migrate"],
+                # The DAG's output_root param, so the run writes inside the demo's folder.
+                [
+                    airflow,
+                    "dags",
+                    "test",
+                    AIRFLOW_DAG_ID,
+                    "--conf",
+                    json.dumps({"output_root": str(self.work_dir / "rl_output")}),
+                ],
+            ],
             env,
             success=f"Airflow DAG {AIRFLOW_DAG_ID} succeeded",
             failure=f"Airflow DAG {AIRFLOW_DAG_ID} failed",
@@ -241,7 +254,11 @@ class Demo:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER", "AIRO_"))}
         # AIRO_HOST/AIRO_TOKEN select the local workspace in examples/dagster's resources.
         env.update(
-            DAGSTER_HOME=str(home), AIRO_HOST=host, AIRO_TOKEN=token, HF_TOKEN=PLACEHOLDER_SECRET
+            DAGSTER_HOME=str(home),
+            AIRO_HOST=host,
+            AIRO_TOKEN=token,
+            HF_TOKEN=PLACEHOLDER_SECRET,
+            RL_OUTPUT_ROOT=str(self.work_dir / "rl_output" / "dagster"),
         )
         dagster = str(Path(sys.executable).with_name("dagster"))
         command = [
