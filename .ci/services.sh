@@ -11,6 +11,9 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 
+# Databases of tests/e2e (each test empties its schema first): airo_airflow (LocalExecutor
+# metadata), airo_airflow_celery (CeleryExecutor metadata and Celery results), airo_dagster
+# (Dagster storage). The Celery test uses Redis database 5 as its broker and flushes it.
 psql_admin() { psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
 for db in airo_airflow airo_airflow_celery airo_dagster; do
   if ! psql_admin -c "SELECT 1 FROM pg_database WHERE datname='${db}'" | grep -q 1; then
