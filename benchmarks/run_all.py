@@ -1,0 +1,148 @@
+"""Run the performance benchmarks P1-P5 in sequence and print a summary table.
+
+    python -m benchmarks.run_all [--quick] [--only P1,P3]
+
+Each benchmark runs in its own process (P4 pins its process to one CPU; P1 starts its own
+workspace and trigger processes) and writes ``benchmarks/results/<id>.json``; the summary
+is read back from those files and also written to ``benchmarks/results/summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks._common import PYTHON, REPO, RESULTS, fmt, machine_info
+
+# Quick ones first; P1 (the long one) last.
+MODULES = {
+    "P2": "benchmarks.p2_import",
+    "P4": "benchmarks.p4_plan",
+    "P3": "benchmarks.p3_submit",
+    "P5": "benchmarks.p5_local",
+    "P1": "benchmarks.p1_triggers",
+}
+ORDER = ["P1", "P2", "P3", "P4", "P5"]
+
+
+def _p1(r: dict[str, Any]) -> tuple[str, str]:
+    top = r["per_n"][-1]
+    ours, theirs = top["air"], top["databricks"]
+    rows = [p["air"] for p in r["per_n"]]
+    measured = (
+        f"N={top['n']}: CPU/update {fmt(top['cpu_ratio'], 2)}x "
+        f"({fmt(ours['cpu_per_1000_updates_net_s'], 2)} vs "
+        f"{fmt(theirs['cpu_per_1000_updates_net_s'], 2)} CPU s/1000 net of the sampler; raw "
+        f"{fmt(top['cpu_ratio_raw'], 2)}x), memory/run {fmt(top['memory_ratio'], 2)}x "
+        f"({fmt(ours['rss_per_run_kb'], 3)} vs {fmt(theirs['rss_per_run_kb'], 3)} KB), "
+        f"lag p99 {fmt(ours['lag_p99_ms'], 2)} ms (anchor {fmt(theirs['lag_p99_ms'], 3)}), "
+        f"TCP <= {max(p['tcp_connections'] for p in rows)} (anchor {theirs['tcp_connections']}), "
+        f"req/s <= {fmt(max(p['requests_per_s'] for p in rows), 3)} "
+        f"(anchor {fmt(theirs['requests_per_s'], 3)})"
+    )
+    return "<=0.2x CPU, <=0.5x memory, lag p99<=20 ms, <=20 TCP, <=10 req/s", measured
+
+
+def _p2(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        "<=20 ms over airflow.sdk",
+        f"{fmt(r['air']['module_ms_median'])} ms (Databricks operator "
+        f"{fmt(r['databricks']['module_ms_median'], 4)} ms; airflow.sdk itself "
+        f"{fmt(r['airflow_sdk_ms_median'], 4)} ms here)",
+    )
+
+
+def _p3(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        "<=4 round trips",
+        f"{fmt(r['air']['round_trips_median'])} round trips, {fmt(r['air']['wall_s_median'])} s "
+        f"(sequential: {fmt(r['sequential']['round_trips_median'])}, "
+        f"{fmt(r['sequential']['wall_s_median'])} s; with 16 parallel uploads: "
+        f"{fmt(r['air_max_concurrent_uploads_16']['round_trips_median'])})",
+    )
+
+
+def _p4(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        ">=2000 workloads/s",
+        f"{fmt(r['workloads_per_s_median'], 4)} /CPU-s (load {fmt(r['load_us_median'])} us + "
+        f"plan {fmt(r['plan_us_median'])} us)",
+    )
+
+
+def _p5(r: dict[str, Any]) -> tuple[str, str]:
+    many = r["concurrent"]
+    return (
+        "<=1.5 s; 200 concurrent, 0 errors",
+        f"{fmt(r['latency_s_median'])} s; {many['runs']} concurrent: {many['errors']} errors "
+        f"({fmt(many['elapsed_s'])} s)",
+    )
+
+
+SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
+    "P1": _p1,
+    "P2": _p2,
+    "P3": _p3,
+    "P4": _p4,
+    "P5": _p5,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the benchmarks P1-P5.")
+    parser.add_argument("--quick", action="store_true", help="smaller, faster runs")
+    parser.add_argument("--only", default="", help="comma-separated ids, e.g. P1,P3")
+    args = parser.parse_args(argv)
+    wanted = [x.strip().upper() for x in args.only.split(",") if x.strip()] or list(MODULES)
+    unknown = sorted(set(wanted) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    started = time.monotonic()
+    durations: dict[str, float] = {}
+    failures: dict[str, int] = {}
+    for bench_id, module in MODULES.items():
+        if bench_id not in wanted:
+            continue
+        print(f"{bench_id} ({module}){' quick' if args.quick else ''}", flush=True)
+        began = time.monotonic()
+        command = [PYTHON, "-m", module, *(["--quick"] if args.quick else [])]
+        code = subprocess.call(command, cwd=REPO)
+        durations[bench_id] = time.monotonic() - began
+        if code != 0:
+            failures[bench_id] = code
+            print(f"{bench_id} failed with exit code {code}", flush=True)
+    rows = []
+    for bench_id in ORDER:
+        if bench_id not in wanted or bench_id in failures:
+            continue
+        path = RESULTS / f"{bench_id.lower()}.json"
+        result = json.loads(path.read_text())
+        target, measured = SUMMARIES[bench_id](result)
+        rows.append(
+            {
+                "id": bench_id,
+                "target": target,
+                "measured": measured,
+                "met": bool(result["met"]),
+                "seconds": round(durations[bench_id], 1),
+            }
+        )
+    total = time.monotonic() - started
+    print(f"\n{'id':3s} | {'met':5s} | {'s':>5s} | target / measured")
+    for row in rows:
+        print(f"{row['id']:3s} | {row['met']!s:5s} | {row['seconds']:5.0f} | {row['target']}")
+        print(f"{'':3s} | {'':5s} | {'':5s} |   {row['measured']}")
+    print(f"total {total:.0f} s{' (quick)' if args.quick else ''}")
+    if len(wanted) == len(MODULES):
+        summary = {"quick": args.quick, "total_s": total, "rows": rows, "machine": machine_info()}
+        (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
