@@ -223,7 +223,7 @@ with dg.DagsterInstance.ephemeral() as instance:
 def test_dagster_terminated(workspace, tally, tmp_path) -> None:
     ws = workspace
     rng = rng_for("R2-dagster")
-    for trial in range(trials(1, 6)):
+    for trial in range(trials(1, 4)):
         tally.trials += 1
         before = _active_ids(ws)
         env = python_env({"DAGSTER_HOME": str(tmp_path)})

@@ -47,7 +47,7 @@ def test_workspace_restart(tmp_path: Path, airflow_db: Path, tally, monkeypatch)
     monkeypatch.setenv("AIRFLOW_CONN_DATABRICKS_DEFAULT", connection_json(ws.host, ws.token))
     outcomes: dict[str, int] = {}
     try:
-        for trial in range(trials(1, 5)):
+        for trial in range(trials(1, 4)):
             hard = trial % 2 == 1
             # Runs that end before, around and after the restart, some failing.
             specs = [
@@ -143,7 +143,7 @@ def test_triggerer_restart(workspace, airflow_db: Path, tally, monkeypatch) -> N
     ws = workspace
     rng = rng_for("R6-triggerer")
     env = python_env({"AIRFLOW_CONN_DATABRICKS_DEFAULT": connection_json(ws.host, ws.token)})
-    for trial in range(trials(1, 5)):
+    for trial in range(trials(1, 4)):
         tally.trials += 1
         fails = trial % 2 == 1
         secs = rng.uniform(3.0, 5.0)
