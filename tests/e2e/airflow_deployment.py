@@ -83,8 +83,8 @@ class AirflowDeployment:
             # The default 5 s is short on a busy 2-core machine; a timeout fails the task.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             # Every component must sign and check the same task tokens.
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
             # Airflow 3.3.2 can fail a deferred task whose trigger fires at once, when the stale
             # "success" of its deferral exit arrives after the resume (apache/airflow#66374,
@@ -96,7 +96,6 @@ class AirflowDeployment:
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             # Parse once at start; re-parsing every 30 s only costs CPU here.
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
             # Free ports: the default log-server ports may be taken on a shared machine.
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
