@@ -233,6 +233,13 @@ def find_task(state: RunState, task_key: str | None) -> Any:
     return None
 
 
+def has_ended(state: RunState, task_key: str | None) -> bool:
+    """Whether the run, or for a workflow stage its task, has ended (a stage ends before its
+    run does; a run that ended without starting the stage's task ends the stage too)."""
+    task = find_task(state, task_key)
+    return state.is_terminal or (task is not None and task.is_terminal)
+
+
 class LogStreamer:
     """Copies the nodes' logs into the task log while a synchronous wait polls the run."""
 
@@ -281,8 +288,7 @@ def wait_sync(
     while True:
         state = client.get_run(record.run_id)
         on_update(state)
-        task = find_task(state, task_key)
-        if state.is_terminal or (task is not None and task.is_terminal):
+        if has_ended(state, task_key):
             return state
         time.sleep(poll_interval)
 

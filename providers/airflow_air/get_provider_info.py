@@ -51,6 +51,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "10",
                         "default": "5",
                     },
+                    "trigger_first_poll_delay": {
+                        "description": "Seconds a deferred operator's trigger waits before its "
+                        "first status request. Airflow 3.3 can fail a deferred task whose "
+                        "trigger fires before the scheduler has read the executor event of the "
+                        "deferral (apache/airflow#72716); a few seconds keep clear of that. "
+                        "Operators finish without deferring when the run has already ended.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "10",
+                        "default": "5",
+                    },
                     "workspace_request_budget": {
                         "description": "Upper bound of status requests per second that one "
                         "triggerer or worker process sends to one workspace, shared by all runs "

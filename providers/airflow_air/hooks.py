@@ -59,6 +59,11 @@ def default_poll_interval() -> float:
     return config_float("default_poll_interval", 5.0)
 
 
+def first_poll_delay() -> float:
+    """Seconds between a deferral and its trigger's first status request (see triggers)."""
+    return config_float("trigger_first_poll_delay", 5.0)
+
+
 def request_budget() -> float:
     return config_float("workspace_request_budget", 10.0)
 

@@ -61,6 +61,15 @@ def _deadline(task: BaseOperator, context: Context) -> float | None:
     return start + task.execution_timeout.total_seconds()
 
 
+def _first_poll_at() -> float:
+    """When a trigger created now may first ask the workspace (see ``airflow_air.triggers``)."""
+    import time
+
+    from airflow_air.hooks import first_poll_delay
+
+    return time.time() + max(first_poll_delay(), 0.0)
+
+
 def _defer_timeout(deadline: float | None) -> timedelta | None:
     if deadline is None:
         return None
@@ -252,9 +261,7 @@ class AirRunOperator(BaseOperator):
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
-            if self.deferrable:
-                self._defer_until_done(context, record, task_key=None)
-            return self._wait_in_worker(context, client, record, None, workload.num_nodes)
+            return self._wait(context, client, record, None, workload.num_nodes)
 
     def _execute_stage(self, context: Context) -> Any:
         from airflow_air._submission import RunRecord, push_run_xcoms
@@ -275,13 +282,39 @@ class AirRunOperator(BaseOperator):
         self._run_id = record.run_id
         push_run_xcoms(context, record.run_id, record.run_page_url)
         self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
-        if self.deferrable:
-            self._defer_until_done(context, record, task_key=self.workflow_task_key)
         with (
             _configuration_errors_fail_fast(),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
-            return self._wait_in_worker(context, client, record, self.workflow_task_key, 1)
+            return self._wait(context, client, record, self.workflow_task_key, 1)
+
+    def _wait(
+        self,
+        context: Context,
+        client: AirClient,
+        record: RunRecord,
+        task_key: str | None,
+        nodes: int,
+    ) -> Any:
+        """Wait for the run (or stage): in the triggerer when deferrable, else in the worker.
+
+        A run that has already ended (a retry reattaching to a finished run, a stage whose
+        task was queued until after its run's task ended) is finished here without deferring:
+        a trigger firing at once is what Airflow 3.3 can mistake for a killed task.
+        """
+        if self.deferrable:
+            from airflow_air._submission import finish_sync, has_ended
+
+            state = client.get_run(record.run_id)
+            if has_ended(state, task_key):
+                self.log.info(
+                    "Run %s%s has already ended; finishing without deferring",
+                    record.run_id,
+                    f" (stage {task_key})" if task_key else "",
+                )
+                return self._complete(context, finish_sync(client, state, record, task_key))
+            self._defer_until_done(context, record, task_key=task_key)
+        return self._wait_in_worker(context, client, record, task_key, nodes)
 
     def _wait_in_worker(
         self,
@@ -314,6 +347,7 @@ class AirRunOperator(BaseOperator):
                 deadline=deadline,
                 cancel_on_kill=self.cancel_on_kill,
                 task_key=task_key,
+                first_poll_at=_first_poll_at(),
             ),
             method_name="execute_complete",
             timeout=_defer_timeout(deadline),
@@ -470,6 +504,7 @@ class AirRegisterImageOperator(BaseOperator):
                 return existing.manifest_sha256
             if existing is not None and existing.state in ("PENDING", "IMPORTING"):
                 self.log.info("%s is being registered (%s); waiting", image, existing.state)
+                registration = existing
             else:
                 scope, key = self._stored_credentials(client)
                 registration = client.register_image(
@@ -479,6 +514,17 @@ class AirRegisterImageOperator(BaseOperator):
                 if registration.is_available:
                     return registration.manifest_sha256
             if self.deferrable:
+                if registration.state == "FAILED":  # ended already: no deferral, same outcome
+                    reason = registration.status_message or "no reason given"
+                    return self.execute_complete(
+                        context,
+                        {
+                            "status": "failed",
+                            "image": image,
+                            "state": registration.state,
+                            "message": f"registration FAILED: {reason}",
+                        },
+                    )
                 self._defer_until_available(context, image)
             done = client.wait_for_image(
                 image, timeout=self.timeout, poll_interval=self._poll_interval()
@@ -501,6 +547,7 @@ class AirRegisterImageOperator(BaseOperator):
                 databricks_conn_id=self.databricks_conn_id,
                 poll_interval=self._poll_interval(),
                 deadline=deadline,
+                first_poll_at=_first_poll_at(),
             ),
             method_name="execute_complete",
             timeout=_defer_timeout(deadline),

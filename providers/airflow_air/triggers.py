@@ -10,6 +10,16 @@ Cancellation. Airflow 3.3 calls ``on_kill()`` only when a user acted on the defe
 only cancels the coroutine (and calls ``cleanup()``). So the remote run is cancelled in
 ``on_kill()`` (when ``cancel_on_kill``) and in the trigger's own deadline handling
 (``execution_timeout``), never in ``cleanup()``: a restarted triggerer picks the wait up again.
+
+First poll. Airflow 3.3 can fail a deferred task whose trigger fires within moments of the
+deferral: the executor's "success" for the try that just deferred is only read on a later
+scheduler loop, and when the trigger has already moved the task back to queued or running by
+then, the scheduler takes it for a task killed from outside (apache/airflow#71580, #72716; the
+"scheduled" case was fixed by #66431). The operators therefore look at the run before deferring
+(a run that has already ended is finished in the worker, no deferral), and pass
+``first_poll_at``: the triggers do not ask the workspace before that time, by which the
+scheduler has processed the deferral's exit. After a triggerer restart the time has passed and
+the trigger polls at once.
 """
 
 from __future__ import annotations
@@ -30,6 +40,16 @@ if TYPE_CHECKING:
 _ON_KILL_TIMEOUT_S = 20.0
 
 
+async def _sleep_until(first_poll_at: float | None, deadline: float | None) -> None:
+    """Wait until ``first_poll_at`` (wall clock), never past ``deadline``."""
+    if first_poll_at is None:
+        return
+    until = first_poll_at if deadline is None else min(first_poll_at, deadline)
+    pause = until - time.time()
+    if pause > 0:
+        await asyncio.sleep(pause)
+
+
 class AirRunTrigger(BaseTrigger):
     """Waits for an AI Runtime run (or one stage of a workflow run) to end.
 
@@ -46,6 +66,8 @@ class AirRunTrigger(BaseTrigger):
         ``timeout`` event; from the task's ``execution_timeout``.
     :param cancel_on_kill: cancel the run when the task is killed or times out.
     :param task_key: wait for this task of a multi-task run instead of the whole run.
+    :param first_poll_at: wall-clock time before which the workspace is not asked (see the
+        module docstring); None polls at once.
     """
 
     def __init__(
@@ -58,6 +80,7 @@ class AirRunTrigger(BaseTrigger):
         deadline: float | None = None,
         cancel_on_kill: bool = True,
         task_key: str | None = None,
+        first_poll_at: float | None = None,
     ) -> None:
         super().__init__()
         self.run_id = int(run_id)
@@ -67,6 +90,7 @@ class AirRunTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)
         self.cancel_on_kill = cancel_on_kill
         self.task_key = task_key
+        self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -79,6 +103,7 @@ class AirRunTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "cancel_on_kill": self.cancel_on_kill,
                 "task_key": self.task_key,
+                "first_poll_at": self.first_poll_at,
             },
         )
 
@@ -90,6 +115,7 @@ class AirRunTrigger(BaseTrigger):
         from airflow_air._submission import Outcome
 
         try:
+            await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             if self.task_key is None:
                 state = await watcher.wait(
@@ -138,15 +164,14 @@ class AirRunTrigger(BaseTrigger):
         """A stage ends before its run does; the coalesced list view has no per-task states,
         so stages read ``runs/get`` themselves, within the watcher's request budget."""
         from air_runtime._errors import RunTimeout
-        from airflow_air._submission import StateLogger, find_task
+        from airflow_air._submission import StateLogger, has_ended
 
         on_update = StateLogger(self.log, self.run_id, self.task_key)
         while True:
             await watcher.bucket.acquire()
             state = await watcher.client.get_run(self.run_id)
             on_update(state)
-            task = find_task(state, self.task_key)
-            if state.is_terminal or (task is not None and task.is_terminal):
+            if has_ended(state, self.task_key):
                 return state
             pause = self.poll_interval
             if self.deadline is not None:
@@ -213,7 +238,8 @@ class AirImageTrigger(BaseTrigger):
     """Waits until a Docker Hub image registration is ``AVAILABLE`` (or ``FAILED``).
 
     Event payload: ``status`` (``success`` | ``failed`` | ``timeout`` | ``error``), ``image``
-    (normal form), ``state``, ``digest`` and ``message``.
+    (normal form), ``state``, ``digest`` and ``message``. ``first_poll_at`` as for
+    ``AirRunTrigger``.
     """
 
     def __init__(
@@ -223,12 +249,14 @@ class AirImageTrigger(BaseTrigger):
         databricks_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 5.0,
         deadline: float | None = None,
+        first_poll_at: float | None = None,
     ) -> None:
         super().__init__()
         self.image = image
         self.databricks_conn_id = databricks_conn_id
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
+        self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -238,6 +266,7 @@ class AirImageTrigger(BaseTrigger):
                 "databricks_conn_id": self.databricks_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
+                "first_poll_at": self.first_poll_at,
             },
         )
 
@@ -246,6 +275,7 @@ class AirImageTrigger(BaseTrigger):
 
         payload: dict[str, Any] = {"image": self.image}
         try:
+            await _sleep_until(self.first_poll_at, self.deadline)
             client = await AirHook(self.databricks_conn_id).aget_client()
             async with client:
                 payload.update(await self._poll(client))

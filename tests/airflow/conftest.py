@@ -42,6 +42,8 @@ AIRFLOW_ENV = {
     ),
     "AIRFLOW_DISABLE_GREENBACK_PORTAL": "true",
     "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "0.2",
+    # dag.test() runs triggers inline (no scheduler to race with): a token first-poll delay.
+    "AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY": "0.1",
 }
 os.environ.update(AIRFLOW_ENV)
 

@@ -13,10 +13,16 @@ def _client(workspace) -> AirClient:
     return AirClient(workspace.host, workspace.token)
 
 
+def _lasting(dag_id: str, command: str) -> str:
+    """The deferred variant's run must still be going when the task checks it (a run that has
+    already ended is finished without deferring)."""
+    return f"sleep 2; {command}" if dag_id == "air_test_deferred" else command
+
+
 @pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
 def test_success(workspace, task_log, dag_id):
     dag = load_test_dag(dag_id)
-    dag_run = dag.test(run_conf={"command": 'echo "hello from rank $POD_RANK"'})
+    dag_run = dag.test(run_conf={"command": _lasting(dag_id, 'echo "hello from rank $POD_RANK"')})
     assert task_states(dag_run) == {"run": "success"}
 
     result = xcom(dag_id, dag_run.run_id, "run")
@@ -42,10 +48,13 @@ def test_success(workspace, task_log, dag_id):
 @pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
 def test_failure_carries_the_platform_message(workspace, task_log, dag_id):
     dag = load_test_dag(dag_id)
-    dag_run = dag.test(run_conf={"command": "echo 'loss went to nan' >&2; exit 3"})
+    dag_run = dag.test(
+        run_conf={"command": _lasting(dag_id, "echo 'loss went to nan' >&2; exit 3")}
+    )
     assert task_states(dag_run) == {"run": "failed"}
     run_id = xcom(dag_id, dag_run.run_id, "run", "run_id")
     out = task_log.text()
+    assert ("Pausing task as DEFERRED" in out) == (dag_id == "air_test_deferred")
     assert "AirRunFailedError" in out
     assert f"Run {run_id}" in out and "ended FAILED" in out
     assert "Script failed with exit code 3" in out

@@ -24,6 +24,7 @@ def test_provider_info_matches_airflow_schema():
     assert info["package-name"] == "air-orchestration"
     assert set(info["config"]["air"]["options"]) == {
         "default_poll_interval",
+        "trigger_first_poll_delay",
         "workspace_request_budget",
         "default_secret_scope",
     }
@@ -64,6 +65,7 @@ def test_run_trigger_serialization_round_trip():
         deadline=1_900_000_000.5,
         cancel_on_kill=False,
         task_key="train",
+        first_poll_at=1_800_000_000.25,
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_air.triggers.AirRunTrigger"
@@ -71,7 +73,9 @@ def test_run_trigger_serialization_round_trip():
     again = AirRunTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
 
-    image = AirImageTrigger("docker.io/library/ubuntu:latest", deadline=None)
+    image = AirImageTrigger(
+        "docker.io/library/ubuntu:latest", deadline=None, first_poll_at=1_800_000_000.25
+    )
     path, image_kwargs = image.serialize()
     assert AirImageTrigger(**image_kwargs).serialize() == (path, image_kwargs)
 
