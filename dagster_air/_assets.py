@@ -169,7 +169,7 @@ def build_air_assets(
     )
     def _air_assets(
         context: dg.AssetExecutionContext, config: AirRunConfig
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         workspace = getattr(context.resources, resource_key)
         yield from StepRun(context, workflow, workspace, config).execute()
 
@@ -195,7 +195,9 @@ class AirInvocation:
     def stages(self) -> tuple[LoadedStage, ...]:
         return self.workflow.stages
 
-    def run(self, overrides: Overrides | None = None) -> Iterator[dg.MaterializeResult]:
+    def run(
+        self, overrides: Overrides | None = None
+    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         """Submit the selected stages, wait, and yield one ``MaterializeResult`` per stage.
 
         ``overrides`` are applied after the run config's, e.g. values computed from
@@ -284,7 +286,9 @@ def air_workload_asset(
             pool=pool,
             op_tags=op_tags,
         )
-        def _air_asset(context: dg.AssetExecutionContext, config: AirRunConfig):
+        def _air_asset(
+            context: dg.AssetExecutionContext, config: AirRunConfig
+        ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
             workspace = getattr(context.resources, resource_key)
             result = fn(context, AirInvocation(context, workflow, workspace, config))
             if result is not None:

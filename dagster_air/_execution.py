@@ -340,9 +340,10 @@ class StepRun:
                 return
             self._show(item, run_id)
 
-    def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> None:
+    def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> RunState | None:
         """The Dagster run was terminated: stop the GPU run too, and wait a little for it
-        to end so the event log says how it ended."""
+        to end so the event log says how it ended. Returns the final state when it ended
+        within ``cancel_wait``."""
         log = self.context.log
         try:
             log.warning(
@@ -354,13 +355,14 @@ class StepRun:
                 state = client.get_run(submitted.run_id)
                 if state.is_terminal:
                     log.warning(f"run {submitted.run_id} ended {state.describe()}")
-                    return
+                    return state
                 time.sleep(min(1.0, self.workspace.poll_interval))
             log.warning(
                 f"run {submitted.run_id} is still ending after {self.workspace.cancel_wait:g}s"
             )
         except AirError as error:
             log.error(f"could not cancel run {submitted.run_id}: {self.redact(str(error))}")
+        return None
 
     # --- the whole step -------------------------------------------------------------
 

@@ -64,7 +64,7 @@ class StepIdentity:
             event = record.event_log_entry.dagster_event
             if event is None or event.step_key != self.step_key:
                 continue
-            metadata = event.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+            metadata = event.event_specific_data.asset_observation.metadata
             value = metadata.get(GENERATION_KEY)
             if value is not None and metadata.get(STEP_KEY_KEY) is not None:
                 seen = max(seen, int(value.value))
