@@ -44,6 +44,8 @@ T = TypeVar("T")
 
 # One pool per client; P1 caps a triggerer's connections to a workspace at 20.
 _MAX_CONNECTIONS = 20
+# A 4-container launch directory has ~15 files: send them in one wave, within the pool.
+_DEFAULT_CONCURRENT_UPLOADS = 16
 
 
 class _BaseClient:
@@ -56,7 +58,7 @@ class _BaseClient:
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         user_agent_extra: str | None = None,
-        max_concurrent_uploads: int = 8,
+        max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
     ) -> None:
         resolved_host, resolved_credentials = resolve_credentials(host, token, credentials)
         self._core = ClientCore(
@@ -98,7 +100,7 @@ class AirClient(_BaseClient):
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         user_agent_extra: str | None = None,
-        max_concurrent_uploads: int = 8,
+        max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
     ) -> None:
         super().__init__(
             host,
@@ -300,7 +302,7 @@ class AsyncAirClient(_BaseClient):
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         user_agent_extra: str | None = None,
-        max_concurrent_uploads: int = 8,
+        max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
     ) -> None:
         super().__init__(
             host,
