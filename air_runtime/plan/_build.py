@@ -6,13 +6,14 @@ The launch directory layout and file names are part of the platform contract (wo
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import math
 import posixpath
 import re
 import uuid
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import yaml
@@ -20,6 +21,7 @@ import yaml
 from air_runtime._errors import Problem, WorkloadError
 from air_runtime.plan._models import CodeSnapshot, Stage, SubmissionPlan, UploadFile
 from air_runtime.workload import Environment, SecretRef, Workload
+from air_runtime.workload._yaml import plain_scalar_tag
 
 RUN_IF_VALUES = (
     "ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE",
@@ -56,7 +58,22 @@ def environment_spec(environment: Environment) -> dict[str, Any]:
 
 
 def _json_bytes(entries: list[dict[str, str]]) -> bytes:
-    return (json.dumps(entries, indent=2) + "\n").encode("utf-8")
+    """``json.dumps(entries, indent=2)`` and a newline, as bytes.
+
+    Written directly for the usual case (objects of strings): with ``indent``, json.dumps
+    uses its pure-Python encoder, a large share of planning time. Strings are quoted by the
+    same C function json.dumps uses."""
+    if not entries or not all(
+        entry and all(type(k) is str and type(v) is str for k, v in entry.items())
+        for entry in entries
+    ):
+        return (json.dumps(entries, indent=2) + "\n").encode("utf-8")
+    quote = encode_basestring_ascii
+    objects = ",\n".join(
+        "  {\n" + ",\n".join(f"    {quote(k)}: {quote(v)}" for k, v in entry.items()) + "\n  }"
+        for entry in entries
+    )
+    return f"[\n{objects}\n]\n".encode("ascii")
 
 
 def _env_files(
@@ -89,10 +106,76 @@ def _script(command: str) -> bytes:
     return (command if command.endswith("\n") else command + "\n").encode("utf-8")
 
 
+# Strings that yaml.safe_dump writes as they are (no quotes, no line folding, simple keys).
+_PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
+_TAGS = {
+    bool: "tag:yaml.org,2002:bool",
+    int: "tag:yaml.org,2002:int",
+    float: "tag:yaml.org,2002:float",
+    str: "tag:yaml.org,2002:str",
+}
+
+
+def _plain_yaml(value: Any) -> str | None:
+    """How ``yaml.safe_dump`` writes the scalar ``value`` in block style, when that is a
+    plain word read back with the same type; None otherwise (bool before int: a subclass)."""
+    kind = type(value)
+    if kind is bool:
+        text = "true" if value else "false"
+    elif kind is int:
+        text = str(value)
+    elif kind is float:
+        if not math.isfinite(value):
+            return None
+        text = repr(value).lower()  # SafeRepresenter.represent_float
+        if "." not in text and "e" in text:
+            text = text.replace("e", ".0e", 1)
+    elif kind is str:
+        if not _PLAIN_WORD.fullmatch(value):
+            return None
+        text = value
+    else:
+        return None
+    return text if plain_scalar_tag(text) == _TAGS[kind] else None
+
+
+def _plain_yaml_lines(mapping: dict[Any, Any], indent: str, out: list[str]) -> bool:
+    for key, value in mapping.items():
+        name = _plain_yaml(key) if type(key) is str else None
+        if name is None:
+            return False
+        if type(value) is dict and value:
+            out.append(f"{indent}{name}:\n")
+            if not _plain_yaml_lines(value, indent + "  ", out):
+                return False
+            continue
+        text = "null" if value is None else _plain_yaml(value)
+        if text is None:
+            return False
+        out.append(f"{indent}{name}: {text}\n")
+    return True
+
+
 def _hyperparameters(parameters: dict[str, Any]) -> bytes:
+    # Parameters are mostly names and numbers: those are written directly, the same text
+    # safe_dump gives (its pure-Python emitter is slow, and libyaml's writes some strings
+    # differently); anything else (lists, quoted or long strings) goes through safe_dump.
+    lines: list[str] = []
+    if parameters and _plain_yaml_lines(parameters, "", lines):
+        return "".join(lines).encode("utf-8")
     return yaml.safe_dump(
         parameters, sort_keys=False, allow_unicode=True, default_flow_style=False
     ).encode("utf-8")
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, immutable scalars); copy.deepcopy is several
+    times slower and the bodies have no shared or cyclic parts to preserve."""
+    if type(value) is dict:
+        return {k: _copy_json(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy_json(v) for v in value]
+    return value
 
 
 def _code_snapshot(workload: Workload, directory: str) -> CodeSnapshot | None:
@@ -183,7 +266,7 @@ class _StagePlan:
         if w.secrets:
             run_options["secrets"] = {k: str(v) for k, v in sorted(w.secrets.items())}
         # a copy: callers may adjust one body without changing the other
-        self.preflight = copy.deepcopy(
+        self.preflight = _copy_json(
             {"task": task, "run_options": run_options, "environment": self.environment}
         )
 

@@ -9,6 +9,7 @@ thousand nodes instead of exhausting memory.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ MAX_ALIAS_NODES = 10_000
 MAX_DEPTH = 64
 
 _NULL_TAG = "tag:yaml.org,2002:null"
+_STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -38,7 +40,27 @@ _LITERAL_PATHS = re.compile(
 Mark = tuple[int, int]
 
 # libyaml's parser when present: the pure-Python one takes seconds on a 1 MiB document.
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_RESOLVER = yaml.resolver.Resolver()
+
+
+@functools.lru_cache(maxsize=4096)
+def plain_scalar_tag(value: str) -> str:
+    """The tag PyYAML's resolver gives the plain (unquoted) scalar ``value``.
+
+    Cached: the same few words (``name``, ``command``, ``true``, ...) come back in every
+    document, and the resolver tries a list of regular expressions for each of them."""
+    return _RESOLVER.resolve(ScalarNode, value, (True, False))
+
+
+class _SafeLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        # The composer asks this for every node. Scalars are resolved from their text
+        # alone (the safe loader registers no path resolvers), so plain ones go through
+        # the cache; everything else as before.
+        if kind is ScalarNode and not self.yaml_path_resolvers:
+            return plain_scalar_tag(value) if implicit[0] else _STR_TAG
+        return super().resolve(kind, value, implicit)
 
 
 def is_literal_path(path: str) -> bool:
@@ -127,7 +149,12 @@ class _Builder:
         return None  # pragma: no cover
 
     def scalar(self, node: ScalarNode, path: str) -> Any:
-        if self.keep_literal(path) and node.tag != _NULL_TAG:
+        tag = node.tag
+        if tag == _STR_TAG:
+            # What the constructor would return, without its per-node bookkeeping: most
+            # scalars of a workload are strings.
+            return node.value
+        if tag != _NULL_TAG and self.keep_literal(path):
             return str(node.value)
         try:
             return self.loader.construct_object(node, deep=True)
