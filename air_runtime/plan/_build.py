@@ -63,17 +63,20 @@ def _json_bytes(entries: list[dict[str, str]]) -> bytes:
     Written directly for the usual case (objects of strings): with ``indent``, json.dumps
     uses its pure-Python encoder, a large share of planning time. Strings are quoted by the
     same C function json.dumps uses."""
-    if not entries or not all(
-        entry and all(type(k) is str and type(v) is str for k, v in entry.items())
-        for entry in entries
-    ):
-        return (json.dumps(entries, indent=2) + "\n").encode("utf-8")
-    quote = encode_basestring_ascii
-    objects = ",\n".join(
-        "  {\n" + ",\n".join(f"    {quote(k)}: {quote(v)}" for k, v in entry.items()) + "\n  }"
-        for entry in entries
-    )
-    return f"[\n{objects}\n]\n".encode("ascii")
+    if entries and all(entries):
+        quote = encode_basestring_ascii
+        try:
+            objects = ",\n".join(
+                "  {\n"
+                + ",\n".join(f"    {quote(k)}: {quote(v)}" for k, v in entry.items())
+                + "\n  }"
+                for entry in entries
+            )
+        except TypeError:  # a key or value that is not a string: json.dumps converts it
+            pass
+        else:
+            return f"[\n{objects}\n]\n".encode("ascii")
+    return (json.dumps(entries, indent=2) + "\n").encode("utf-8")
 
 
 def _env_files(

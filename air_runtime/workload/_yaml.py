@@ -131,9 +131,11 @@ class _Builder:
                 f"the document nests deeper than {MAX_DEPTH} levels",
                 "flatten the structure",
             )
-        self.marks.values.setdefault(path, _mark(node))
+        if path not in self.marks.values:
+            self.marks.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, ScalarNode):
-            return self.scalar(node, path)
+            # strings inline: most values are, and a call per value shows in the profile
+            return node.value if node.tag == _STR_TAG else self.scalar(node, path)
         if isinstance(node, SequenceNode):
             if node.tag != _SEQ_TAG:
                 self.fail(node, path, f"unsupported YAML tag {node.tag!r}", "remove the tag")
@@ -190,7 +192,7 @@ class _Builder:
                     "mapping keys must be plain scalars",
                     "use a simple name as the key",
                 )
-            key = self.scalar(key_node, "")
+            key = key_node.value if key_node.tag == _STR_TAG else self.scalar(key_node, "")
             if key is None or isinstance(key, list | dict):
                 self.fail(
                     key_node,
@@ -198,10 +200,14 @@ class _Builder:
                     "mapping keys must be plain scalars",
                     "use a simple name as the key",
                 )
-            sub = child_path(path, key)
+            sub = f"{path}.{key}" if path else str(key)  # child_path, inline
             if key in result:
                 self.fail(key_node, sub, f"duplicate key {key!r}", "keep only one of them")
-            self.marks.keys.setdefault(sub, _mark(key_node))
+            if sub not in self.marks.keys:
+                self.marks.keys[sub] = (
+                    key_node.start_mark.line + 1,
+                    key_node.start_mark.column + 1,
+                )
             result[key] = self.build(value_node, sub, depth + 1, in_alias)
         for k, v in merged.items():
             result.setdefault(k, v)
