@@ -3,7 +3,6 @@ two Celery workers, plus scheduler, triggerer, DAG processor and API server."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -43,10 +42,6 @@ def test_rl_pipeline_on_two_celery_workers(
             "AIRFLOW__CELERY__BROKER_URL": f"{redis_url}/{REDIS_DB}",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{database}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
-            # See celery_compat/sitecustomize.py: the locked celery and provider disagree.
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(E2E_DIR / "celery_compat"), os.environ.get("PYTHONPATH")) if p
-            ),
         },
         parallelism=2 * WORKER_CONCURRENCY,
     )
@@ -104,7 +99,7 @@ def test_rl_pipeline_on_two_celery_workers(
                 f"{proc.name} ran no task\n{proc.tail()}"
             )
 
-        # Exactly one remote run per logical submission, retries included.
+        # Exactly one remote run per logical submission.
         names = remote_run_names(workspace_client)
         assert names["rl_pipeline"] == 1, names
         assert sum(c for k, c in names.items() if k.startswith(f"{FANOUT_DAG}_")) == 6, names

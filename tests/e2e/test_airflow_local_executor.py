@@ -70,7 +70,7 @@ def test_rl_pipeline_and_twenty_deferred_runs(
             assert run.is_success and run.tasks, run
             assert all(t.result_state == "SUCCESS" for t in run.tasks), run
 
-        # Exactly one remote run per logical submission, retries included.
+        # Exactly one remote run per logical submission.
         names = remote_run_names(workspace_client)
         assert names["rl_pipeline"] == 1, names
         assert sum(c for k, c in names.items() if k.startswith(f"{FANOUT_DAG}_")) == FANOUT_WIDTH, (
