@@ -140,6 +140,25 @@ async def _json(request: Request) -> dict[str, Any]:
     return body
 
 
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value)
+
+
+async def _get_params(request: Request) -> dict[str, str]:
+    """The parameters of a GET: the query string, and a JSON object sent as the body, which
+    the real API also reads (the Databricks provider's hooks send them that way). Body
+    values are read as their query-string text; the query string wins when both name one."""
+    params = {k: _query_value(v) for k, v in (await _json(request)).items() if v is not None}
+    params.update(request.query_params)  # the last value of a repeated name, as .get gives
+    return params
+
+
 def _required_str(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value:
@@ -274,15 +293,16 @@ async def workspace_import(request: Request) -> dict[str, Any]:
 
 @api.get("/api/2.0/workspace/get-status")
 async def workspace_get_status(request: Request) -> dict[str, Any]:
-    path = request.query_params.get("path") or ""
+    path = (await _get_params(request)).get("path") or ""
     return _state(request).workspace.status(path)
 
 
 @api.get("/api/2.0/workspace/export", response_model=None)
 async def workspace_export(request: Request) -> Response | dict[str, Any]:
-    path = request.query_params.get("path") or ""
+    params = await _get_params(request)
+    path = params.get("path") or ""
     content = _state(request).workspace.read(path)
-    if _flag(request.query_params.get("direct_download")):
+    if _flag(params.get("direct_download")):
         return Response(content, media_type="application/octet-stream")
     return {
         "content": base64.b64encode(content).decode(),
@@ -292,7 +312,7 @@ async def workspace_export(request: Request) -> Response | dict[str, Any]:
 
 @api.get("/api/2.0/workspace/list")
 async def workspace_list(request: Request) -> dict[str, Any]:
-    path = request.query_params.get("path") or ""
+    path = (await _get_params(request)).get("path") or ""
     return {"objects": _state(request).workspace.list(path)}
 
 
@@ -394,7 +414,7 @@ async def secrets_put(request: Request) -> dict[str, Any]:
 @api.get("/api/2.0/secrets/list")
 async def secrets_list(request: Request) -> dict[str, Any]:
     state = _state(request)
-    scope = request.query_params.get("scope") or ""
+    scope = (await _get_params(request)).get("scope") or ""
     _scope_exists(state, scope)
     rows = state.store.query(
         "SELECT key, updated FROM secrets WHERE scope = ? ORDER BY key", (scope,)
@@ -426,7 +446,7 @@ async def images_register(request: Request) -> dict[str, Any]:
 
 @api.get("/api/2.0/ai-compute-manager/images:get")
 async def images_get(request: Request) -> dict[str, Any]:
-    url = request.query_params.get("docker_image_url")
+    url = (await _get_params(request)).get("docker_image_url")
     registration = _state(request).images.get(url)
     if registration is None:
         raise not_found(f"Image {url} is not registered.")
@@ -435,7 +455,7 @@ async def images_get(request: Request) -> dict[str, Any]:
 
 @api.get("/api/2.0/ai-compute-manager/images:checkImageAccess")
 async def images_check_access(request: Request) -> dict[str, Any]:
-    url = request.query_params.get("docker_image_url")
+    url = (await _get_params(request)).get("docker_image_url")
     return {"publicly_accessible": _state(request).images.is_public(url)}
 
 
@@ -484,8 +504,8 @@ async def runs_submit(request: Request) -> dict[str, Any]:
     return {"run_id": run_id}
 
 
-def _run_id_param(request: Request) -> int:
-    value = request.query_params.get("run_id")
+def _run_id_param(params: dict[str, str]) -> int:
+    value = params.get("run_id")
     if value is None:
         raise invalid("run_id is required.")
     return _int_param(value, "run_id")
@@ -495,7 +515,8 @@ def _run_id_param(request: Request) -> int:
 @api.get("/api/2.1/jobs/runs/get")
 async def runs_get(request: Request) -> dict[str, Any]:
     state = _state(request)
-    run_id = _run_id_param(request)
+    params = await _get_params(request)
+    run_id = _run_id_param(params)
     row = state.store.run_row(run_id)
     host = _host(request)
     if row is None:
@@ -506,7 +527,7 @@ async def runs_get(request: Request) -> dict[str, Any]:
         assert parent is not None
         specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
         return task_json(task, specs.get(task["task_key"], {}), host)
-    offset = _int_param(request.query_params.get("page_token") or 0, "page_token")
+    offset = _int_param(params.get("page_token") or 0, "page_token")
     return run_json(state.store, row, host, task_offset=offset)
 
 
@@ -514,7 +535,7 @@ async def runs_get(request: Request) -> dict[str, Any]:
 @api.get("/api/2.1/jobs/runs/get-output")
 async def runs_get_output(request: Request) -> dict[str, Any]:
     state = _state(request)
-    run_id = _run_id_param(request)
+    run_id = _run_id_param(await _get_params(request))
     task = state.store.task_row(run_id)
     if task is None:
         row = state.store.run_row(run_id)
@@ -568,7 +589,7 @@ def _make_page_token(run_id: int) -> str:
 @api.get("/api/2.1/jobs/runs/list")
 async def runs_list(request: Request) -> dict[str, Any]:
     state = _state(request)
-    params = request.query_params
+    params = await _get_params(request)
     active_only = _flag(params.get("active_only"))
     completed_only = _flag(params.get("completed_only"))
     if active_only and completed_only:
@@ -677,7 +698,7 @@ async def config_validate(request: Request) -> dict[str, Any]:
 async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
     state = _state(request)
     ident = _int_param(run_id, "run_id")
-    params = request.query_params
+    params = await _get_params(request)
     if state.store.run_row(ident) is not None:
         task_run_ids = [int(t["task_run_id"]) for t in state.store.task_rows(ident)]
     elif state.store.task_row(ident) is not None:
@@ -770,7 +791,7 @@ async def admin_add_token(request: Request) -> dict[str, Any]:
 
 @admin.get("/request-log")
 async def admin_request_log(request: Request) -> dict[str, Any]:
-    limit = _int_param(request.query_params.get("limit") or 1000, "limit")
+    limit = _int_param((await _get_params(request)).get("limit") or 1000, "limit")
     entries = list(_state(request).request_log.entries)
     return {"entries": entries[-limit:]}
 
