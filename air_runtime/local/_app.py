@@ -152,7 +152,7 @@ def _query_value(value: Any) -> str:
 
 async def _get_params(request: Request) -> dict[str, str]:
     """The parameters of a GET: the query string, and a JSON object sent as the body, which
-    the real API also reads (the Databricks provider's hooks send them that way). Body
+    the real API also reads (the Databricks provider's async hook sends them that way). Body
     values are read as their query-string text; the query string wins when both name one."""
     params = {k: _query_value(v) for k, v in (await _json(request)).items() if v is not None}
     params.update(request.query_params)  # the last value of a repeated name, as .get gives

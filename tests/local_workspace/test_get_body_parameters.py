@@ -1,5 +1,5 @@
 """GET parameters sent as a JSON body, as the real API accepts them and the Databricks
-provider's hooks send them (``runs/get`` with ``{"run_id": ...}``); the query string wins."""
+provider's async hook sends them (``runs/get`` with ``{"run_id": ...}``); the query string wins."""
 
 from __future__ import annotations
 
