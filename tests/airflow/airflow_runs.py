@@ -4,6 +4,9 @@ and reading back task states and XComs from the metadata database."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -172,3 +175,80 @@ def clear_task(dag_id: str, run_id: str, task_id: str) -> None:
             )
         ).all()
         clear_task_instances(list(tis), session)
+
+
+# A Python process that warms up what every ``dag.test()`` pays once per process (importing
+# Airflow and the test Dags, building the in-process execution API and serving its first
+# request), then waits for one ``{"dag_id", "conf", "env"}`` line on stdin and runs that Dag
+# with ``dag.test()``: a task in a process of its own that a test can signal or kill, without
+# the ten-odd seconds of start-up inside the test. Task output goes nowhere; "ready" goes to
+# the original stdout.
+_DAG_TEST_WORKER = """
+import os, sys
+ready = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+import importlib.util, json
+import httpx
+from airflow.sdk.execution_time.supervisor import in_process_api_server
+with httpx.Client(transport=in_process_api_server().transport, base_url="http://in-process") as c:
+    c.get("/execution/")
+spec = importlib.util.spec_from_file_location("dags", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print("ready", file=ready, flush=True)
+line = sys.stdin.readline()
+if not line:
+    sys.exit(0)
+request = json.loads(line)
+os.environ.update(request["env"])
+dag = next(v for v in vars(module).values() if getattr(v, "dag_id", None) == request["dag_id"])
+dag.test(run_conf=request["conf"])
+"""
+
+
+class DagTestWorker:
+    """One ``dag.test()`` of a test Dag in a separate, warmed-up process (see above)."""
+
+    def __init__(self) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, "-c", _DAG_TEST_WORKER, str(TEST_DAGS / "air_test_dags.py")],
+            env=dict(os.environ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def start(self, dag_id: str, conf: dict[str, Any]) -> None:
+        """Run the Dag (with this process's environment, e.g. the test's connection)."""
+        assert self.popen.stdout is not None and self.popen.stdin is not None
+        ready = self.popen.stdout.readline()  # blocks while the worker is still warming up
+        assert ready.strip() == "ready", f"worker did not start (exit {self.popen.poll()})"
+        request = {"dag_id": dag_id, "conf": conf, "env": dict(os.environ)}
+        self.popen.stdin.write(json.dumps(request) + "\n")
+        self.popen.stdin.flush()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=30)
+        for stream in (self.popen.stdin, self.popen.stdout):
+            if stream is not None:
+                stream.close()
+
+
+_spare_workers: list[DagTestWorker] = []
+
+
+def prestart_dag_test_workers(count: int) -> None:
+    """Start ``count`` workers now, so they warm up while other tests run."""
+    _spare_workers.extend(DagTestWorker() for _ in range(count))
+
+
+def take_dag_test_worker() -> DagTestWorker:
+    return _spare_workers.pop(0) if _spare_workers else DagTestWorker()
+
+
+def stop_spare_dag_test_workers() -> None:
+    while _spare_workers:
+        _spare_workers.pop().stop()

@@ -48,6 +48,36 @@ AIRFLOW_ENV = {
 os.environ.update(AIRFLOW_ENV)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the ``dag_test_worker`` processes the selected tests need right away: they warm
+    up while the other tests run. (Under xdist each test starts its own when it needs it.)"""
+    if hasattr(config, "workerinput"):
+        return
+    from airflow_runs import prestart_dag_test_workers
+
+    prestart_dag_test_workers(
+        sum("dag_test_worker" in getattr(item, "fixturenames", ()) for item in items)
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from airflow_runs import stop_spare_dag_test_workers
+
+    stop_spare_dag_test_workers()
+
+
+@pytest.fixture
+def dag_test_worker(airflow_db) -> Iterator:
+    """A separate process that runs one ``dag.test()`` when told (``airflow_runs.DagTestWorker``)."""
+    from airflow_runs import take_dag_test_worker
+
+    worker = take_dag_test_worker()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """The metadata database, migrated once per session."""

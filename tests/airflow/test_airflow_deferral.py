@@ -98,7 +98,7 @@ async def _first_event(trigger) -> tuple[dict, float]:
 def test_trigger_does_not_poll_before_first_poll_at(workspace, kind):
     from airflow_air.triggers import AirImageTrigger, AirRunTrigger
 
-    delay = 1.5
+    delay = 0.6
     if kind == "image":
         image = _available_image(workspace)
 

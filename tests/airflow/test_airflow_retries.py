@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from airflow_runs import (
-    TEST_DAGS,
     clear_task,
     latest_dag_run,
     load_test_dag,
@@ -24,31 +20,6 @@ from airflow_runs import (
 )
 
 from air_runtime import AirClient
-
-RUN_DAG_IN_SUBPROCESS = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("dags", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-dag = next(v for v in vars(module).values() if getattr(v, "dag_id", None) == sys.argv[2])
-dag.test(run_conf=json.loads(sys.argv[3]))
-"""
-
-
-def _start_dag_test(dag_id: str, conf: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            RUN_DAG_IN_SUBPROCESS,
-            str(TEST_DAGS / "air_test_dags.py"),
-            dag_id,
-            conf,
-        ],
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _wait_until(predicate, timeout: float = 120.0, what: str = "condition") -> None:
@@ -83,10 +54,11 @@ def _running_run(workspace) -> int | None:
     return running[0] if running else None
 
 
-def test_worker_crash_retry_reattaches_to_the_same_run(workspace, task_log):
+def test_worker_crash_retry_reattaches_to_the_same_run(workspace, task_log, dag_test_worker):
     dag = load_test_dag("air_test_crash")
     earlier = _run_records(dag.dag_id)  # other tests' Dag runs of this Dag
-    worker = _start_dag_test(dag.dag_id, '{"command": "sleep 6; echo finished"}')
+    dag_test_worker.start(dag.dag_id, {"command": "sleep 6; echo finished"})
+    worker = dag_test_worker.popen
     try:
         _wait_until(lambda: _run_records(dag.dag_id) > earlier, what="the run record")
     finally:
@@ -122,9 +94,10 @@ def test_clear_starts_a_new_run(workspace, task_log):
     assert "The task was cleared since run" in task_log.text()
 
 
-def test_sigterm_of_a_sync_task_cancels_its_run(workspace):
+def test_sigterm_of_a_sync_task_cancels_its_run(workspace, dag_test_worker):
     dag = load_test_dag("air_test_sync")
-    worker = _start_dag_test(dag.dag_id, '{"command": "sleep 120"}')
+    dag_test_worker.start(dag.dag_id, {"command": "sleep 120"})
+    worker = dag_test_worker.popen
     try:
         _wait_until(lambda: _running_run(workspace) is not None, what="a RUNNING run")
         run_id = _running_run(workspace)
