@@ -44,13 +44,20 @@ _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 _RESOLVER = yaml.resolver.Resolver()
 
 
-@functools.lru_cache(maxsize=4096)
+def _resolve_plain(value: str) -> str:
+    return _RESOLVER.resolve(ScalarNode, value, (True, False))
+
+
+_resolve_plain_cached = functools.lru_cache(maxsize=4096)(_resolve_plain)
+
+
 def plain_scalar_tag(value: str) -> str:
     """The tag PyYAML's resolver gives the plain (unquoted) scalar ``value``.
 
-    Cached: the same few words (``name``, ``command``, ``true``, ...) come back in every
-    document, and the resolver tries a list of regular expressions for each of them."""
-    return _RESOLVER.resolve(ScalarNode, value, (True, False))
+    Short ones are cached: the same few words (``name``, ``command``, ``true``, ...) come
+    back in every document, and the resolver tries a list of regular expressions for each.
+    Long text is not kept (the cache would hold it)."""
+    return _resolve_plain_cached(value) if len(value) <= 128 else _resolve_plain(value)
 
 
 class _SafeLoader(_BaseLoader):  # type: ignore[valid-type,misc]
