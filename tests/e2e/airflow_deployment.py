@@ -86,6 +86,9 @@ class AirflowDeployment:
             # No task retries: a deferred task that Airflow fails (e.g. its trigger firing right
             # after the deferral, apache/airflow#72716) must fail the test, not be retried.
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
+            # Runs here last seconds, not hours: look at them more often than the default 5 s
+            # (the trigger's first poll keeps its default delay).
+            "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "2",
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             # Parse once at start; re-parsing every 30 s only costs CPU here.
@@ -127,7 +130,7 @@ class AirflowDeployment:
             timeout=150,
             what="Airflow components healthy",
             processes=self.processes,
-            interval=2,
+            interval=1,
         )
 
     def _spawn(self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
@@ -207,7 +210,7 @@ class AirflowDeployment:
             timeout=timeout,
             what=f"DAGs {list(dag_ids)} parsed",
             processes=self.processes,
-            interval=2,
+            interval=1,
         )
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
@@ -232,7 +235,7 @@ class AirflowDeployment:
         *,
         timeout: float,
         on_poll: Callable[[], None] | None = None,
-        interval: float = 2.0,
+        interval: float = 1.0,
     ) -> dict[tuple[str, str], dict[str, Any]]:
         """Wait until every (dag_id, run_id) is terminal; ``on_poll`` observes in between."""
         deadline = time.monotonic() + timeout

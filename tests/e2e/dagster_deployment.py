@@ -175,14 +175,14 @@ class DagsterDeployment:
             timeout=150,
             what="Dagster code location loaded",
             processes=self.processes,
-            interval=2,
+            interval=1,
         )
         wait_for(
             self._daemons_healthy,
             timeout=120,
             what="Dagster daemons healthy",
             processes=self.processes,
-            interval=2,
+            interval=1,
         )
 
     def stop(self) -> None:
@@ -267,7 +267,7 @@ class DagsterDeployment:
                     f"run {run_id} {'lost a service' if dead else 'timed out'} in {status}; "
                     f"statuses {seen}\n{self.run_messages(run_id)}\n{self.logs()}"
                 )
-            time.sleep(1.0)
+            time.sleep(0.5)
 
     def run_messages(self, run_id: str, last: int = 40) -> str:
         events = self.graphql(RUN_EVENTS, {"runId": run_id})["logsForRun"].get("events") or []
