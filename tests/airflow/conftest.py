@@ -48,6 +48,7 @@ AIRFLOW_ENV = {
 os.environ.update(AIRFLOW_ENV)
 
 
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Start the ``dag_test_worker`` processes the selected tests need right away: they warm
     up while the other tests run. (Under xdist each test starts its own when it needs it.)"""
