@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_air.links import MLFLOW_URL_KEY, RUN_ID_KEY, RUN_PAGE_URL_KEY, mlflow_run_url
 
@@ -43,6 +43,14 @@ if TYPE_CHECKING:
 
 RUN_RECORD_KEY = "airflow_air.run"
 _MAX_FAILURE_GENERATIONS = 1000  # a guard against a logic error, not a real limit
+
+
+class TaskLog(Protocol):
+    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
+
+    def info(self, event: str, *args: Any) -> Any: ...
+
+    def warning(self, event: str, *args: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,7 @@ def own_run(
     client: AirClient,
     submit: Callable[[str], SubmittedRun],
     *,
-    log: logging.Logger,
+    log: TaskLog,
 ) -> tuple[RunRecord, bool]:
     """Return the run this try owns and whether it reattached to an existing one.
 
@@ -196,7 +204,7 @@ def own_run(
 class StateLogger:
     """Logs each state change once, with the platform's message ("waiting for GPU capacity")."""
 
-    def __init__(self, log: logging.Logger, run_id: int, task_key: str | None = None) -> None:
+    def __init__(self, log: TaskLog, run_id: int, task_key: str | None = None) -> None:
         self.log = log
         self.run_id = run_id
         self.task_key = task_key
@@ -243,7 +251,7 @@ def has_ended(state: RunState, task_key: str | None) -> bool:
 class LogStreamer:
     """Copies the nodes' logs into the task log while a synchronous wait polls the run."""
 
-    def __init__(self, client: AirClient, run_id: int, nodes: int, log: logging.Logger) -> None:
+    def __init__(self, client: AirClient, run_id: int, nodes: int, log: TaskLog) -> None:
         self._threads = [
             threading.Thread(
                 target=self._follow,
@@ -255,7 +263,7 @@ class LogStreamer:
         ]
 
     @staticmethod
-    def _follow(client: AirClient, run_id: int, node: int, log: logging.Logger) -> None:
+    def _follow(client: AirClient, run_id: int, node: int, log: TaskLog) -> None:
         try:
             for record in client.iter_logs(run_id, node=node, follow=True):
                 for line in record.body.splitlines() or [""]:
@@ -278,7 +286,7 @@ def wait_sync(
     record: RunRecord,
     *,
     poll_interval: float,
-    log: logging.Logger,
+    log: TaskLog,
     task_key: str | None = None,
 ) -> RunState:
     """Poll in the worker until the run (or, for a workflow stage, its task) ends."""

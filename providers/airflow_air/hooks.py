@@ -104,6 +104,7 @@ def access_from_connection(conn: Connection) -> WorkspaceAccess:
     extra = conn.extra_dejson or {}
     host = _host_of(conn)
     where = f"connection {conn.conn_id!r}"
+    creds: Credentials
     try:
         if extra.get("token"):
             token = extra["token"]

@@ -178,7 +178,9 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     by_id[t].workflow_task_key or t for t in stage.upstream_task_ids if t in by_id
                 )
             )
-            planned.append((stage, rendered, stage.workflow_task_key, depends_on, run_if))
+            # A missing run_if was reported above; the placeholder is never submitted.
+            task_key = stage.workflow_task_key or stage.task_id
+            planned.append((stage, rendered, task_key, depends_on, run_if or "ALL_SUCCESS"))
         if problems:
             raise AirConfigurationError("invalid workflow:\n  - " + "\n  - ".join(problems))
         return [
