@@ -13,15 +13,19 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._docker_ref import DockerRefError, normalize_docker_ref
 from ._errors import AuthError, ConfigurationError, NotFound
 from .client._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
 from .client._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
 from .client._submit import whoami
+
+if TYPE_CHECKING:
+    from .plan import ImageRequirement
 
 logger = logging.getLogger("air_runtime.images")
 
@@ -35,6 +39,9 @@ _DOCKER_HUB_KEYS = (
     "https://registry-1.docker.io",
 )
 _HELPER_TIMEOUT_S = 20.0
+# How long to wait for a registration to become AVAILABLE, and how often to look (§4).
+IMAGE_WAIT_TIMEOUT_S = 3600.0
+IMAGE_POLL_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -270,3 +277,37 @@ def ensure_images_registered(core: ClientCore, images: tuple[str, ...]) -> Flow[
                 f"Docker image {image} is {registration.state}{detail}; {hint}: "
                 f"{register_command(image)}"
             )
+
+
+def refresh_image(core: ClientCore, requirement: ImageRequirement) -> Flow[ImageRegistration]:
+    """``tag_policy: latest``: register again (the platform re-checks the tag and takes the
+    re-pushed digest), then wait until AVAILABLE."""
+    url = requirement.url
+    yield from register_image(
+        core,
+        url,
+        credentials_scope=requirement.credentials_scope,
+        credentials_key=requirement.credentials_key,
+        refresh=True,
+    )
+    registration = yield from wait_for_image(
+        core, url, timeout=IMAGE_WAIT_TIMEOUT_S, poll_interval=IMAGE_POLL_INTERVAL_S
+    )
+    logger.info(
+        "re-registered %s (tag_policy latest): digest %s",
+        url,
+        registration.manifest_sha256 or "unknown",
+    )
+    return registration
+
+
+def prepare_images(core: ClientCore, requirements: Sequence[ImageRequirement]) -> Flow[None]:
+    """Before anything is uploaded: ``auto`` images must be AVAILABLE already, ``latest``
+    ones are registered again and waited for. All of them at once."""
+    auto = tuple(r.url for r in requirements if r.tag_policy != "latest")
+    flows: list[Flow[Any]] = [
+        refresh_image(core, r) for r in requirements if r.tag_policy == "latest"
+    ]
+    if auto:
+        flows.append(ensure_images_registered(core, auto))
+    yield from gather(flows, len(flows) or 1)

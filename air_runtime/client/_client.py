@@ -265,7 +265,11 @@ class AirClient(_BaseClient):
         return self._run(_images.get_image(self._core, ref))
 
     def wait_for_image(
-        self, ref: str, *, timeout: float = 3600.0, poll_interval: float = 5.0
+        self,
+        ref: str,
+        *,
+        timeout: float = _images.IMAGE_WAIT_TIMEOUT_S,
+        poll_interval: float = _images.IMAGE_POLL_INTERVAL_S,
     ) -> ImageRegistration:
         return self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
@@ -491,7 +495,11 @@ class AsyncAirClient(_BaseClient):
         return await self._run(_images.get_image(self._core, ref))
 
     async def wait_for_image(
-        self, ref: str, *, timeout: float = 3600.0, poll_interval: float = 5.0
+        self,
+        ref: str,
+        *,
+        timeout: float = _images.IMAGE_WAIT_TIMEOUT_S,
+        poll_interval: float = _images.IMAGE_POLL_INTERVAL_S,
     ) -> ImageRegistration:
         return await self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)

@@ -1,8 +1,9 @@
 """The submit flow: identity, preflight, launch directory, uploads, runs/submit, permissions.
 
 Round trips on the critical path (design/targets.md P3): the identity; then preflight,
-folder creation, image checks and code archives all at once; then every upload at once;
-then the submit. Permissions follow the submit and never fail it.
+folder creation, image checks (and re-registration of ``tag_policy: latest`` images) and
+code archives all at once; then every upload at once; then the submit. Permissions follow
+the submit and never fail it.
 """
 
 from __future__ import annotations
@@ -173,9 +174,10 @@ def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
     preflight = [_preflight(core, b) for b in plan.preflight_bodies]
     folders = [_mkdirs(core, f) for f in leaf_folders(plan.folders)]
     archives = [offload(functools.partial(build_code_archive, s)) for s in plan.code_snapshots]
-    checks = (
-        [_images.ensure_images_registered(core, plan.docker_images)] if plan.docker_images else []
-    )
+    # Images: `auto` ones are checked; `latest` ones are registered again and waited for
+    # (only workloads with such images spend longer in this phase).
+    required = plan.required_images()
+    checks = [_images.prepare_images(core, required)] if required else []
     first = yield from gather(
         [*preflight, *checks, *archives, *folders],
         max(1, len(preflight) + len(checks) + len(archives) + len(folders)),

@@ -7,10 +7,17 @@ from air_runtime.plan._build import (
     environment_spec,
     make_idempotency_token,
 )
-from air_runtime.plan._models import CodeSnapshot, Stage, SubmissionPlan, UploadFile
+from air_runtime.plan._models import (
+    CodeSnapshot,
+    ImageRequirement,
+    Stage,
+    SubmissionPlan,
+    UploadFile,
+)
 
 __all__ = [
     "CodeSnapshot",
+    "ImageRequirement",
     "Stage",
     "SubmissionPlan",
     "UploadFile",

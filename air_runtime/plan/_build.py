@@ -19,8 +19,14 @@ from typing import Any
 import yaml
 
 from air_runtime._errors import Problem, WorkloadError
-from air_runtime.plan._models import CodeSnapshot, Stage, SubmissionPlan, UploadFile
-from air_runtime.workload import Environment, SecretRef, Workload
+from air_runtime.plan._models import (
+    CodeSnapshot,
+    ImageRequirement,
+    Stage,
+    SubmissionPlan,
+    UploadFile,
+)
+from air_runtime.workload import DockerImage, Environment, SecretRef, Workload
 from air_runtime.workload._yaml import plain_scalar_tag
 
 RUN_IF_VALUES = (
@@ -461,7 +467,7 @@ def _assemble(
     files: list[UploadFile] = []
     snapshots: list[CodeSnapshot] = []
     permissions: list[dict[str, Any]] = []
-    images: set[str] = set()
+    images: dict[str, ImageRequirement] = {}
     for stage in stages:
         part = parts[stage.task_key]
         folders.extend(f for f in part.folders if f not in folders)
@@ -473,7 +479,8 @@ def _assemble(
             if entry not in permissions:
                 permissions.append(entry)
         if stage.workload.environment.docker_image is not None:
-            images.add(stage.workload.environment.docker_image.url)
+            image = stage.workload.environment.docker_image
+            images[image.url] = _merge_image(images.get(image.url), image)
     return SubmissionPlan(
         run_name=run_name,
         idempotency_token=token,
@@ -487,7 +494,19 @@ def _assemble(
         docker_images=tuple(sorted(images)),
         permissions=tuple(permissions),
         usage_policy_name=policy_name,
+        image_requirements=tuple(images[url] for url in sorted(images)),
     )
+
+
+def _merge_image(known: ImageRequirement | None, image: DockerImage) -> ImageRequirement:
+    """One requirement per image: ``latest`` wins over ``auto`` (a stage that wants the
+    re-pushed tag gets it, and so do the others in the same run), the first credentials win."""
+    wanted = ImageRequirement(
+        image.url, image.tag_policy, image.credentials_scope, image.credentials_key
+    )
+    if known is None or (known.tag_policy == "auto" and wanted.tag_policy == "latest"):
+        return wanted
+    return known
 
 
 def _check_token(token: str) -> str:

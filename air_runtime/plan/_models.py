@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from air_runtime.workload import Workload
 
@@ -37,6 +37,41 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class ImageRequirement:
+    """A Docker image the submit needs (normal form) and how to make sure it is ready.
+
+    ``auto``: it must already be registered and AVAILABLE. ``latest``: it is registered
+    again before the submit (with the credentials secret when given) to pick up a re-pushed
+    tag, and the submit waits until it is AVAILABLE.
+    """
+
+    url: str
+    tag_policy: Literal["auto", "latest"] = "auto"
+    credentials_scope: str | None = None
+    credentials_key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "tag_policy": self.tag_policy,
+            "credentials_scope": self.credentials_scope,
+            "credentials_key": self.credentials_key,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ImageRequirement:
+        policy = data.get("tag_policy") or "auto"
+        if policy != "auto" and policy != "latest":
+            raise ValueError(f"unknown tag_policy {policy!r} for image {data.get('url')!r}")
+        return cls(
+            url=data["url"],
+            tag_policy="latest" if policy == "latest" else "auto",
+            credentials_scope=data.get("credentials_scope"),
+            credentials_key=data.get("credentials_key"),
+        )
+
+
+@dataclass(frozen=True)
 class SubmissionPlan:
     run_name: str
     idempotency_token: str
@@ -50,6 +85,14 @@ class SubmissionPlan:
     docker_images: tuple[str, ...] = ()
     permissions: tuple[dict[str, Any], ...] = ()
     usage_policy_name: str | None = None
+    image_requirements: tuple[ImageRequirement, ...] = ()
+
+    def required_images(self) -> tuple[ImageRequirement, ...]:
+        """Every image of ``docker_images`` with its policy: the ``image_requirements`` entry
+        for it, else ``auto`` (plans built by hand may list ``docker_images`` only)."""
+        known = {r.url: r for r in self.image_requirements}
+        extra = [ImageRequirement(url) for url in self.docker_images if url not in known]
+        return (*self.image_requirements, *extra)
 
     def file(self, path: str) -> UploadFile:
         """The file whose path is ``path`` or ends with ``/<path>`` (first match)."""
@@ -79,6 +122,7 @@ class SubmissionPlan:
             "docker_images": list(self.docker_images),
             "permissions": list(self.permissions),
             "usage_policy_name": self.usage_policy_name,
+            "image_requirements": [r.to_json() for r in self.image_requirements],
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +154,9 @@ class SubmissionPlan:
             docker_images=tuple(data.get("docker_images", ())),
             permissions=tuple(data.get("permissions", ())),
             usage_policy_name=data.get("usage_policy_name"),
+            image_requirements=tuple(
+                ImageRequirement.from_json(r) for r in data.get("image_requirements", ())
+            ),
         )
 
     def redacted(self) -> dict[str, Any]:

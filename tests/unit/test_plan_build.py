@@ -11,6 +11,7 @@ from workload_cases import minimal
 
 from air_runtime._errors import WorkloadError
 from air_runtime.plan import (
+    ImageRequirement,
     Stage,
     SubmissionPlan,
     build_plan,
@@ -223,6 +224,56 @@ def test_json_round_trip_and_redacted() -> None:
     assert {f["path"].rsplit("/", 1)[1] for f in shown["files"]} >= {"command.sh", "secret_env_vars.json"}
     assert all("content" in f for f in shown["files"])
     json.dumps(shown)
+
+
+def test_image_requirements_carry_tag_policy_and_credentials() -> None:
+    image = {"url": "myorg/train:2", "tag_policy": "latest",
+             "credentials_scope": "docker-creds", "credentials_key": "hub"}
+    plan = plan_of(minimal(environment={"docker_image": image}))
+    assert plan.docker_images == ("docker.io/myorg/train:2",)
+    wanted = ImageRequirement("docker.io/myorg/train:2", "latest", "docker-creds", "hub")
+    assert plan.image_requirements == (wanted,)
+    assert plan.required_images() == (wanted,)
+    # the wire body names the image only: the policy is the client's business
+    body = json.dumps(plan.submit_body) + json.dumps(plan.preflight_bodies)
+    assert "docker.io/myorg/train:2" in body
+    assert "tag_policy" not in body and "docker-creds" not in body
+    data = json.loads(json.dumps(plan.to_json()))
+    assert data["image_requirements"] == [{"url": "docker.io/myorg/train:2", "tag_policy": "latest",
+                                           "credentials_scope": "docker-creds", "credentials_key": "hub"}]
+    assert SubmissionPlan.from_json(data) == plan
+
+    auto = plan_of(minimal(environment={"docker_image": {"url": "myorg/train:2"}}))
+    assert auto.image_requirements == (ImageRequirement("docker.io/myorg/train:2"),)
+    assert plan_of(minimal()).image_requirements == ()
+
+
+def test_plans_without_image_requirements_treat_images_as_auto() -> None:
+    plan = plan_of(minimal(environment={"docker_image": {"url": "myorg/train:2"}}))
+    data = json.loads(json.dumps(plan.to_json()))
+    del data["image_requirements"]  # a plan serialized before the field existed
+    old = SubmissionPlan.from_json(data)
+    assert old.docker_images == ("docker.io/myorg/train:2",) and old.image_requirements == ()
+    assert old.required_images() == (ImageRequirement("docker.io/myorg/train:2", "auto"),)
+    with pytest.raises(ValueError, match="tag_policy"):
+        ImageRequirement.from_json({"url": "docker.io/a/b:1", "tag_policy": "sometimes"})
+
+
+def test_workflow_image_requirements_merge_per_image() -> None:
+    stages = [
+        _stage("a", environment={"docker_image": {"url": "myorg/train:2"}}),
+        _stage("b", depends_on=["a"], environment={"docker_image": {
+            "url": "docker.io/myorg/train:2", "tag_policy": "latest",
+            "credentials_scope": "s", "credentials_key": "k"}}),
+        _stage("c", depends_on=["b"], environment={"docker_image": {"url": "library/ubuntu"}}),
+    ]
+    plan = build_workflow_plan(stages, run_name="r", user_name=USER, idempotency_token=TOKEN)
+    assert plan.docker_images == ("docker.io/library/ubuntu:latest", "docker.io/myorg/train:2")
+    assert plan.image_requirements == (
+        ImageRequirement("docker.io/library/ubuntu:latest"),
+        ImageRequirement("docker.io/myorg/train:2", "latest", "s", "k"),
+    )
+    assert SubmissionPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
 
 def test_make_idempotency_token() -> None:
