@@ -111,8 +111,13 @@ def _plan(args: argparse.Namespace) -> int:
     for snapshot in plan.code_snapshots:
         include = f" (only {', '.join(snapshot.include_paths)})" if snapshot.include_paths else ""
         print(f"code snapshot:     {snapshot.local_root}{include} -> {snapshot.target_path}")
-    for image in plan.docker_images:
-        print(f"docker image:      {image} (must be registered)")
+    for image in plan.required_images():
+        when = (
+            "re-registered before the run"
+            if image.tag_policy == "latest"
+            else "must be registered"
+        )
+        print(f"docker image:      {image.url} ({when})")
     for warning in lint_workload(workload):
         print(f"warning: {warning}")
     print("\nfiles:")
