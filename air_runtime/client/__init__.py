@@ -5,6 +5,7 @@
 
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
+from ._runs import RunResult
 from ._secrets import secret_key_name
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "ImageRegistration",
     "LogRecord",
     "RetryPolicy",
+    "RunResult",
     "SubmittedRun",
     "secret_key_name",
 ]

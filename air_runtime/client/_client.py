@@ -35,6 +35,7 @@ from ._core import (
     SubmittedRun,
     Transmit,
 )
+from ._runs import RunResult
 
 if TYPE_CHECKING:
     from ..plan import Stage, SubmissionPlan
@@ -223,6 +224,9 @@ class AirClient(_BaseClient):
 
     def raise_for_failure(self, state: RunState) -> None:
         self._run(_runs.raise_for_failure(self._core, state))
+
+    def run_result(self, state: RunState) -> RunResult:
+        return self._run(_runs.run_result(self._core, state))
 
     def cancel(self, run_id: int) -> None:
         self._run(_runs.cancel(self._core, run_id))
@@ -448,6 +452,9 @@ class AsyncAirClient(_BaseClient):
 
     async def raise_for_failure(self, state: RunState) -> None:
         await self._run(_runs.raise_for_failure(self._core, state))
+
+    async def run_result(self, state: RunState) -> RunResult:
+        return await self._run(_runs.run_result(self._core, state))
 
     async def cancel(self, run_id: int) -> None:
         await self._run(_runs.cancel(self._core, run_id))

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
@@ -220,6 +221,32 @@ def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | 
         if any(_FAILED_SCRIPT_MARK in line for line in tail):
             return tail, node
     return first, (0 if first else None)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a terminal run (or a one-stage view of it) ended: the failure with its full
+    message, or, on success, the ``get-output`` of its single task (MLflow ids)."""
+
+    failure: RunFailed | None = None
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+def run_result(core: ClientCore, state: RunState) -> Flow[RunResult]:
+    """Everything an orchestrator reports when a run ends; missing output is not an error."""
+    try:
+        yield from raise_for_failure(core, state)
+    except RunFailed as failure:
+        return RunResult(failure=failure)
+    task = state.tasks[0] if len(state.tasks) == 1 else None
+    if task is None or task.run_id is None:
+        return RunResult()
+    try:
+        output = yield from get_output(core, task.run_id)
+    except AirError as error:
+        logger.debug("no output for task run %s: %s", task.run_id, error)
+        return RunResult()
+    return RunResult(output=output)
 
 
 def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:

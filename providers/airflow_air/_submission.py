@@ -27,7 +27,6 @@ request per earlier generation.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -390,35 +389,18 @@ def make_outcome(
     )
 
 
-def single_task(view: RunState) -> Any:
-    return view.tasks[0] if len(view.tasks) == 1 else None
-
-
 def finish_sync(
     client: AirClient, state: RunState, record: RunRecord, task_key: str | None
 ) -> Outcome:
     """The outcome of a terminal run (or stage), with the failure message or MLflow ids."""
-    from air_runtime._errors import AirError, RunFailed
-
     view = stage_view(state, task_key) if task_key else state
-    failure: Exception | None = None
-    try:
-        client.raise_for_failure(view)
-    except RunFailed as exc:
-        failure = exc
-    output: dict[str, Any] = {}
-    task = single_task(view)
-    if failure is None and task is not None and task.run_id is not None:
-        try:
-            output = client.get_output(task.run_id)
-        except AirError as exc:
-            logging.getLogger(__name__).debug("no output for task run %s: %s", task.run_id, exc)
+    result = client.run_result(view)
     return make_outcome(
         view,
         run_id=record.run_id,
         run_page_url=record.run_page_url,
         task_key=task_key,
-        failure=failure,
-        output=output,
+        failure=result.failure,
+        output=result.output,
         host=client.host,
     )

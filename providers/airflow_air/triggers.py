@@ -186,29 +186,17 @@ class AirRunTrigger(BaseTrigger):
             await asyncio.sleep(pause)
 
     async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
-        from air_runtime._errors import AirError, RunFailed
-        from airflow_air._submission import make_outcome, single_task, stage_view
+        from airflow_air._submission import make_outcome, stage_view
 
         view = stage_view(state, self.task_key) if self.task_key else state
-        failure: Exception | None = None
-        try:
-            await client.raise_for_failure(view)
-        except RunFailed as exc:
-            failure = exc
-        output: dict[str, Any] = {}
-        task = single_task(view)
-        if failure is None and task is not None and task.run_id is not None:
-            try:
-                output = await client.get_output(task.run_id)
-            except AirError as exc:
-                self.log.debug("no output for task run %s: %s", task.run_id, exc)
+        result = await client.run_result(view)
         return make_outcome(
             view,
             run_id=self.run_id,
             run_page_url=state.run_page_url or self.run_page_url,
             task_key=self.task_key,
-            failure=failure,
-            output=output,
+            failure=result.failure,
+            output=result.output,
             host=client.host,
         )
 

@@ -69,6 +69,19 @@ def test_failure_message_from_a_real_failed_run(workspace_factory):
     assert "MLflow" in text and run.run_page_url in text
 
 
+def test_run_result_gives_the_failure_or_the_task_output(workspace_factory):
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        good = client.submit_workload(_workload("fine", "echo ok", nodes=1, max_retries=0))
+        bad = client.submit_workload(_workload("broken", "exit 4", nodes=1, max_retries=0))
+        good_result = client.run_result(client.wait(good.run_id, poll_interval=0.2))
+        bad_result = client.run_result(client.wait(bad.run_id, poll_interval=0.2))
+    assert good_result.failure is None
+    assert good_result.output["ai_runtime_task_output"]["mlflow_run_id"]
+    assert isinstance(bad_result.failure, RunFailed) and bad_result.output == {}
+    assert "Script failed with exit code 4" in str(bad_result.failure)
+
+
 def test_preflight_field_errors_stop_before_any_upload(workspace_factory, recorder):
     ws = workspace_factory()
     workload = _workload("tooBig", nodes=1)
