@@ -113,9 +113,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"code snapshot:     {snapshot.local_root}{include} -> {snapshot.target_path}")
     for image in plan.required_images():
         when = (
-            "re-registered before the run"
-            if image.tag_policy == "latest"
-            else "must be registered"
+            "re-registered before the run" if image.tag_policy == "latest" else "must be registered"
         )
         print(f"docker image:      {image.url} ({when})")
     for warning in lint_workload(workload):

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._faults import Counters, FaultInjector, RequestLog, normalize_faults
@@ -842,6 +843,11 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
         code = {404: "ENDPOINT_NOT_FOUND", 405: "BAD_REQUEST"}.get(exc.status_code, "BAD_REQUEST")
         message = "No API found for this path." if exc.status_code == 404 else str(exc.detail)
         return JSONResponse({"error_code": code, "message": message}, status_code=exc.status_code)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(_: Request, exc: ClientDisconnect) -> Response:
+        # The caller hung up (a killed worker) before its body was read: nobody to answer.
+        return Response(status_code=499)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -55,6 +55,8 @@ class AirflowDeployment:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.processes: list[ManagedProcess] = []
+        self.retired: list[ManagedProcess] = []  # stopped by restart(); their logs stay
+        self._service_args: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._token: str | None = None
         bundles = [
             {
@@ -134,11 +136,26 @@ class AirflowDeployment:
         )
 
     def _spawn(self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self._service_args[name.split("#")[0]] = (list(args), dict(env or {}))
         self.processes.append(
             ManagedProcess(
                 name, [AIRFLOW, *args], env={**self.env, **(env or {})}, log_dir=self.log_dir
             )
         )
+
+    def restart(self, name: str, *, hard: bool) -> ManagedProcess:
+        """Stop the service ``name`` (SIGKILL of its whole group when ``hard``, else SIGTERM
+        and a grace period) and start a new process of it with the same arguments."""
+        old = next(p for p in reversed(self.processes) if p.name.split("#")[0] == name)
+        if hard:
+            old.kill()
+        else:
+            old.stop(grace=30)
+        self.processes.remove(old)
+        generation = sum(p.name.split("#")[0] == name for p in self.retired) + 2
+        self.retired.append(old)
+        self._spawn(f"{name}#{generation}", *self._service_args[name])
+        return self.processes[-1]
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
@@ -253,6 +270,18 @@ class AirflowDeployment:
                 )
             time.sleep(interval)
 
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return dict(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """What a user's "mark failed / mark success" in the UI does."""
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        self.api("PATCH", path, json={"new_state": state})
+
+    def xcom_keys(self, dag_id: str, run_id: str, task_id: str) -> set[str]:
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries"
+        return {e["key"] for e in self.api("GET", path)["xcom_entries"]}
+
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
         entry = self.api(
             "GET",
@@ -330,14 +359,7 @@ def check_air_task_instances(
     for ti in tis:
         if not (ti["operator"] or "").startswith("Air"):
             continue
-        keys = {
-            e["key"]
-            for e in deployment.api(
-                "GET",
-                f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/xcomEntries",
-            )["xcom_entries"]
-        }
-        if "run_id" not in keys:
+        if "run_id" not in deployment.xcom_keys(dag_id, run_id, ti["task_id"]):
             continue
         remote_id = deployment.xcom(dag_id, run_id, ti["task_id"], "run_id")
         url = deployment.xcom(dag_id, run_id, ti["task_id"], "run_page_url")

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from managed_process import require_services
+from managed_process import postgres_reachable, require_services
 
 from air_runtime.client import AirClient
 from air_runtime.demo import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
@@ -14,12 +14,6 @@ from air_runtime.local import LocalWorkspace, start_local_workspace
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 REDIS = "redis://127.0.0.1:6379"
-
-
-def _postgres_up() -> None:
-    import psycopg2
-
-    psycopg2.connect(f"{POSTGRES}/postgres", connect_timeout=3).close()
 
 
 def _redis_up() -> None:
@@ -30,7 +24,7 @@ def _redis_up() -> None:
 
 @pytest.fixture
 def postgres() -> str:
-    require_services(("PostgreSQL at 127.0.0.1:5432", _postgres_up))
+    require_services(("PostgreSQL at 127.0.0.1:5432", lambda: postgres_reachable(POSTGRES)))
     return POSTGRES
 
 

@@ -69,6 +69,13 @@ class ManagedProcess:
     def tail(self, lines: int = 40) -> str:
         return tail(self.log_path, lines)
 
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: a crash, nothing gets to clean up."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the whole group, then SIGKILL what is left after ``grace`` seconds."""
         pgid = self.popen.pid  # the session leader's pid is the group id
@@ -160,6 +167,13 @@ def reset_postgres_database(dsn: str) -> None:
             cur.execute("CREATE SCHEMA public")
     finally:
         conn.close()
+
+
+def postgres_reachable(server: str) -> None:
+    """Raise unless PostgreSQL at ``server`` (``postgresql://user@host:port``) answers."""
+    import psycopg2
+
+    psycopg2.connect(f"{server}/postgres", connect_timeout=3).close()
 
 
 def require_services(*checks: tuple[str, Callable[[], object]]) -> None:

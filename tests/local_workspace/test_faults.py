@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import time
 import uuid
 
@@ -49,6 +51,30 @@ def test_dropped_connection_has_no_answer(local_workspace, api: httpx.Client) ->
     local_workspace.admin.set_faults({"preview/scim/v2/Me": {"rate_drop": 1.0}})
     with pytest.raises(httpx.TransportError):
         api.get(ME)
+    local_workspace.admin.set_faults({})
+    assert api.get(ME).status_code == 200
+
+
+def test_caller_hanging_up_mid_request_is_no_server_error(
+    local_workspace, api: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker killed while its request waits (here: in injected latency) never sends the
+    # rest of its body; the server records it and goes on, without an error traceback.
+    local_workspace.admin.set_faults({"jobs/runs/get": {"latency_ms": 300}})
+    host, port = local_workspace.host.removeprefix("http://").split(":")
+    head = (
+        "GET /api/2.2/jobs/runs/get HTTP/1.1\r\nHost: test\r\n"
+        f"Authorization: Bearer {local_workspace.token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    with caplog.at_level(logging.ERROR), socket.create_connection((host, int(port))) as sock:
+        sock.sendall(head.encode() + b'{"run_id": 1')
+        time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while "499" not in local_workspace.admin.counters()["responses"].get("jobs/runs/get", {}):
+        assert time.monotonic() < deadline, local_workspace.admin.counters()["responses"]
+        time.sleep(0.05)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     local_workspace.admin.set_faults({})
     assert api.get(ME).status_code == 200
 

@@ -18,6 +18,7 @@ from air_runtime.local import LocalWorkspace
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL = ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")
+CANCEL_WITHIN_S = 30.0  # R2: a run the orchestrator gave up on is cancelled this soon
 
 
 def workload_dict(name: str, command: str, **extra: Any) -> dict[str, Any]:
@@ -70,6 +71,32 @@ def running(state: Any) -> bool:
 
 def terminal(state: Any) -> bool:
     return bool(state.is_terminal)
+
+
+def cancelled(state: Any) -> bool:
+    return bool(state.is_terminal and state.result_state == "CANCELED")
+
+
+def check_cancelled(tally: Any, ws: LocalWorkspace, run_id: int, since: float, what: str) -> float:
+    """Seconds from ``since`` (wall clock) until the run ended CANCELED, from the run's own
+    end time; an orphan (counted, and then cancelled) when it did not end so within 30 s."""
+    with client_for(ws) as client:
+        budget = max(CANCEL_WITHIN_S - (time.time() - since), 1.0)
+        state = wait_for_state(client, run_id, cancelled, budget)
+    ended = (state.end_time / 1000.0) if state.end_time else time.time()
+    took = ended - since
+    if not cancelled(state) or took > CANCEL_WITHIN_S:
+        tally.orphans += 1
+        tally.fail(f"{what}: run {run_id} is {state.describe()} {took:.1f}s after")
+        with client_for(ws) as client:  # do not leave it running for the next trial
+            client.cancel(run_id)
+    return took
+
+
+def record_cancel_time(tally: Any, took: float) -> None:
+    times = tally.notes.setdefault("cancel_seconds", [])
+    times.append(round(took, 2))
+    tally.notes["max_cancel_s"] = max(times)
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,6 +11,10 @@ Randomized trials, each one logical submission hit by one hazard:
   (before or after it recorded the run), retried automatically;
 - ``repeated_request``: the identical submit request is sent again (and again).
 
+``task_sigkill`` (test_airflow_daemons.py) adds the real thing to this row: the task process
+of a real Airflow deployment SIGKILLed between its submit and its deferral, then retried by
+the scheduler.
+
 The local workspace counts created runs and submits per idempotency token; a trial passes
 when exactly one run was created for it.
 """

@@ -4,8 +4,8 @@ cancelled, within 30 s, in every trial.
 - ``sync_killed``: a running (worker-side) Airflow task gets SIGTERM, which is how
   Airflow's supervisor stops a task that was killed or marked failed: the task runner's
   handler calls ``on_kill``;
-- ``deferred_marked_failed``: the trigger of a deferred task is cancelled the way the
-  triggerer does on a user action (mark failed / clear), then ``on_kill`` is awaited;
+- ``marked_failed`` (test_airflow_daemons.py): a user marks a running or deferred task
+  failed in a real Airflow deployment;
 - ``sync_execution_timeout`` / ``deferred_execution_timeout``: real Airflow (``dag.test``)
   tasks with ``execution_timeout`` shorter than the run;
 - ``dagster_terminated``: a Dagster run in its own process gets SIGINT (Dagster's
@@ -14,7 +14,6 @@ cancelled, within 30 s, in every trial.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -26,40 +25,17 @@ from typing import Any
 import pytest
 from conftest import rng_for, trials
 from helpers import (
-    LoopThread,
+    check_cancelled,
     client_for,
-    first_event,
     python_env,
+    record_cancel_time,
     reliability_dag,
     running,
-    wait_for_state,
-    workload,
 )
 
 pytestmark = [pytest.mark.row("R2"), pytest.mark.timeout(900)]
 
-CANCEL_WITHIN_S = 30.0
 LONG = "sleep 120"
-
-
-def _cancelled(state: Any) -> bool:
-    return state.is_terminal and state.result_state == "CANCELED"
-
-
-def _check_cancelled(tally: Any, ws: Any, run_id: int, since: float, what: str) -> float:
-    """Seconds from ``since`` (wall clock) until the run ended CANCELED, from the run's own
-    end time; an orphan when it did not end so within 30 s."""
-    with client_for(ws) as client:
-        budget = max(CANCEL_WITHIN_S - (time.time() - since), 1.0)
-        state = wait_for_state(client, run_id, _cancelled, budget)
-    ended = (state.end_time / 1000.0) if state.end_time else time.time()
-    took = ended - since
-    if not _cancelled(state) or took > CANCEL_WITHIN_S:
-        tally.orphans += 1
-        tally.fail(f"{what}: run {run_id} is {state.describe()} {took:.1f}s after")
-        with client_for(ws) as client:  # do not leave it running for the next trial
-            client.cancel(run_id)
-    return took
 
 
 def _newest_run_id(ws: Any, before: set[int]) -> int | None:
@@ -85,12 +61,6 @@ def _wait_new_running_run(ws: Any, before: set[int], timeout: float = 60) -> int
                     return run_id
         time.sleep(0.1)
     raise AssertionError("no remote run started")
-
-
-def _record_times(tally: Any, took: float) -> None:
-    times = tally.notes.setdefault("cancel_seconds", [])
-    times.append(round(took, 2))
-    tally.notes["max_cancel_s"] = max(times)
 
 
 def test_sync_killed(airflow_workspace, tally) -> None:
@@ -129,42 +99,11 @@ def test_sync_killed(airflow_workspace, tally) -> None:
             tally.crashes += 1
             tally.fail(f"trial {trial}: {result.get('error')}")
             continue
-        _record_times(
-            tally, _check_cancelled(tally, ws, result["run_id"], killed_at[0], f"trial {trial}")
+        record_cancel_time(
+            tally, check_cancelled(tally, ws, result["run_id"], killed_at[0], f"trial {trial}")
         )
         if str(run.state) != "failed":
             tally.fail(f"trial {trial}: the killed task's Dag run ended {run.state}")
-
-
-def test_deferred_marked_failed(airflow_workspace, tally) -> None:
-    from airflow.jobs.triggerer_job_runner import _ON_CANCEL_TIMEOUT, _USER_ACTION_CANCEL_MSG
-    from airflow_air.triggers import AirRunTrigger
-
-    ws = airflow_workspace
-    rng = rng_for("R2-deferred-marked-failed")
-    for trial in range(trials(1, 6)):
-        tally.trials += 1
-        with client_for(ws) as client:
-            submitted = client.submit_workload(workload(f"r2-mark-{trial}", LONG))
-            wait_for_state(client, submitted.run_id, running, 30)
-        trigger = AirRunTrigger(submitted.run_id, poll_interval=0.2)
-        loop = LoopThread()
-
-        async def triggerer_runs(trigger: AirRunTrigger = trigger) -> None:
-            task = asyncio.ensure_future(first_event(trigger))
-            await asyncio.sleep(rng.uniform(0.1, 1.5))
-            task.cancel(_USER_ACTION_CANCEL_MSG)  # what cancel_triggers() does
-            try:
-                await task
-            except asyncio.CancelledError:
-                await asyncio.wait_for(trigger.on_kill(), timeout=_ON_CANCEL_TIMEOUT)
-
-        since = time.time()
-        try:
-            loop.submit(triggerer_runs()).result(timeout=60)
-        finally:
-            loop.close()
-        _record_times(tally, _check_cancelled(tally, ws, submitted.run_id, since, f"trial {trial}"))
 
 
 def test_sync_execution_timeout(airflow_workspace, tally, capfd) -> None:
@@ -200,7 +139,7 @@ def _timeout_campaign(ws: Any, tally: Any, capfd: Any, dag_id: str) -> None:
         # The deadline is the try's start + execution_timeout; count from there.
         ti = run.get_task_instance("run")
         deadline = (ti.start_date.timestamp() if ti and ti.start_date else time.time()) + limit
-        _record_times(tally, _check_cancelled(tally, ws, run_id, deadline, f"trial {trial}"))
+        record_cancel_time(tally, check_cancelled(tally, ws, run_id, deadline, f"trial {trial}"))
 
 
 _DAGSTER_SCRIPT = """
@@ -239,7 +178,7 @@ def test_dagster_terminated(workspace, tally, tmp_path) -> None:
             time.sleep(rng.uniform(0.0, 1.5))
             since = time.time()
             proc.send_signal(signal.SIGINT)
-            _record_times(tally, _check_cancelled(tally, ws, run_id, since, f"trial {trial}"))
+            record_cancel_time(tally, check_cancelled(tally, ws, run_id, since, f"trial {trial}"))
             out, _ = proc.communicate(timeout=60)
             if "DAGSTER_SUCCESS" in out:
                 tally.fail(f"trial {trial}: the terminated Dagster run succeeded")

@@ -5,15 +5,12 @@
   deferred ``AirRunTrigger``) wait on them, then started again on the same port and data.
   Every run is still known afterwards, ended SUCCESS or reported failed (never lost), and
   every waiter resumes and ends with that state.
-- ``triggerer_restart``: a triggerer process waiting on a run is SIGKILLed; a new process
-  builds the trigger from ``serialize()`` and fires the right event (success or failure).
+- ``triggerer_daemon_restart`` (test_airflow_daemons.py): the ``airflow triggerer`` of a
+  real deployment is SIGKILLed or stopped while a task waits in it, and started again.
 """
 
 from __future__ import annotations
 
-import json
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,8 +22,6 @@ from helpers import (
     LoopThread,
     client_for,
     first_event,
-    python_env,
-    read_json_lines,
     wait_for_state,
     workload,
 )
@@ -119,62 +114,3 @@ def test_workspace_restart(tmp_path: Path, airflow_db: Path, tally, monkeypatch)
     finally:
         ws.stop()
     tally.notes.update(results=outcomes)
-
-
-_TRIGGERER = """
-import asyncio, json, sys
-from airflow_air.triggers import AirRunTrigger
-kwargs = json.loads(sys.argv[1])
-async def main():
-    trigger = AirRunTrigger(**kwargs)
-    print(json.dumps({"waiting": True}), flush=True)
-    async for event in trigger.run():
-        print(json.dumps({"event": event.payload}), flush=True)
-        return
-asyncio.run(main())
-"""
-
-
-def test_triggerer_restart(workspace, airflow_db: Path, tally, monkeypatch) -> None:
-    import subprocess
-
-    from airflow_air.triggers import AirRunTrigger
-
-    ws = workspace
-    rng = rng_for("R6-triggerer")
-    env = python_env({"AIRFLOW_CONN_DATABRICKS_DEFAULT": connection_json(ws.host, ws.token)})
-    for trial in range(trials(1, 4)):
-        tally.trials += 1
-        fails = trial % 2 == 1
-        secs = rng.uniform(3.0, 5.0)
-        with client_for(ws) as client:
-            submitted = client.submit_workload(
-                workload(f"r6-trig-{trial}", f"sleep {secs:.2f}" + ("\nexit 3" if fails else ""))
-            )
-        _, kwargs = AirRunTrigger(submitted.run_id, poll_interval=0.2).serialize()
-        first = subprocess.Popen(
-            [sys.executable, "-c", _TRIGGERER, json.dumps(kwargs)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert first.stdout is not None
-        first.stdout.readline()  # waiting
-        time.sleep(rng.uniform(0.2, 1.0))
-        first.send_signal(signal.SIGKILL)
-        first.communicate()
-        second = subprocess.run(
-            [sys.executable, "-c", _TRIGGERER, json.dumps(kwargs)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        events = [e["event"] for e in read_json_lines(second.stdout) if "event" in e]
-        expected = "failed" if fails else "success"
-        if len(events) != 1 or events[0].get("status") != expected:
-            tally.crashes += 1
-            tally.fail(
-                f"trial {trial}: events {events} (expected {expected}) {second.stderr[-300:]}"
-            )

@@ -1,0 +1,299 @@
+"""R1, R2 and R6 against Airflow's own daemons: a LocalExecutor deployment on PostgreSQL
+(scheduler, triggerer, DAG processor, API server: tests/e2e/airflow_deployment.py) whose
+processes are killed for real, driven only through Airflow's REST API.
+
+- R1 ``task_sigkill``: the task process of a deferrable AirRunOperator is SIGKILLed between
+  its submit and its deferral (a latency fault on runs/get holds that window open). The
+  supervisor fails the try, the scheduler retries it, and the retry must reattach to the
+  run the killed try started: exactly one run per Dag run, never cancelled.
+- R2 ``marked_failed``: a user marks a running (worker-side) or deferred task failed; the
+  run must be cancelled within 30 s (the supervisor's SIGTERM → ``on_kill``, or the
+  triggerer's ``on_kill``).
+- R6 ``triggerer_daemon_restart``: the ``airflow triggerer`` process is SIGKILLed or stopped
+  with SIGTERM while the task waits in it, and a new triggerer is started. The new one must
+  take the wait over and the task end with the run's true result; the run is never
+  cancelled and never submitted again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import HERE, rng_for, trials
+from helpers import check_cancelled, client_for, record_cancel_time, running, wait_for_state
+
+from air_runtime.local import LocalWorkspace, start_local_workspace
+
+# The deployment harness of the end-to-end tests.
+sys.path.insert(0, str(HERE.parent / "e2e"))
+from airflow_deployment import AirflowDeployment, airflow_connection_env
+from managed_process import postgres_reachable, require_services, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+POSTGRES = "postgresql://postgres@127.0.0.1:5432"
+DAGS = HERE / "deployment_dags"
+SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG = "daemon_task_sigkill", "daemon_deferred", "daemon_sync"
+TASK = "run"
+# Latency of every runs/get while a submitting try is watched: the try calls it twice
+# between its submit and its deferral, so the kill window is at least 2 x this.
+HOLD_MS = 1500
+KILL_WITHIN_S = 2.5
+# A triggerer that stopped heart-beating this long ago loses its triggers to another one.
+TRIGGERER_TAKEOVER_S = 12
+
+
+@pytest.fixture(scope="module")
+def daemon_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkspace]:
+    ws = start_local_workspace(data_dir=tmp_path_factory.mktemp("workspace"), kill_grace_s=1.0)
+    try:
+        yield ws
+    finally:
+        ws.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    daemon_workspace: LocalWorkspace, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowDeployment]:
+    require_services(("PostgreSQL at 127.0.0.1:5432", lambda: postgres_reachable(POSTGRES)))
+    airflow = AirflowDeployment(
+        tmp_path_factory.mktemp("airflow"),
+        executor="LocalExecutor",
+        database_dsn=f"{POSTGRES}/airo_airflow_reliability",
+        dag_folders={"daemon-faults": DAGS},
+        extra_env={
+            **airflow_connection_env(daemon_workspace),
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(TRIGGERER_TAKEOVER_S),
+        },
+        parallelism=2,
+    )
+    try:
+        airflow.migrate()
+        airflow.start()
+        airflow.wait_for_dags([SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG])
+        yield airflow
+    finally:
+        airflow.stop()
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+class Trial:
+    """One Dag run of a campaign and the workspace counters around it."""
+
+    def __init__(self, airflow: AirflowDeployment, ws: LocalWorkspace, dag_id: str) -> None:
+        self.airflow = airflow
+        self.ws = ws
+        self.dag_id = dag_id
+        self.before = ws.admin.counters()
+        self.run_id = ""
+
+    def trigger(self, command: str) -> None:
+        self.run_id = self.airflow.trigger(self.dag_id, {"command": command})
+
+    def task(self) -> dict[str, Any]:
+        return self.airflow.task_instance(self.dag_id, self.run_id, TASK)
+
+    def wait_task(self, predicate: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            ti = self.task()
+            return ti if predicate(ti) else None
+
+        return wait_for(
+            check, timeout=120, what=what, processes=self.airflow.processes, interval=0.1
+        )
+
+    def remote_run_id(self) -> int:
+        return int(self.airflow.xcom(self.dag_id, self.run_id, TASK, "run_id"))
+
+    def finish(self) -> str:
+        states = self.airflow.wait_for_runs([(self.dag_id, self.run_id)], timeout=240)
+        return str(states[(self.dag_id, self.run_id)]["state"])
+
+    def delta(self) -> dict[str, int]:
+        """Runs created, submits and cancel requests since the trial started."""
+        now = self.ws.admin.counters()
+        before_tokens = self.before["submits_per_token"]
+        return {
+            "runs_created": now["runs_created"] - self.before["runs_created"],
+            "submits": sum(
+                n - before_tokens.get(token, 0) for token, n in now["submits_per_token"].items()
+            ),
+            "cancels": now["requests"].get("jobs/runs/cancel", 0)
+            - self.before["requests"].get("jobs/runs/cancel", 0),
+        }
+
+    def describe(self) -> str:
+        return self.airflow.diagnose([(self.dag_id, self.run_id)])
+
+
+def _deferred_and_claimed(ti: dict[str, Any]) -> bool:
+    trigger = ti.get("trigger") or {}
+    return ti["state"] == "deferred" and trigger.get("triggerer_id") is not None
+
+
+def _campaign(tally: Any, count: int, trial: Callable[[int], None]) -> None:
+    for n in range(count):
+        tally.trials += 1
+        try:
+            trial(n)
+        except (Exception, pytest.fail.Exception) as exc:  # counted, then the next trial
+            tally.crashes += 1
+            tally.fail(f"trial {n}: {type(exc).__name__}: {str(exc)[:3000]}")
+
+
+# --- R1 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.row("R1")
+def test_task_sigkill(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
+    ws = daemon_workspace
+    rng = rng_for("R1-daemon-sigkill")
+    kills = {"before_run_id_xcom": 0, "after_run_id_xcom": 0}
+    delays: list[float] = []
+
+    def trial(n: int) -> None:
+        t = Trial(deployment, ws, SIGKILL_DAG)
+        # Some runs are still going when the retry reattaches, some have already ended.
+        t.trigger(f"sleep {rng.uniform(1.0, 8.0):.1f}")
+        first = t.wait_task(lambda ti: ti["state"] == "running" and ti["pid"], "try 1 running")
+        ws.admin.set_faults({"jobs/runs/get": {"latency_ms": HOLD_MS}})
+        try:
+            wait_for(
+                lambda: t.delta()["runs_created"] >= 1,
+                timeout=60,
+                what="the first try's submit",
+                processes=deployment.processes,
+                interval=0.05,
+            )
+            delay = rng.uniform(0.0, KILL_WITHIN_S)
+            time.sleep(delay)
+            recorded = "run_id" in deployment.xcom_keys(t.dag_id, t.run_id, TASK)
+            now = t.task()
+            if now["state"] != "running" or now["try_number"] != 1:
+                raise AssertionError(f"try 1 left the window before the kill: {now['state']}")
+            os.kill(int(first["pid"]), signal.SIGKILL)
+        finally:
+            ws.admin.set_faults({})
+        delays.append(round(delay, 2))
+        kills["after_run_id_xcom" if recorded else "before_run_id_xcom"] += 1
+        state = t.finish()
+        ti = t.task()
+        delta = t.delta()
+        if delta["runs_created"] > 1:
+            tally.duplicates += delta["runs_created"] - 1
+        if state != "success" or ti["try_number"] != 2:
+            raise AssertionError(
+                f"Dag run {state}, try {ti['try_number']} (expected success on try 2)\n"
+                + t.describe()
+            )
+        if delta["runs_created"] != 1 or delta["cancels"]:
+            raise AssertionError(f"{delta} for one logical submission")
+        with client_for(ws) as client:
+            remote = client.get_run(t.remote_run_id())
+        if not remote.is_success:
+            raise AssertionError(f"the reattached run ended {remote.describe()}")
+
+    _campaign(tally, trials(1, 10), trial)
+    tally.notes.update(kills=kills, kill_after_submit_s=delays)
+
+
+# --- R2 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.row("R2")
+def test_marked_failed(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
+    ws = daemon_workspace
+    rng = rng_for("R2-daemon-marked-failed")
+    marked_failed = {"deferred": 0, "worker": 0}
+
+    def trial(n: int) -> None:
+        where = "worker" if n % 2 else "deferred"
+        t = Trial(deployment, ws, SYNC_DAG if where == "worker" else DEFERRED_DAG)
+        t.trigger("sleep 300")
+        if where == "deferred":
+            t.wait_task(_deferred_and_claimed, "the task deferred to the triggerer")
+        else:
+            t.wait_task(lambda ti: ti["state"] == "running", "the task running")
+            wait_for(
+                lambda: "run_id" in deployment.xcom_keys(t.dag_id, t.run_id, TASK),
+                timeout=60,
+                what="the run_id XCom",
+                processes=deployment.processes,
+            )
+        remote_id = t.remote_run_id()
+        with client_for(ws) as client:
+            wait_for_state(client, remote_id, running, 30)
+        time.sleep(rng.uniform(0.5, 2.0))
+        marked = time.time()
+        deployment.set_task_state(t.dag_id, t.run_id, TASK, "failed")
+        took = check_cancelled(tally, ws, remote_id, marked, f"trial {n} ({where})")
+        record_cancel_time(tally, took)
+        marked_failed[where] += 1
+        if t.finish() != "failed":
+            raise AssertionError("the Dag run of a task marked failed did not fail")
+
+    _campaign(tally, trials(2, 6), trial)
+    tally.notes.update(marked_failed=marked_failed)
+
+
+# --- R6 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.row("R6")
+def test_triggerer_daemon_restart(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
+    ws = daemon_workspace
+    rng = rng_for("R6-daemon-triggerer")
+    restarts = {"SIGKILL": 0, "SIGTERM": 0}
+    handovers = 0
+
+    def trial(n: int) -> None:
+        nonlocal handovers
+        hard = n % 2 == 0
+        fails = n % 4 in (1, 2)  # each restart kind with a succeeding and a failing run
+        t = Trial(deployment, ws, DEFERRED_DAG)
+        t.trigger(f"sleep {rng.uniform(8.0, 16.0):.1f}" + ("\nexit 3" if fails else ""))
+        ti = t.wait_task(_deferred_and_claimed, "the task deferred to the triggerer")
+        claimed_by = {ti["trigger"]["triggerer_id"]}
+        remote_id = t.remote_run_id()
+        time.sleep(rng.uniform(0.5, 3.0))
+        with client_for(ws) as client:
+            if client.get_run(remote_id).is_terminal:
+                raise AssertionError("the run ended before the triggerer restart")
+        deployment.restart("triggerer", hard=hard)
+        restarts["SIGKILL" if hard else "SIGTERM"] += 1
+
+        def observe() -> None:
+            now = t.task()
+            if now["state"] == "deferred" and (now.get("trigger") or {}).get("triggerer_id"):
+                claimed_by.add(now["trigger"]["triggerer_id"])
+
+        states = deployment.wait_for_runs(
+            [(t.dag_id, t.run_id)], timeout=240, on_poll=observe, interval=0.5
+        )
+        handovers += len(claimed_by) > 1
+        state = states[(t.dag_id, t.run_id)]["state"]
+        final = t.task()
+        delta = t.delta()
+        with client_for(ws) as client:
+            remote = client.get_run(remote_id)
+        expected = ("failed", "FAILED") if fails else ("success", "SUCCESS")
+        if (state, remote.result_state) != expected or final["try_number"] != 1:
+            tally.orphans += remote.result_state == "CANCELED"
+            raise AssertionError(
+                f"Dag run {state} on try {final['try_number']}, run {remote.describe()};"
+                f" expected {expected} on try 1\n{t.describe()}"
+            )
+        if delta["runs_created"] != 1 or delta["submits"] != 1 or delta["cancels"]:
+            raise AssertionError(f"{delta} across a triggerer restart")
+
+    _campaign(tally, trials(1, 4), trial)
+    tally.notes.update(restarts=restarts, new_triggerer_seen_claiming=handovers)
