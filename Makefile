@@ -31,6 +31,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.run_all
 
 reliability: venv
+	rm -f benchmarks/results/reliability.json  # every row is measured again
 	AIRO_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability -p no:cacheprovider
 
 workspace: venv

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -191,3 +193,52 @@ def reliability_dag(dag_id: str) -> Any:
         if getattr(value, "dag_id", None) == dag_id:
             return value
     raise KeyError(dag_id)
+
+
+# --- secret leak scanning --------------------------------------------------------------------
+
+# A workload proves it received the secret by printing its SHA-256, never the value.
+PRINT_SECRET_DIGEST = 'echo "digest: $(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)"'
+
+
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def occurrences(text: str, values: dict[str, str]) -> dict[str, int]:
+    return {name: text.count(value) for name, value in values.items() if value in text}
+
+
+def sqlite_text(path: Path, skip_tables: tuple[str, ...] = ()) -> str:
+    """The rows of every table (but ``skip_tables``) of a SQLite database, as text."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [
+            r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        ]
+        parts = []
+        for table in tables:
+            if table in skip_tables:
+                continue
+            for row in connection.execute(f'SELECT * FROM "{table}"'):
+                parts.append(
+                    " ".join(
+                        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                        for v in row
+                    )
+                )
+        return "\n".join(parts)
+    finally:
+        connection.close()
+
+
+def workspace_data_text(data_dir: Path) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for path in data_dir.rglob("*"):
+        if not path.is_file() or path.name.startswith("state.sqlite3"):
+            continue
+        texts[str(path.relative_to(data_dir))] = path.read_bytes().decode("utf-8", "replace")
+    texts["state.sqlite3 (all tables but secrets)"] = sqlite_text(
+        data_dir / "state.sqlite3", skip_tables=("secrets",)
+    )
+    return texts

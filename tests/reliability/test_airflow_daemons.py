@@ -9,6 +9,9 @@ processes are killed for real, driven only through Airflow's REST API.
 - R2 ``marked_failed``: a user marks a running (worker-side) or deferred task failed; the
   run must be cancelled within 30 s (the supervisor's SIGTERM → ``on_kill``, or the
   triggerer's ``on_kill``).
+- R5 ``deployment_leaks``: a secret from an Airflow connection and the workspace token flow
+  through a deferred run; neither appears in any file of the deployment (every service's
+  and task's log), its PostgreSQL metadata database, or the workspace's request log and data.
 - R6 ``triggerer_daemon_restart``: the ``airflow triggerer`` process is SIGKILLed or stopped
   with SIGTERM while the task waits in it, and a new triggerer is started. The new one must
   take the wait over and the task end with the run's true result; the run is never
@@ -17,7 +20,9 @@ processes are killed for real, driven only through Airflow's REST API.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -26,7 +31,17 @@ from typing import Any
 
 import pytest
 from conftest import HERE, rng_for, trials
-from helpers import check_cancelled, client_for, record_cancel_time, running, wait_for_state
+from helpers import (
+    PRINT_SECRET_DIGEST,
+    check_cancelled,
+    client_for,
+    digest,
+    occurrences,
+    record_cancel_time,
+    running,
+    wait_for_state,
+    workspace_data_text,
+)
 
 from air_runtime.local import LocalWorkspace, start_local_workspace
 
@@ -40,6 +55,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 DAGS = HERE / "deployment_dags"
 SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG = "daemon_task_sigkill", "daemon_deferred", "daemon_sync"
+SECRETS_DAG = "daemon_secrets"
+HF_SECRET = "af-secret-" + secrets.token_hex(16)
 TASK = "run"
 # Latency of every runs/get while a submitting try is watched: the try calls it twice
 # between its submit and its deferral, so the kill window is at least 2 x this.
@@ -51,7 +68,11 @@ TRIGGERER_TAKEOVER_S = 12
 
 @pytest.fixture(scope="module")
 def daemon_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkspace]:
-    ws = start_local_workspace(data_dir=tmp_path_factory.mktemp("workspace"), kill_grace_s=1.0)
+    ws = start_local_workspace(
+        data_dir=tmp_path_factory.mktemp("workspace"),
+        token="ws-token-" + secrets.token_hex(16),
+        kill_grace_s=1.0,
+    )
     try:
         yield ws
     finally:
@@ -70,6 +91,7 @@ def deployment(
         dag_folders={"daemon-faults": DAGS},
         extra_env={
             **airflow_connection_env(daemon_workspace),
+            "AIRFLOW_CONN_HF_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_SECRET}),
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(TRIGGERER_TAKEOVER_S),
         },
         parallelism=2,
@@ -77,7 +99,7 @@ def deployment(
     try:
         airflow.migrate()
         airflow.start()
-        airflow.wait_for_dags([SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG])
+        airflow.wait_for_dags([SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG, SECRETS_DAG])
         yield airflow
     finally:
         airflow.stop()
@@ -243,6 +265,68 @@ def test_marked_failed(deployment: AirflowDeployment, daemon_workspace, tally) -
 
     _campaign(tally, trials(2, 6), trial)
     tally.notes.update(marked_failed=marked_failed)
+
+
+# --- R5 -------------------------------------------------------------------------------------
+
+
+def _postgres_text(dsn: str) -> str:
+    """Every row of every table of the metadata database, as text."""
+    import psycopg2
+
+    connection = psycopg2.connect(dsn)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            tables = [row[0] for row in cursor.fetchall()]
+            parts = []
+            for table in tables:
+                cursor.execute(f'SELECT * FROM "{table}"')
+                parts.extend(
+                    " ".join(
+                        bytes(v).decode("utf-8", "replace")
+                        if isinstance(v, bytes | memoryview)
+                        else str(v)
+                        for v in row
+                    )
+                    for row in cursor.fetchall()
+                )
+        return "\n".join(parts)
+    finally:
+        connection.close()
+
+
+@pytest.mark.row("R5")
+def test_deployment_leaks(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
+    ws = daemon_workspace
+    values = {"workspace_token": ws.token, "airflow_secret": HF_SECRET}
+    locations: dict[str, dict[str, int]] = {}
+
+    def scan(where: str, text: str) -> None:
+        found = occurrences(text, values)
+        if found:
+            locations[where] = found
+            tally.leaks += sum(found.values())
+
+    tally.trials += 1
+    t = Trial(deployment, ws, SECRETS_DAG)
+    t.trigger(PRINT_SECRET_DIGEST)
+    if t.finish() != "success":
+        tally.fail(f"the Dag run with a connection secret failed\n{t.describe()}")
+    files = [p for p in deployment.root.rglob("*") if p.is_file()]
+    for path in files:
+        scan(str(path.relative_to(deployment.root)), path.read_bytes().decode("utf-8", "replace"))
+    scan("Airflow metadata database", _postgres_text(deployment.database_dsn))
+    scan("request log (admin API)", json.dumps(ws.admin.request_log(limit=10_000)))
+    for name, text in workspace_data_text(ws.data_dir).items():
+        scan(f"workspace data {name}", text)
+    with client_for(ws) as client:
+        logs = "\n".join(rec.body for rec in client.iter_logs(t.remote_run_id(), node=0))
+    if digest(HF_SECRET) not in logs:
+        tally.fail(f"the run did not receive the secret (no digest in its log): {logs[-500:]}")
+    tally.notes.update(files_scanned=len(files), locations=locations)
+    if locations:
+        tally.fail(f"secret values found in: {locations}")
 
 
 # --- R6 -------------------------------------------------------------------------------------

@@ -10,30 +10,26 @@ The workloads prove they received the secret by printing its SHA-256, never the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import trials
-from helpers import client_for, reliability_dag
+from helpers import (
+    PRINT_SECRET_DIGEST,
+    client_for,
+    digest,
+    occurrences,
+    reliability_dag,
+    sqlite_text,
+    workspace_data_text,
+)
 
 from air_runtime.local import start_local_workspace
 
 pytestmark = [pytest.mark.row("R5"), pytest.mark.timeout(900)]
-
-CHECK = 'echo "digest: $(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)"'
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
-def _occurrences(text: str, values: dict[str, str]) -> dict[str, int]:
-    return {name: text.count(value) for name, value in values.items() if value in text}
 
 
 def _workspace_files(client: Any, root: str) -> dict[str, bytes]:
@@ -60,41 +56,6 @@ def _workspace_files(client: Any, root: str) -> dict[str, bytes]:
     return found
 
 
-def _sqlite_text(path: Path, skip_tables: tuple[str, ...] = ()) -> str:
-    """The rows of every table (but ``skip_tables``) of a SQLite database, as text."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        tables = [
-            r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        ]
-        parts = []
-        for table in tables:
-            if table in skip_tables:
-                continue
-            for row in connection.execute(f'SELECT * FROM "{table}"'):
-                parts.append(
-                    " ".join(
-                        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                        for v in row
-                    )
-                )
-        return "\n".join(parts)
-    finally:
-        connection.close()
-
-
-def _data_dir_text(data_dir: Path) -> dict[str, str]:
-    texts: dict[str, str] = {}
-    for path in data_dir.rglob("*"):
-        if not path.is_file() or path.name.startswith("state.sqlite3"):
-            continue
-        texts[str(path.relative_to(data_dir))] = path.read_bytes().decode("utf-8", "replace")
-    texts["state.sqlite3 (all tables but secrets)"] = _sqlite_text(
-        data_dir / "state.sqlite3", skip_tables=("secrets",)
-    )
-    return texts
-
-
 def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> None:
     import dagster as dg
     from airflow.utils.state import DagRunState
@@ -114,7 +75,7 @@ def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> N
     locations: dict[str, dict[str, int]] = {}
 
     def scan(where: str, text: str) -> None:
-        found = _occurrences(text, values)
+        found = occurrences(text, values)
         if found:
             locations[where] = found
             tally.leaks += sum(found.values())
@@ -136,12 +97,12 @@ def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> N
             for dag_id in ("reliability_secrets", "reliability_secrets_deferred"):
                 tally.trials += 1
                 capfd.readouterr()
-                run = reliability_dag(dag_id).test(run_conf={"command": CHECK})
+                run = reliability_dag(dag_id).test(run_conf={"command": PRINT_SECRET_DIGEST})
                 out = "".join(capfd.readouterr())
                 scan(f"airflow task log ({dag_id})", out)
                 if run.state != DagRunState.SUCCESS:
                     tally.fail(f"trial {trial}: {dag_id} ended {run.state}")
-                digests.append(_digest(values["airflow_secret"]))
+                digests.append(digest(values["airflow_secret"]))
             # Dagster: the workspace token and a secret as EnvVars.
             tally.trials += 1
             home = tmp_path / f"dagster-{trial}"
@@ -153,7 +114,7 @@ def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> N
                         "experiment_name": f"r5-dagster-{trial}",
                         "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
                         "max_retries": 0,
-                        "command": CHECK,
+                        "command": PRINT_SECRET_DIGEST,
                     },
                 ),
                 secret_env={"HF_TOKEN": dg.EnvVar("R5_DG_SECRET")},
@@ -176,13 +137,13 @@ def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> N
                     scan(f"dagster home {path.name}", path.read_bytes().decode("utf-8", "replace"))
             if not result.success:
                 tally.fail(f"trial {trial}: the Dagster run failed")
-            digests.append(_digest(values["dagster_secret"]))
+            digests.append(digest(values["dagster_secret"]))
 
         # Airflow's logs folder and metadata database (XComs, rendered fields, triggers...).
         for path in (airflow_db / "logs").rglob("*") if (airflow_db / "logs").exists() else []:
             if path.is_file():
                 scan(f"airflow log file {path.name}", path.read_text(errors="replace"))
-        scan("airflow metadata database", _sqlite_text(airflow_db / "airflow.db"))
+        scan("airflow metadata database", sqlite_text(airflow_db / "airflow.db"))
 
         with client_for(ws) as client:
             user = client.whoami().user_name
@@ -202,7 +163,7 @@ def test_leaks(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) -> N
             scan("runs/get (submitted settings)", bodies)
             logs = "\n".join(rec.body for r in runs for rec in client.iter_logs(r.run_id, node=0))
         scan("request log (admin API)", json.dumps(ws.admin.request_log(limit=10_000)))
-        for name, text in _data_dir_text(ws.data_dir).items():
+        for name, text in workspace_data_text(ws.data_dir).items():
             scan(f"workspace data {name}", text)
         # The runs did get the secrets (by digest).
         missing = [d for d in set(digests) if d not in logs]

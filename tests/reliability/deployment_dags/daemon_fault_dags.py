@@ -31,3 +31,10 @@ sigkill_dag = single_dag(
 # No retries: a wait that does not survive a triggerer restart fails the Dag run.
 deferred_dag = single_dag("daemon_deferred", deferrable=True)
 sync_dag = single_dag("daemon_sync", deferrable=False, stream_logs=False)
+# The secret comes from the hf_default connection of every Airflow process.
+secrets_dag = single_dag(
+    "daemon_secrets",
+    deferrable=True,
+    secret_env={"HF_TOKEN": "conn:hf_default:password"},
+    secret_scope="daemon",
+)
