@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from air_runtime._docker_ref import DockerRefError, parse_docker_ref
@@ -49,6 +49,9 @@ UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 MAX_COMMAND_LINES = 1000
+# Far above any AI Runtime allocation: a guard against a typo (GPUs per node multiplied in
+# twice, a missing unit) that would otherwise build a submit body listing millions of ranks.
+MAX_NODES = 2048
 MAX_CONTAINER_NAME = 16
 
 _UC_PER_CONTAINER_HINT = (
@@ -364,6 +367,15 @@ class Checker:
                         f"compute.num_accelerators for {out['accelerator_type']} must be a "
                         f"multiple of {gpus}, got {count}",
                         self._multiples_hint(count, gpus),
+                    )
+                elif gpus is not None and count // gpus > MAX_NODES:
+                    self.add(
+                        "compute.num_accelerators",
+                        f"compute.num_accelerators {count} means {count // gpus} "
+                        f"{out['accelerator_type']} nodes; at most {MAX_NODES} nodes can be "
+                        "requested",
+                        "num_accelerators is the total number of GPUs of the workload "
+                        f"({gpus} per {out['accelerator_type']} node), not a per-node count",
                     )
                 else:
                     out["num_accelerators"] = count
@@ -838,13 +850,21 @@ class Checker:
                 owners.setdefault(rank, []).append(label(i))
             if results[i] is not None:
                 results[i]["ranks"] = sorted(seen)  # type: ignore[index]
-        for rank in range(nodes):
-            if rank not in owners:
+        containers = ", ".join(label(i) for i in range(len(raw)))
+        for first, last in _spans(r for r in range(nodes) if r not in owners):
+            if last - first < 2:
+                for rank in range(first, last + 1):
+                    self.add(
+                        "containers",
+                        f"rank {rank} is not assigned to any container (containers: {containers})",
+                        f"add {rank} to the ranks of one container",
+                    )
+            else:  # one problem for a run of ranks, not one per rank
                 self.add(
                     "containers",
-                    f"rank {rank} is not assigned to any container (containers: "
-                    f"{', '.join(label(i) for i in range(len(raw)))})",
-                    f"add {rank} to the ranks of one container",
+                    f"ranks {first}..{last} are not assigned to any container "
+                    f"(containers: {containers})",
+                    f"add {first}..{last} to the ranks of the containers",
                 )
 
     def code_source(self, raw: Any) -> dict[str, Any] | None:
@@ -1053,3 +1073,17 @@ class Checker:
                         f"usage_policy_id {_short(pid)} is not a UUID",
                         "copy the policy id (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx) or use usage_policy_name",
                     )
+
+
+def _spans(numbers: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """(first, last) of each run of consecutive numbers of an ascending sequence."""
+    first = last = None
+    for n in numbers:
+        if last is not None and n == last + 1:
+            last = n
+            continue
+        if first is not None and last is not None:
+            yield first, last
+        first = last = n
+    if first is not None and last is not None:
+        yield first, last

@@ -209,6 +209,26 @@ def occurrences(text: str, values: dict[str, str]) -> dict[str, int]:
     return {name: text.count(value) for name, value in values.items() if value in text}
 
 
+class LeakScan:
+    """Where any of the secret ``values`` appears: each occurrence is a leak in ``tally``."""
+
+    def __init__(self, tally: Any, values: dict[str, str]) -> None:
+        self.tally = tally
+        self.values = values
+        self.locations: dict[str, dict[str, int]] = {}
+
+    def __call__(self, where: str, text: str) -> None:
+        found = occurrences(text, self.values)
+        if found:
+            self.locations[where] = found
+            self.tally.leaks += sum(found.values())
+
+    def report(self) -> None:
+        self.tally.notes.update(locations=self.locations)
+        if self.locations:
+            self.tally.fail(f"secret values found in: {self.locations}")
+
+
 def sqlite_text(path: Path, skip_tables: tuple[str, ...] = ()) -> str:
     """The rows of every table (but ``skip_tables``) of a SQLite database, as text."""
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

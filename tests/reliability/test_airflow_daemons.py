@@ -33,10 +33,10 @@ import pytest
 from conftest import HERE, rng_for, trials
 from helpers import (
     PRINT_SECRET_DIGEST,
+    LeakScan,
     check_cancelled,
     client_for,
     digest,
-    occurrences,
     record_cancel_time,
     running,
     wait_for_state,
@@ -300,13 +300,7 @@ def _postgres_text(dsn: str) -> str:
 def test_deployment_leaks(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
     ws = daemon_workspace
     values = {"workspace_token": ws.token, "airflow_secret": HF_SECRET}
-    locations: dict[str, dict[str, int]] = {}
-
-    def scan(where: str, text: str) -> None:
-        found = occurrences(text, values)
-        if found:
-            locations[where] = found
-            tally.leaks += sum(found.values())
+    scan = LeakScan(tally, values)
 
     tally.trials += 1
     t = Trial(deployment, ws, SECRETS_DAG)
@@ -324,9 +318,8 @@ def test_deployment_leaks(deployment: AirflowDeployment, daemon_workspace, tally
         logs = "\n".join(rec.body for rec in client.iter_logs(t.remote_run_id(), node=0))
     if digest(HF_SECRET) not in logs:
         tally.fail(f"the run did not receive the secret (no digest in its log): {logs[-500:]}")
-    tally.notes.update(files_scanned=len(files), locations=locations)
-    if locations:
-        tally.fail(f"secret values found in: {locations}")
+    tally.notes.update(files_scanned=len(files))
+    scan.report()
 
 
 # --- R6 -------------------------------------------------------------------------------------

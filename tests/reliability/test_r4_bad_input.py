@@ -198,10 +198,10 @@ def test_generated(tally) -> None:
 # --- hostile inputs -------------------------------------------------------------------------
 
 
-def _container_yaml(names: list[str], ranks: str | None = None) -> str:
+def _container_yaml(names: list[str], ranks: str | None = None, gpus: int | None = None) -> str:
     lines = [
         "experiment_name: hostile",
-        f"compute: {{accelerator_type: GPU_1xA10, num_accelerators: {len(names)}}}",
+        f"compute: {{accelerator_type: GPU_1xA10, num_accelerators: {gpus or len(names)}}}",
         "containers:",
     ]
     for name in names:
@@ -234,6 +234,10 @@ def hostile_cases() -> dict[str, bytes]:
         "huge_rank_list": _container_yaml(
             ["a"], "[" + ", ".join(str(i) for i in range(120_000)) + "]"
         ).encode(),
+        # A billion GPUs fanned out over unassigned or implicit ranks: one rank list entry
+        # (or one problem) per node would take gigabytes.
+        "billion_gpus_two_containers": _container_yaml(["a", "b"], "[0]", 10**9).encode(),
+        "billion_gpus_one_container": _container_yaml(["a"], None, 10**9).encode(),
         "deep_parameters": (
             base + "command: run\nparameters: " + "[" * 500 + "]" * 500 + "\n"
         ).encode(),

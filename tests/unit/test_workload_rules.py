@@ -384,3 +384,22 @@ def test_all_rank_problems_reported() -> None:
     assert any("rank 7 of container 'third'" in m for m in messages)
     assert any("rank 1 is not assigned" in m for m in messages)
     assert any("rank 2 is not assigned" in m for m in messages)
+
+
+def test_a_run_of_unassigned_ranks_is_one_problem() -> None:
+    containers = [{**TWO_CONTAINERS[0], "ranks": [0, 5]}, {**TWO_CONTAINERS[1], "ranks": [7]}]
+    w = minimal(command=..., compute={"accelerator_type": "GPU_1xA10", "num_accelerators": 2048},
+                containers=containers)
+    unassigned = [p.message for p in problems_of(w) if "not assigned" in p.message]
+    assert [m.split(" are", 1)[0].split(" is", 1)[0] for m in unassigned] == [
+        "ranks 1..4", "rank 6", "ranks 8..2047"]
+
+
+def test_more_nodes_than_can_be_requested() -> None:
+    w = minimal(compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 10**9})
+    problem = only_problem(w)
+    assert problem.path == "compute.num_accelerators"
+    assert "125000000 GPU_8xH100 nodes; at most 2048" in problem.message
+    assert problem.hint is not None and "total number of GPUs" in problem.hint
+    largest = load_workload(minimal(compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 2048 * 8}))
+    assert largest.num_nodes == 2048
