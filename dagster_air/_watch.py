@@ -35,10 +35,17 @@ def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
 
 
 async def _follow_logs(
-    watcher: RunWatcher, run_id: int, node: int, events: queue.SimpleQueue[tuple[str, Any]]
+    watcher: RunWatcher,
+    run_id: int,
+    node: int,
+    events: queue.SimpleQueue[tuple[str, Any]],
+    ended: asyncio.Event,
 ) -> None:
     try:
-        async for record in watcher.client.iter_logs(run_id, node=node, follow=True):
+        # The watcher's wait says when the run ended: no runs/get of the follower's own.
+        async for record in watcher.client.iter_logs(
+            run_id, node=node, follow=True, until=ended.is_set
+        ):
             for line in record.body.splitlines() or [""]:
                 events.put(("log", f"[run {run_id} node {record.node_index}] {line}"))
     except AirError as error:
@@ -53,13 +60,15 @@ async def watch_run(
 ) -> RunState:
     """Wait for the run to end through the shared watcher, following one node's logs."""
     watcher = shared_watcher(workspace)
+    ended = asyncio.Event()
     follower = (
-        asyncio.create_task(_follow_logs(watcher, run_id, log_node, events))
+        asyncio.create_task(_follow_logs(watcher, run_id, log_node, events, ended))
         if log_node is not None
         else None
     )
     try:
         state = await watcher.wait(run_id, on_update=lambda s: events.put(("state", s)))
+        ended.set()
         if follower is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(follower), _LOG_DRAIN_S)

@@ -231,8 +231,19 @@ class AirClient(_BaseClient):
     def cancel(self, run_id: int) -> None:
         self._run(_runs.cancel(self._core, run_id))
 
-    def iter_logs(self, run_id: int, *, node: int = 0, follow: bool = False) -> Iterator[LogRecord]:
-        yield from self._steps(_runs.iter_logs(self._core, run_id, node=node, follow=follow))
+    def iter_logs(
+        self,
+        run_id: int,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        until: Callable[[], bool] | None = None,
+    ) -> Iterator[LogRecord]:
+        """One node's log records; ``follow`` keeps reading until the run ends (``until()``
+        turning true, when the caller already watches the run, saves a runs/get per read)."""
+        yield from self._steps(
+            _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
+        )
 
     def ensure_secret_scope(self, scope: str) -> None:
         self._run(_secrets.ensure_secret_scope(self._core, scope))
@@ -460,10 +471,15 @@ class AsyncAirClient(_BaseClient):
         await self._run(_runs.cancel(self._core, run_id))
 
     async def iter_logs(
-        self, run_id: int, *, node: int = 0, follow: bool = False
+        self,
+        run_id: int,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        until: Callable[[], bool] | None = None,
     ) -> AsyncIterator[LogRecord]:
         async for record in self._items(
-            _runs.iter_logs(self._core, run_id, node=node, follow=follow)
+            _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
         ):
             yield record
 

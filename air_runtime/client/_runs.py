@@ -159,9 +159,19 @@ def _log_pages(
             return records
 
 
-def iter_logs(core: ClientCore, run_id: int, *, node: int, follow: bool) -> Flow[None]:
+def iter_logs(
+    core: ClientCore,
+    run_id: int,
+    *,
+    node: int,
+    follow: bool,
+    until: Callable[[], bool] | None = None,
+) -> Flow[None]:
     """Emit each log record once. Following re-reads from the last timestamp seen (the
-    server's ``from`` is inclusive) and drops records already emitted at that timestamp."""
+    server's ``from`` is inclusive) and drops records already emitted at that timestamp.
+
+    Following stops after one last read once the run has ended: ``until()`` says so when
+    given (a caller that already watches the run), else a runs/get between reads."""
     last_time: int | None = None
     at_last_time: set[str] = set()
     while True:
@@ -183,8 +193,12 @@ def iter_logs(core: ClientCore, run_id: int, *, node: int, follow: bool) -> Flow
             yield Emit(LogRecord(stamp, body, int(raw.get("node_index") or node)))
         if not follow:
             return
-        state = yield from get_run(core, run_id)
-        if state.is_terminal:
+        if until is not None:
+            ended = until()
+        else:
+            state = yield from get_run(core, run_id)
+            ended = state.is_terminal
+        if ended:
             follow = False  # one last read picks up what was written before the end
             continue
         yield Sleep(_jittered(FOLLOW_POLL_S, core))

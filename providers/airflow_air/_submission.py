@@ -251,10 +251,13 @@ class LogStreamer:
     """Copies the nodes' logs into the task log while a synchronous wait polls the run."""
 
     def __init__(self, client: AirClient, run_id: int, nodes: int, log: TaskLog) -> None:
+        # Set when the wait has seen the run end: the followers then read one last time
+        # instead of each asking runs/get between reads.
+        self._ended = threading.Event()
         self._threads = [
             threading.Thread(
                 target=self._follow,
-                args=(client, run_id, node, log),
+                args=(client, run_id, node, log, self._ended),
                 name=f"air-logs-{run_id}-{node}",
                 daemon=True,
             )
@@ -262,9 +265,11 @@ class LogStreamer:
         ]
 
     @staticmethod
-    def _follow(client: AirClient, run_id: int, node: int, log: TaskLog) -> None:
+    def _follow(
+        client: AirClient, run_id: int, node: int, log: TaskLog, ended: threading.Event
+    ) -> None:
         try:
-            for record in client.iter_logs(run_id, node=node, follow=True):
+            for record in client.iter_logs(run_id, node=node, follow=True, until=ended.is_set):
                 for line in record.body.splitlines() or [""]:
                     log.info("[node %s] %s", node, line)
         except Exception as exc:  # logs are a convenience: never fail the task for them
@@ -276,6 +281,7 @@ class LogStreamer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._ended.set()
         for thread in self._threads:
             thread.join(timeout=10)
 

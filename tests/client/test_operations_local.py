@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from pathlib import Path
 
 import httpx
@@ -36,6 +37,32 @@ async def test_async_twin_submits_waits_and_streams_logs(workspace_factory):
     assert state.is_success
     lines = [b for b in followed if b.startswith("line")]
     assert lines == ["line 1", "line 2", "line 3"]  # followed live, each record once
+
+
+def test_following_logs_until_the_caller_saw_the_end_asks_no_run_state(workspace_factory):
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        run = client.submit_workload(
+            _workload("until", "for i in 1 2 3; do echo line $i; sleep 0.3; done")
+        )
+        ended = threading.Event()
+        followed: list[str] = []
+
+        def follow() -> None:
+            for record in client.iter_logs(run.run_id, follow=True, until=ended.is_set):
+                followed.append(record.body)
+
+        before = ws.admin.counters()["requests"].get("jobs/runs/get", 0)
+        follower = threading.Thread(target=follow)
+        follower.start()
+        state = client.wait(run.run_id, poll_interval=0.2)
+        by_the_wait = ws.admin.counters()["requests"]["jobs/runs/get"] - before
+        ended.set()
+        follower.join(timeout=10)
+    assert state.is_success and not follower.is_alive()
+    assert [b for b in followed if b.startswith("line")] == ["line 1", "line 2", "line 3"]
+    # Every runs/get came from the wait: the follower only read logs.
+    assert ws.admin.counters()["requests"]["jobs/runs/get"] - before == by_the_wait
 
 
 def test_code_snapshot_is_uploaded_and_unpacked(workspace_factory, tmp_path: Path):
