@@ -217,6 +217,9 @@ class Demo:
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+            # `dags test` runs triggers in its own process, with no scheduler whose race the
+            # first-poll delay keeps clear of (see airflow_air.triggers).
+            AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY="0.5",
             AIRFLOW_CONN_DATABRICKS_DEFAULT=json.dumps(
                 {"conn_type": "databricks", "host": host, "password": token}
             ),

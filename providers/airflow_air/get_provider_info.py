@@ -55,12 +55,14 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Seconds a deferred operator's trigger waits before its "
                         "first status request. Airflow 3.3 can fail a deferred task whose "
                         "trigger fires before the scheduler has read the executor event of the "
-                        "deferral (apache/airflow#72716); a few seconds keep clear of that. "
-                        "Operators finish without deferring when the run has already ended.",
+                        "deferral (apache/airflow#72716), and the worker reports that event up "
+                        "to [workers] min_heartbeat_interval after the deferral. Default: twice "
+                        "[workers] min_heartbeat_interval (10 s). Operators finish without "
+                        "deferring when the run has already ended.",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "10",
-                        "default": "5",
+                        "default": None,
                     },
                     "workspace_request_budget": {
                         "description": "Upper bound of status requests per second that one "

@@ -60,8 +60,16 @@ def default_poll_interval() -> float:
 
 
 def first_poll_delay() -> float:
-    """Seconds between a deferral and its trigger's first status request (see triggers)."""
-    return config_float("trigger_first_poll_delay", 5.0)
+    """Seconds between a deferral and its trigger's first status request (see triggers).
+
+    By default twice ``[workers] min_heartbeat_interval``: the supervisor of the try that
+    deferred notices its process exit only when it next wakes, up to that interval later,
+    and the scheduler must have read that exit before the trigger fires.
+    """
+    from airflow.sdk import conf
+
+    heartbeat = conf.getfloat("workers", "min_heartbeat_interval", fallback=5.0)
+    return config_float("trigger_first_poll_delay", 2 * heartbeat)
 
 
 def request_budget() -> float:

@@ -18,8 +18,10 @@ then, the scheduler takes it for a task killed from outside (apache/airflow#7158
 "scheduled" case was fixed by #66431). The operators therefore look at the run before deferring
 (a run that has already ended is finished in the worker, no deferral), and pass
 ``first_poll_at``: the triggers do not ask the workspace before that time, by which the
-scheduler has processed the deferral's exit. After a triggerer restart the time has passed and
-the trigger polls at once.
+scheduler has processed the deferral's exit. The worker's supervisor notices that exit only
+when it next wakes (up to ``[workers] min_heartbeat_interval`` later), so the default delay is
+twice that interval. After a triggerer restart the time has passed and the trigger polls at
+once.
 """
 
 from __future__ import annotations

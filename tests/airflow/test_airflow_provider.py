@@ -126,3 +126,14 @@ def test_hook_oauth_service_principal():
     )
     assert isinstance(access.credentials, OAuthM2M)
     assert access.credentials.client_id == "client-id"
+
+
+def test_first_poll_delay_outlasts_the_workers_heartbeat_by_default(monkeypatch):
+    from airflow_air.hooks import first_poll_delay
+
+    monkeypatch.delenv("AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY", raising=False)
+    assert first_poll_delay() == 10.0  # twice [workers] min_heartbeat_interval (5 s)
+    monkeypatch.setenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "3")
+    assert first_poll_delay() == 6.0
+    monkeypatch.setenv("AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY", "2.5")
+    assert first_poll_delay() == 2.5
