@@ -61,6 +61,17 @@ class RecordingTransport(httpx.HTTPTransport):
     def to(self, fragment: str) -> list[Exchange]:
         return [e for e in self.exchanges if fragment in e.path]
 
+    def round_trips(self) -> int:
+        """Round trips on the critical path: a new one starts when a request begins after
+        every earlier request has finished."""
+        trips = 0
+        busy_until = float("-inf")
+        for exchange in sorted(self.exchanges, key=lambda e: e.started):
+            if exchange.started >= busy_until:
+                trips += 1
+            busy_until = max(busy_until, exchange.ended)
+        return trips
+
 
 @pytest.fixture
 def workspace_factory(tmp_path: Path) -> Iterator[Callable[..., LocalWorkspace]]:

@@ -246,18 +246,6 @@ def test_secret_and_token_never_leak(workspace_factory, recorder, caplog, tmp_pa
     assert secret_value not in request_log and ws.token not in request_log
 
 
-def _sequential_phases(exchanges) -> int:
-    """Round trips on the critical path: a new one starts when a request begins after every
-    earlier request has finished."""
-    phases = 0
-    busy_until = float("-inf")
-    for exchange in sorted(exchanges, key=lambda e: e.started):
-        if exchange.started >= busy_until:
-            phases += 1
-        busy_until = max(busy_until, exchange.ended)
-    return phases
-
-
 def test_submit_critical_path_is_four_round_trips(workspace_factory, recorder):
     ws = workspace_factory(faults={"*": {"latency_ms": 50}})
     containers = [
@@ -282,6 +270,6 @@ def test_submit_critical_path_is_four_round_trips(workspace_factory, recorder):
         client.submit_workload(workload)
     uploads = recorder.to("import-file")
     assert len(uploads) >= 9  # config + per-container command/hyperparameters/env
-    phases = _sequential_phases(recorder.exchanges)
+    phases = recorder.round_trips()
     print(f"submit: {len(recorder.exchanges)} requests in {phases} sequential round trips")
     assert phases <= 4

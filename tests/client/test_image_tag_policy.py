@@ -36,14 +36,17 @@ def _workload(name: str, image: dict | None = None, **extra):
     )
 
 
-def _sequential_phases(exchanges) -> int:
-    phases = 0
-    busy_until = float("-inf")
-    for exchange in sorted(exchanges, key=lambda e: e.started):
-        if exchange.started >= busy_until:
-            phases += 1
-        busy_until = max(busy_until, exchange.ended)
-    return phases
+PRIVATE_IMAGES = {"docker.io/acme/private": {"user": "bob", "password": "pw"}}
+
+
+def _private_image(credentials_key: str) -> dict:
+    """The private image with tag_policy latest, its credentials in docker-creds/<key>."""
+    return {
+        "url": "acme/private:main",
+        "tag_policy": "latest",
+        "credentials_scope": "docker-creds",
+        "credentials_key": credentials_key,
+    }
 
 
 def test_latest_image_is_registered_again_before_each_submit(local_workspace):
@@ -92,15 +95,8 @@ def test_latest_registration_is_available_before_the_submit(local_workspace, rec
 
 
 def test_latest_image_uses_the_given_credentials_secret(workspace_factory, recorder):
-    ws = workspace_factory(
-        private_images={"docker.io/acme/private": {"user": "bob", "password": "pw"}}
-    )
-    image = {
-        "url": "acme/private:main",
-        "tag_policy": "latest",
-        "credentials_scope": "docker-creds",
-        "credentials_key": "hub",
-    }
+    ws = workspace_factory(private_images=PRIVATE_IMAGES)
+    image = _private_image("hub")
     with AirClient(ws.host, ws.token, transport=recorder) as client:
         client.ensure_secret_scope("docker-creds")
         client.put_secret("docker-creds", "hub", base64.b64encode(b"bob:pw").decode())
@@ -119,15 +115,8 @@ def test_latest_image_uses_the_given_credentials_secret(workspace_factory, recor
 
 
 def test_failed_latest_registration_stops_before_any_upload(workspace_factory):
-    ws = workspace_factory(
-        private_images={"docker.io/acme/private": {"user": "bob", "password": "pw"}}
-    )
-    image = {
-        "url": "acme/private:main",
-        "tag_policy": "latest",
-        "credentials_scope": "docker-creds",
-        "credentials_key": "missing",
-    }
+    ws = workspace_factory(private_images=PRIVATE_IMAGES)
+    image = _private_image("missing")
     with AirClient(ws.host, ws.token) as client, pytest.raises(ConfigurationError) as caught:
         client.submit_workload(_workload("private", image))
     assert "docker.io/acme/private:main" in str(caught.value)
@@ -166,7 +155,7 @@ def test_auto_image_registered_earlier_is_only_checked_in_four_round_trips(
         recorder.exchanges.pop()  # the look-up above is not part of the submit
     assert ws.admin.counters()["requests"].get(IMAGES, 0) == 0
     assert after is not None and after.manifest_sha256 == before.manifest_sha256
-    assert _sequential_phases(recorder.exchanges) <= 4
+    assert recorder.round_trips() <= 4
 
 
 def test_workflow_mixing_latest_and_unregistered_auto_fails_before_upload(local_workspace):
