@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -65,6 +66,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, round(q / 100 * len(ordered) + 0.5 - 1e-9))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def parser_for(doc: str | None) -> argparse.ArgumentParser:
+    """The command line of one benchmark module: its docstring's first line and --quick."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter trials")
+    return parser
 
 
 def write_result(bench_id: str, payload: dict[str, Any]) -> Path:

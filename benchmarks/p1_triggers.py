@@ -43,7 +43,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import PYTHON, REPO, RESULTS, fmt, median, percentile, write_result
+from benchmarks._common import (
+    PYTHON,
+    REPO,
+    RESULTS,
+    fmt,
+    median,
+    parser_for,
+    percentile,
+    write_result,
+)
 
 AIR = "air"
 DATABRICKS = "databricks"
@@ -604,14 +613,8 @@ def _plot(per_n: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    result = measure(quick=quick)
-    write_result("P1", result)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser_for(__doc__)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=sorted(SIDES))
     parser.add_argument("--n", type=int, default=100)
@@ -624,7 +627,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--profile", default=None, help="pyinstrument text output (child)")
     parser.add_argument("--profile-air", action="store_true", help="profile our side at max N")
-    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.child:
         _child(args)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks._common import fmt, median, run_child, write_result
+from benchmarks._common import fmt, median, parser_for, run_child, write_result
 
 SIDES = {
     "air": ("airflow_air.operators", "AirRunOperator"),
@@ -131,21 +131,14 @@ def measure(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    result = measure(quick)
-    write_result("P2", result)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser_for(__doc__)
     parser.add_argument("--parent", nargs=2, type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.parent:
         _parent(*args.parent)
         return
-    run(args.quick)
+    write_result("P2", measure(args.quick))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ The two sides alternate; medians."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import threading
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks._common import fmt, median, write_result
+from benchmarks._common import fmt, median, parser_for, write_result
 
 LATENCY_MS = 50.0
 TARGET_ROUND_TRIPS = 4
@@ -218,17 +217,10 @@ def measure(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    result = measure(quick)
-    write_result("P3", result)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = parser_for(__doc__)
     args = parser.parse_args(argv)
-    run(args.quick)
+    write_result("P3", measure(args.quick))
 
 
 if __name__ == "__main__":

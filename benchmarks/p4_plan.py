@@ -7,12 +7,11 @@ of the hot spots to ``benchmarks/results/p4_profile.txt``."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from typing import Any
 
-from benchmarks._common import REPO, RESULTS, fmt, median, write_result
+from benchmarks._common import REPO, RESULTS, fmt, median, parser_for, write_result
 
 EXAMPLE = REPO / "examples" / "rl" / "grpo_two_containers.yaml"
 TARGET_PER_S = 2000.0
@@ -118,15 +117,8 @@ def _profile(text: str) -> str:
     return path.name
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    result = measure(quick)
-    write_result("P4", result)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = parser_for(__doc__)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     write_result("P4", measure(args.quick, args.profile))

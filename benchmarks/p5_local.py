@@ -11,12 +11,11 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from typing import Any
 
-from benchmarks._common import fmt, median, write_result
+from benchmarks._common import fmt, median, parser_for, write_result
 
 TARGET_LATENCY_S = 1.5
 CONCURRENT = 200
@@ -148,17 +147,10 @@ def measure(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    result = measure(quick)
-    write_result("P5", result)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = parser_for(__doc__)
     args = parser.parse_args(argv)
-    run(args.quick)
+    write_result("P5", measure(args.quick))
 
 
 if __name__ == "__main__":
