@@ -55,7 +55,7 @@ class AirflowDeployment:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.processes: list[ManagedProcess] = []
-        self.retired: list[ManagedProcess] = []  # stopped by restart(); their logs stay
+        self._restarts: Counter[str] = Counter()
         self._service_args: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._token: str | None = None
         bundles = [
@@ -152,9 +152,8 @@ class AirflowDeployment:
         else:
             old.stop(grace=30)
         self.processes.remove(old)
-        generation = sum(p.name.split("#")[0] == name for p in self.retired) + 2
-        self.retired.append(old)
-        self._spawn(f"{name}#{generation}", *self._service_args[name])
+        self._restarts[name] += 1  # the new process logs to a file of its own
+        self._spawn(f"{name}#{self._restarts[name] + 1}", *self._service_args[name])
         return self.processes[-1]
 
     def stop(self) -> None:

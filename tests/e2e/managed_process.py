@@ -84,10 +84,7 @@ class ManagedProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=grace)
         # Children (task runners, run workers) may outlive the leader: always sweep the group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=5)
+        self.kill()
 
 
 def run_command(

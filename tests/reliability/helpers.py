@@ -229,25 +229,43 @@ class LeakScan:
             self.tally.fail(f"secret values found in: {self.locations}")
 
 
+def _tables_text(cursor: Any, tables_sql: str, skip_tables: tuple[str, ...] = ()) -> str:
+    """The rows of every table that ``tables_sql`` lists (but ``skip_tables``), as text."""
+    cursor.execute(tables_sql)
+    tables = [row[0] for row in cursor.fetchall()]
+    parts = []
+    for table in tables:
+        if table in skip_tables:
+            continue
+        cursor.execute(f'SELECT * FROM "{table}"')
+        parts.extend(
+            " ".join(
+                bytes(v).decode("utf-8", "replace") if isinstance(v, bytes | memoryview) else str(v)
+                for v in row
+            )
+            for row in cursor.fetchall()
+        )
+    return "\n".join(parts)
+
+
 def sqlite_text(path: Path, skip_tables: tuple[str, ...] = ()) -> str:
     """The rows of every table (but ``skip_tables``) of a SQLite database, as text."""
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = [
-            r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        ]
-        parts = []
-        for table in tables:
-            if table in skip_tables:
-                continue
-            for row in connection.execute(f'SELECT * FROM "{table}"'):
-                parts.append(
-                    " ".join(
-                        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                        for v in row
-                    )
-                )
-        return "\n".join(parts)
+        tables_sql = "SELECT name FROM sqlite_master WHERE type='table'"
+        return _tables_text(connection.cursor(), tables_sql, skip_tables)
+    finally:
+        connection.close()
+
+
+def postgres_text(dsn: str) -> str:
+    """The rows of every table of a PostgreSQL database's public schema, as text."""
+    import psycopg2
+
+    connection = psycopg2.connect(dsn)
+    try:
+        tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        return _tables_text(connection.cursor(), tables_sql)
     finally:
         connection.close()
 

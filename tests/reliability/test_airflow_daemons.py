@@ -38,6 +38,7 @@ from helpers import (
     check_cancelled,
     client_for,
     digest,
+    postgres_text,
     record_cancel_time,
     running,
     wait_for_state,
@@ -273,32 +274,6 @@ def test_marked_failed(deployment: AirflowDeployment, daemon_workspace, tally) -
 # --- R5 -------------------------------------------------------------------------------------
 
 
-def _postgres_text(dsn: str) -> str:
-    """Every row of every table of the metadata database, as text."""
-    import psycopg2
-
-    connection = psycopg2.connect(dsn)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-            tables = [row[0] for row in cursor.fetchall()]
-            parts = []
-            for table in tables:
-                cursor.execute(f'SELECT * FROM "{table}"')
-                parts.extend(
-                    " ".join(
-                        bytes(v).decode("utf-8", "replace")
-                        if isinstance(v, bytes | memoryview)
-                        else str(v)
-                        for v in row
-                    )
-                    for row in cursor.fetchall()
-                )
-        return "\n".join(parts)
-    finally:
-        connection.close()
-
-
 @pytest.mark.row("R5")
 def test_deployment_leaks(deployment: AirflowDeployment, daemon_workspace, tally) -> None:
     ws = daemon_workspace
@@ -313,7 +288,7 @@ def test_deployment_leaks(deployment: AirflowDeployment, daemon_workspace, tally
     files = [p for p in deployment.root.rglob("*") if p.is_file()]
     for path in files:
         scan(str(path.relative_to(deployment.root)), path.read_bytes().decode("utf-8", "replace"))
-    scan("Airflow metadata database", _postgres_text(deployment.database_dsn))
+    scan("Airflow metadata database", postgres_text(deployment.database_dsn))
     scan("request log (admin API)", json.dumps(ws.admin.request_log(limit=10_000)))
     for name, text in workspace_data_text(ws.data_dir).items():
         scan(f"workspace data {name}", text)
