@@ -123,5 +123,23 @@ def parse_docker_ref(reference: str) -> DockerRef:
 
 
 def normalize_docker_ref(reference: str) -> str:
-    """The normal form ``docker.io/<org>/<repo>:<tag>`` (or ``@<digest>``) of ``reference``."""
-    return parse_docker_ref(reference).normal_form
+    """The URL the platform registers and looks images up by, written as the CLI writes it
+    (image_client.go normalizeDockerImageURL), so a registration made by either tool is
+    found by the other: ``docker.io/`` (and ``library/`` for a bare name) only when the
+    reference names no registry, a tag dropped next to a digest, ``:latest`` when neither is
+    given. ``reference`` must be a valid Docker Hub reference (``parse_docker_ref``)."""
+    parse_docker_ref(reference)
+    url = reference.strip()
+    parts = url.split("/")
+    if "." not in parts[0].split(":")[0]:
+        url = f"docker.io/library/{url}" if len(parts) == 1 else f"docker.io/{url}"
+    if "@" in url:
+        repository, digest = url.split("@", 1)
+        slash = repository.rfind("/")
+        colon = repository.find(":", slash + 1)
+        if colon != -1:
+            repository = repository[:colon]
+        return f"{repository}@{digest}"
+    if ":" not in url[url.rfind("/") + 1 :]:
+        url += ":latest"
+    return url

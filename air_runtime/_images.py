@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._docker_ref import DockerRefError, normalize_docker_ref
-from ._errors import AuthError, ConfigurationError, NotFound
+from ._errors import AirError, AuthError, ConfigurationError, NotFound
 from .client._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
 from .client._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
 from .client._submit import whoami
@@ -164,12 +164,19 @@ def get_image(core: ClientCore, reference: str) -> Flow[ImageRegistration | None
     return ImageRegistration.from_api(body, url)
 
 
-def check_image_access(core: ClientCore, reference: str) -> Flow[bool]:
+def check_image_access(core: ClientCore, reference: str) -> Flow[bool | None]:
+    """Whether the image can be pulled without credentials; None when unknown. Only a hint
+    (image_client.go): where the call is not exposed (404) or fails, nothing is aborted."""
     url = normal_image(reference)
-    body = yield from core.call(
-        "GET", f"{IMAGES_API}:checkImageAccess", params={"docker_image_url": url}
-    )
-    return bool(body.get("publicly_accessible"))
+    try:
+        body = yield from core.call(
+            "GET", f"{IMAGES_API}:checkImageAccess", params={"docker_image_url": url}
+        )
+    except AirError as error:
+        logger.debug("image access of %s unknown: %s", url, error)
+        return None
+    public = body.get("publicly_accessible")
+    return public if isinstance(public, bool) else None
 
 
 def _post_registration(
@@ -211,18 +218,18 @@ def register_image(
             return existing
     if credentials_scope and credentials_key:
         return (yield from _post_registration(core, url, credentials_scope, credentials_key))
-    public = yield from check_image_access(core, url)
-    if public:
-        return (yield from _post_registration(core, url, None, None))
+    # Local credentials first (a file read): without them the image is registered as it is,
+    # and the access probe is only asked when they exist (register_image.go).
+    discovered = docker_credential is None
     credential = docker_credential
     if credential is None:
         credential = yield from offload(find_docker_credentials)
     if credential is None:
-        raise ConfigurationError(
-            f"{url} is private and no Docker Hub credentials were found on this machine: "
-            "run `docker login`, or store base64('<user>:<token>') as a workspace secret and "
-            "pass its scope and key"
-        )
+        return (yield from _post_anonymous(core, url))
+    public = yield from check_image_access(core, url)
+    if public is True:
+        logger.info("%s is public: registering it without credentials", url)
+        return (yield from _post_registration(core, url, None, None))
     identity = yield from whoami(core)
     scope, key = credentials_secret_location(identity.user_name, credential)
     yield from ensure_secret_scope(core, scope)
@@ -230,7 +237,29 @@ def register_image(
     logger.info(
         "stored Docker Hub credentials of %s in secret %s/%s", credential.username, scope, key
     )
-    return (yield from _post_registration(core, url, scope, key))
+    try:
+        return (yield from _post_registration(core, url, scope, key))
+    except ConfigurationError:
+        if not discovered:
+            raise
+        # Stale credentials from an old `docker login` must not block a public image.
+        logger.warning(
+            "the Docker credentials found on this machine were refused for %s; trying "
+            "without credentials in case the image is public",
+            url,
+        )
+        return (yield from _post_anonymous(core, url))
+
+
+def _post_anonymous(core: ClientCore, url: str) -> Flow[ImageRegistration]:
+    try:
+        return (yield from _post_registration(core, url, None, None))
+    except AuthError as error:
+        raise ConfigurationError(
+            f"{url} was not found or needs credentials, and no working Docker Hub credentials "
+            "were found on this machine: run `docker login`, or store base64('<user>:<token>') "
+            "as a workspace secret and pass its scope and key"
+        ) from error
 
 
 def wait_for_image(
@@ -249,6 +278,7 @@ def wait_for_image(
                 f"registration of {url} FAILED: {registration.status_message or 'no reason given'}"
             )
         remaining = deadline - time.monotonic()
+        logger.info("Docker image %s is still %s; checking again", url, registration.state)
         if remaining <= 0:
             raise ConfigurationError(
                 f"{url} is still {registration.state} after {timeout:g}s; registration takes "
@@ -258,25 +288,42 @@ def wait_for_image(
 
 
 def ensure_images_registered(core: ClientCore, images: tuple[str, ...]) -> Flow[None]:
-    """Fail before anything is uploaded when an image is not AVAILABLE."""
+    """Fail before anything is uploaded when an image is not registered or FAILED; wait
+    (up to an hour, logging progress) for one still being imported (rundockerimage.go)."""
     found = yield from gather([get_image(core, image) for image in images], len(images) or 1)
+    waits = []
     for image, registration in zip(images, found, strict=True):
         if registration is None:
             raise ConfigurationError(
                 f"Docker image {image} is not registered on {core.host}; register it first: "
                 f"{register_command(image)}"
             )
-        if not registration.is_available:
+        if registration.is_available:
+            continue
+        if registration.state == "FAILED":
             detail = f": {registration.status_message}" if registration.status_message else ""
-            hint = (
-                "register it again once the cause is fixed"
-                if registration.state == "FAILED"
-                else "wait until it is AVAILABLE"
-            )
             raise ConfigurationError(
-                f"Docker image {image} is {registration.state}{detail}; {hint}: "
-                f"{register_command(image)}"
+                f"Docker image {image} is FAILED{detail}; register it again once the cause is "
+                f"fixed: {register_command(image)}"
             )
+        # PENDING, IMPORTING, or a state this client does not know yet: wait for it.
+        logger.info(
+            "Docker image %s is being registered (%s); waiting until it is AVAILABLE",
+            image,
+            registration.state,
+        )
+        waits.append(
+            wait_for_image(
+                core, image, timeout=IMAGE_WAIT_TIMEOUT_S, poll_interval=IMAGE_POLL_INTERVAL_S
+            )
+        )
+    ready = yield from gather(waits, len(waits) or 1)
+    for registration in ready:
+        logger.info(
+            "Docker image %s is AVAILABLE (digest %s)",
+            registration.docker_image_url,
+            registration.manifest_sha256 or "unknown",
+        )
 
 
 def refresh_image(core: ClientCore, requirement: ImageRequirement) -> Flow[ImageRegistration]:

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from air_runtime._errors import WorkloadError
+from air_runtime._errors import ConfigurationError, WorkloadError
+from air_runtime._snapshot import resolve_snapshot
 from air_runtime.plan import build_plan
 from air_runtime.workload import lint_workload, load_workload, workload_json_schema
 
@@ -110,7 +111,13 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"launch dir ({key}): {folder}")
     for snapshot in plan.code_snapshots:
         include = f" (only {', '.join(snapshot.include_paths)})" if snapshot.include_paths else ""
-        print(f"code snapshot:     {snapshot.local_root}{include} -> {snapshot.target_path}")
+        try:
+            packed = resolve_snapshot(snapshot, plan.home)
+        except ConfigurationError as error:
+            print(f"code snapshot:     {snapshot.root_path}{include}: {error}")
+            continue
+        what = f"commit {packed.commit}" if packed.commit else "working tree"
+        print(f"code snapshot:     {packed.root}{include} ({what}) -> {packed.remote_path}")
     for image in plan.required_images():
         when = (
             "re-registered before the run" if image.tag_policy == "latest" else "must be registered"

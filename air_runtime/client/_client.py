@@ -290,7 +290,7 @@ class AirClient(_BaseClient):
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
-    def check_image_access(self, ref: str) -> bool:
+    def check_image_access(self, ref: str) -> bool | None:
         return self._run(_images.check_image_access(self._core, ref))
 
     def ensure_images_registered(self, plan: SubmissionPlan) -> None:
@@ -528,7 +528,7 @@ class AsyncAirClient(_BaseClient):
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
-    async def check_image_access(self, ref: str) -> bool:
+    async def check_image_access(self, ref: str) -> bool | None:
         return await self._run(_images.check_image_access(self._core, ref))
 
     async def ensure_images_registered(self, plan: SubmissionPlan) -> None:

@@ -134,7 +134,8 @@ def _logs_unavailable(error: AirError) -> bool:
 def _log_pages(
     core: ClientCore, run_id: int, node: int, since: int | None
 ) -> Flow[list[dict[str, Any]] | None]:
-    """All records of one node from ``since`` (inclusive) on; None when logs are unavailable."""
+    """All records of one node from the second of ``since`` (nanoseconds) on; None when
+    logs are unavailable."""
     records: list[dict[str, Any]] = []
     page_token: str | None = None
     while True:
@@ -143,8 +144,11 @@ def _log_pages(
             "filter.node_index": node,
             "page_size": _LOG_PAGE_SIZE,
         }
-        if since is not None:
-            params["from"] = since
+        if since:
+            # Unix epoch seconds, the last record's time_unix_nano / 1e9 (logbricklens.go,
+            # logstream.go); the records of that second come again and are dropped by the
+            # caller.
+            params["from"] = since // 1_000_000_000
         if page_token:
             params["page_token"] = page_token
         try:

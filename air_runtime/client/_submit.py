@@ -9,13 +9,11 @@ the submit and never fail it.
 from __future__ import annotations
 
 import functools
-import gzip
-import io
 import logging
 import os
-import tarfile
+import time
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,7 +26,8 @@ from .._errors import (
     Problem,
     WorkloadError,
 )
-from ._core import ClientCore, Flow, Identity, RetryPolicy, SubmittedRun, gather, offload
+from .._snapshot import PackedSnapshot, artifact_dir
+from ._core import ClientCore, Flow, Identity, RetryPolicy, Sleep, SubmittedRun, gather, offload
 
 if TYPE_CHECKING:
     from ..plan import CodeSnapshot, Stage, SubmissionPlan
@@ -40,7 +39,6 @@ PREFLIGHT_PATH = "/api/2.0/ai-training/config:validate"
 # Preflight is an optimisation (the submit validates again): do not let a sick validation
 # service hold up the submit for the full retry budget.
 _PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total_s=5.0)
-_SKIPPED_IN_ARCHIVE = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"})
 
 
 def whoami(core: ClientCore) -> Flow[Identity]:
@@ -111,41 +109,51 @@ def _upload(core: ClientCore, path: str, content: bytes) -> Flow[None]:
         yield from core.call(method, api_path, params={"overwrite": "true"}, content=content)
 
 
-def build_code_archive(snapshot: CodeSnapshot) -> bytes:
-    """A reproducible tar.gz of the snapshot (same tree → same bytes)."""
-    root = Path(snapshot.local_root)
-    if not root.is_dir():
-        raise ConfigurationError(f"code_source.root_path {root} is not a folder")
-    members = list(snapshot.include_paths) or ["."]
-    files: list[Path] = []
-    for member in members:
-        start = (root / member).resolve()
-        if not start.is_relative_to(root.resolve()):
-            raise ConfigurationError(f"code_source.include_paths entry {member!r} leaves {root}")
-        if start.is_file():
-            files.append(start)
-            continue
-        for folder, dirnames, filenames in os.walk(start):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_IN_ARCHIVE)
-            files.extend(
-                Path(folder) / name for name in sorted(filenames) if not name.endswith(".pyc")
-            )
-    buffer = io.BytesIO()
-    with (
-        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped,
-        tarfile.open(fileobj=zipped, mode="w") as archive,
-    ):
-        for path in sorted(set(files)):
-            info = archive.gettarinfo(
-                str(path), arcname=path.relative_to(root.resolve()).as_posix()
-            )
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with path.open("rb") as handle:
-                archive.addfile(info, handle)
-    return buffer.getvalue()
+# Job permission levels and the experiment level each grants (runpermissions.go):
+# experiments only know CAN_READ, CAN_EDIT and CAN_MANAGE.
+_EXPERIMENT_LEVELS = {
+    "CAN_VIEW": "CAN_READ",
+    "CAN_MANAGE_RUN": "CAN_EDIT",
+    "CAN_MANAGE": "CAN_MANAGE",
+    "IS_OWNER": "CAN_MANAGE",
+}
+# How long the experiment grant waits for runs/get-output to name the run's experiment.
+EXPERIMENT_ID_WAIT_S = 2.0
+_EXPERIMENT_ID_POLL_S = 0.1
+
+
+def experiment_access_control(acl: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job ACL as experiment permissions; levels without an equivalent are left out."""
+    entries = []
+    for entry in acl:
+        level = _EXPERIMENT_LEVELS.get(str(entry.get("permission_level")))
+        if level is not None:
+            entries.append({**entry, "permission_level": level})
+    return entries
+
+
+def _experiment_id(core: ClientCore, run_id: int) -> Flow[str | None]:
+    """The run's own MLflow experiment (never one guessed from a name): runs/get-output of
+    its first task, asked again until it appears or the wait is over (runpermissions.go)."""
+    from ._runs import get_output, get_run
+
+    deadline = time.monotonic() + EXPERIMENT_ID_WAIT_S
+    while True:
+        state = yield from get_run(core, run_id)
+        task_run_id = state.tasks[0].run_id if state.tasks else None
+        if task_run_id is not None:
+            output = yield from get_output(core, task_run_id)
+            found = (output.get("ai_runtime_task_output") or {}).get("mlflow_experiment_id")
+            if found:
+                return str(found)
+        if time.monotonic() >= deadline:
+            return None
+        yield Sleep(_EXPERIMENT_ID_POLL_S)
 
 
 def _permissions(core: ClientCore, run_id: int, acl: tuple[dict[str, Any], ...]) -> Flow[None]:
+    """Best effort after the submit, as the CLI does (runpermissions.go): the job's ACL, then
+    the same principals on the run's MLflow experiment. Never fails the submit."""
     from ._runs import get_run
 
     try:
@@ -158,44 +166,144 @@ def _permissions(core: ClientCore, run_id: int, acl: tuple[dict[str, Any], ...])
         logger.warning(
             "run %s was submitted, but its permissions were not applied: %s", run_id, error
         )
+    experiment_acl = experiment_access_control(acl)
+    if not experiment_acl:
+        return
+    try:
+        experiment = yield from _experiment_id(core, run_id)
+        if experiment is None:
+            logger.warning(
+                "run %s was submitted, but its MLflow experiment was not known within %gs: "
+                "experiment permissions were not applied",
+                run_id,
+                EXPERIMENT_ID_WAIT_S,
+            )
+            return
+        yield from core.call(
+            "PATCH",
+            f"/api/2.0/permissions/experiments/{quote(experiment, safe='')}",
+            json={"access_control_list": experiment_acl},
+        )
+    except AirError as error:
+        logger.warning(
+            "run %s was submitted, but its experiment permissions were not applied: %s",
+            run_id,
+            error,
+        )
+
+
+def _object_status(core: ClientCore, path: str) -> Flow[dict[str, Any] | None]:
+    """workspace/get-status of ``path``; None when nothing is there."""
+    try:
+        status: dict[str, Any] = yield from core.call(
+            "GET", "/api/2.0/workspace/get-status", params={"path": path}
+        )
+    except NotFound:
+        return None
+    return status
+
+
+def ensure_experiment_directory(core: ClientCore, directory: str) -> Flow[None]:
+    """Make sure ``mlflow_experiment_directory`` exists before the submit (runlaunch.go):
+    a missing folder otherwise fails the run with only an INTERNAL_ERROR."""
+    status = yield from _object_status(core, directory)
+    if status is None:
+        yield from _mkdirs(core, directory)
+        return
+    kind = status.get("object_type")
+    if kind is not None and kind != "DIRECTORY":
+        raise ConfigurationError(
+            f"mlflow_experiment_directory {directory!r} is a {kind}, not a folder: "
+            "name a workspace folder (it is created when missing)"
+        )
+
+
+def _snapshot_uploaded(core: ClientCore, remote_path: str) -> Flow[bool]:
+    """Whether the content-addressed archive is already there (snapshot_upload.go stats it
+    before packing or uploading)."""
+    if remote_path.startswith("/Volumes/"):
+        try:
+            yield from core.call("HEAD", _upload_path(remote_path), raw=True)
+        except NotFound:
+            return False
+        return True
+    return (yield from _object_status(core, remote_path)) is not None
+
+
+def _stage_snapshot(
+    core: ClientCore, snapshot: CodeSnapshot, home: str
+) -> Flow[tuple[PackedSnapshot, bool]]:
+    from .._snapshot import resolve_snapshot
+
+    packed = yield from offload(functools.partial(resolve_snapshot, snapshot, home))
+    uploaded = yield from _snapshot_uploaded(core, packed.remote_path)
+    return packed, uploaded
+
+
+def _upload_snapshot(core: ClientCore, packed: PackedSnapshot) -> Flow[None]:
+    content = yield from offload(packed.pack)
+    logger.info("uploading code snapshot %s (%d bytes)", packed.name, len(content))
+    yield from _upload(core, packed.remote_path, content)
 
 
 def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
+    """The CLI's submit (runsubmit.go submitWorkload), with what does not depend on each
+    other sent at once: P3's four sequential round trips."""
     from .. import _images
+    from ._policies import resolve_usage_policy
 
-    body = dict(plan.submit_body)
-    if plan.usage_policy_name and "budget_policy_id" not in body:
-        raise ConfigurationError(
-            f"usage_policy_name {plan.usage_policy_name!r} cannot be resolved through the "
-            "workspace API; set usage_policy_id to the policy's id instead "
-            "(Settings > Usage policies shows it)"
-        )
-    # Round trip 2: everything that only needs the plan, at once.
+    # Round trip 2: preflight, the usage policy, folders, images and the snapshots'
+    # content-addressed names (packed locally) checked against the workspace.
     preflight = [_preflight(core, b) for b in plan.preflight_bodies]
-    folders = [_mkdirs(core, f) for f in leaf_folders(plan.folders)]
-    archives = [offload(functools.partial(build_code_archive, s)) for s in plan.code_snapshots]
-    # Images: `auto` ones are checked; `latest` ones are registered again and waited for
-    # (only workloads with such images spend longer in this phase).
+    policy = [resolve_usage_policy(core, plan.usage_policy_name)] if plan.usage_policy_name else []
+    snapshot_dirs = {artifact_dir(s, plan.home) for s in plan.code_snapshots if not s.remote_volume}
+    folders = [_mkdirs(core, f) for f in leaf_folders([*plan.folders, *snapshot_dirs])]
+    snapshots = [_stage_snapshot(core, s, plan.home) for s in plan.code_snapshots]
+    # Images: `auto` ones must be registered (waited for while still importing); `latest`
+    # ones are registered again and waited for.
     required = plan.required_images()
     checks = [_images.prepare_images(core, required)] if required else []
     first = yield from gather(
-        [*preflight, *checks, *archives, *folders],
-        max(1, len(preflight) + len(checks) + len(archives) + len(folders)),
+        [*preflight, *policy, *snapshots, *checks, *folders],
+        max(1, len(preflight) + len(policy) + len(snapshots) + len(checks) + len(folders)),
     )
     problems = [p for found in first[: len(preflight)] for p in found]
     if problems:
         raise WorkloadError(problems, source="(rejected by the workspace's validation)")
-    contents: list[bytes] = first[
-        len(preflight) + len(checks) : len(preflight) + len(checks) + len(archives)
+    body = dict(plan.submit_body)
+    if policy:
+        body["budget_policy_id"] = first[len(preflight)]
+    staged: list[tuple[PackedSnapshot, bool]] = first[
+        len(preflight) + len(policy) : len(preflight) + len(policy) + len(snapshots)
     ]
+    if staged:
+        body = {
+            **body,
+            "tasks": plan.submit_body_with_code(
+                {s.task_key: packed.remote_path for s, (packed, _) in zip(
+                    plan.code_snapshots, staged, strict=True
+                )}
+            )["tasks"],
+        }  # fmt: skip
 
-    # Round trip 3: every upload at once (bounded).
+    # Round trip 3: every upload at once (bounded), archives only when not there yet; the
+    # MLflow experiment folders made when missing.
     uploads = [_upload(core, f.path, f.content) for f in plan.files]
-    uploads += [
-        _upload(core, s.target_path, content)
-        for s, content in zip(plan.code_snapshots, contents, strict=True)
-    ]
-    yield from gather(uploads, core.max_concurrent_uploads)
+    uploads += [_upload_snapshot(core, packed) for packed, there in staged if not there]
+    for packed, there in staged:
+        if there:
+            logger.info("code snapshot %s is already uploaded: reusing it", packed.name)
+    directories = sorted(
+        {
+            str(t["ai_runtime_task"]["mlflow_experiment_directory"])
+            for t in body.get("tasks") or []
+            if t.get("ai_runtime_task", {}).get("mlflow_experiment_directory")
+        }
+    )
+    yield from gather(
+        [*uploads, *(ensure_experiment_directory(core, d) for d in directories)],
+        core.max_concurrent_uploads,
+    )
 
     # Round trip 4: the submit. Safe to retry only because the token makes it idempotent.
     token = body.get("idempotency_token") or plan.idempotency_token
@@ -209,6 +317,10 @@ def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
     return SubmittedRun(
         run_id=run_id, run_page_url=f"{core.host}/jobs/runs/{run_id}", idempotency_token=token
     )
+
+
+# The CLI's escape hatch for the per-user workspace folder (runlaunch.go).
+USER_WORKSPACE_DIR_ENV = "DATABRICKS_INTERNAL_USER_WORKSPACE_DIR"
 
 
 def submit_workload(
@@ -230,9 +342,13 @@ def submit_workload(
             run_name=run_name or stages[0].workload.experiment_name,
             user_name=identity.user_name,
             idempotency_token=idempotency_token,
+            home=os.environ.get(USER_WORKSPACE_DIR_ENV) or None,
         )
     else:
         plan = build_plan(
-            workload, user_name=identity.user_name, idempotency_token=idempotency_token
+            workload,
+            user_name=identity.user_name,
+            idempotency_token=idempotency_token,
+            home=os.environ.get(USER_WORKSPACE_DIR_ENV) or None,
         )
     return (yield from submit(core, plan))

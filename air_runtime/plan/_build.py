@@ -6,14 +6,13 @@ The launch directory layout and file names are part of the platform contract (wo
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import math
-import posixpath
 import re
 import uuid
 from collections.abc import Sequence
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import yaml
@@ -63,26 +62,19 @@ def environment_spec(environment: Environment) -> dict[str, Any]:
     return spec
 
 
-def _json_bytes(entries: list[dict[str, str]]) -> bytes:
-    """``json.dumps(entries, indent=2)`` and a newline, as bytes.
+def _go_json(value: Any) -> bytes:
+    """JSON as Go's ``json.Marshal`` writes it (runupload.go): compact, UTF-8, with ``<``,
+    ``>``, ``&``, U+2028 and U+2029 escaped, no trailing newline."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for raw, escaped in _GO_JSON_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text.encode("utf-8")
 
-    Written directly for the usual case (objects of strings): with ``indent``, json.dumps
-    uses its pure-Python encoder, a large share of planning time. Strings are quoted by the
-    same C function json.dumps uses."""
-    if entries and all(entries):
-        quote = encode_basestring_ascii
-        try:
-            objects = ",\n".join(
-                "  {\n"
-                + ",\n".join(f"    {quote(k)}: {quote(v)}" for k, v in entry.items())
-                + "\n  }"
-                for entry in entries
-            )
-        except TypeError:  # a key or value that is not a string: json.dumps converts it
-            pass
-        else:
-            return f"[\n{objects}\n]\n".encode("ascii")
-    return (json.dumps(entries, indent=2) + "\n").encode("utf-8")
+
+_GO_JSON_ESCAPES = (
+    ("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+    ("\u2028", "\\u2028"), ("\u2029", "\\u2029"),
+)  # fmt: skip
 
 
 def _env_files(
@@ -93,14 +85,14 @@ def _env_files(
         files.append(
             UploadFile(
                 f"{folder}/env_vars.json",
-                _json_bytes([{"name": k, "value": plain[k]} for k in sorted(plain)]),
+                _go_json([{"name": k, "value": plain[k]} for k in sorted(plain)]),
             )
         )
     if secrets:
         files.append(
             UploadFile(
                 f"{folder}/secret_env_vars.json",
-                _json_bytes(
+                _go_json(
                     [
                         {"name": k, "secret_scope": secrets[k].scope, "secret_key": secrets[k].key}
                         for k in sorted(secrets)
@@ -112,69 +104,129 @@ def _env_files(
 
 
 def _script(command: str) -> bytes:
-    return (command if command.endswith("\n") else command + "\n").encode("utf-8")
+    """``command.sh`` holds the command exactly as written (runupload.go)."""
+    return command.encode("utf-8")
 
 
-# Strings that yaml.safe_dump writes as they are (no quotes, no line folding, simple keys).
-_PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
-_TAGS = {
-    bool: "tag:yaml.org,2002:bool",
-    int: "tag:yaml.org,2002:int",
-    float: "tag:yaml.org,2002:float",
-    str: "tag:yaml.org,2002:str",
-}
+def _go_float(value: float) -> str:
+    """``strconv.FormatFloat(v, 'g', -1, 64)``, the form go-yaml writes floats in: the
+    shortest digits, exponent form below 1e-4 and from 1e6 on (``1e+06``)."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    sign = "-" if value < 0 else ""
+    exact = decimal.Decimal(repr(abs(value))).normalize()
+    digits = "".join(map(str, exact.as_tuple().digits))
+    exponent = int(exact.as_tuple().exponent)
+    point = len(digits) + exponent  # where the decimal point falls in the digits
+    exp = point - 1
+    if exp < -4 or exp >= 6:
+        mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{sign}{digits}{'0' * (point - len(digits))}"
+    return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
-def _plain_yaml(value: Any) -> str | None:
-    """How ``yaml.safe_dump`` writes the scalar ``value`` in block style, when that is a
-    plain word read back with the same type; None otherwise (bool before int: a subclass)."""
-    kind = type(value)
-    if kind is bool:
-        text = "true" if value else "false"
-    elif kind is int:
-        text = str(value)
-    elif kind is float:
-        if not math.isfinite(value):
-            return None
-        text = repr(value).lower()  # SafeRepresenter.represent_float
-        if "." not in text and "e" in text:
-            text = text.replace("e", ".0e", 1)
-    elif kind is str:
-        if not _PLAIN_WORD.fullmatch(value):
-            return None
-        text = value
-    else:
-        return None
-    return text if plain_scalar_tag(text) == _TAGS[kind] else None
+def _go_yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        return _go_float(value)
+    text = str(value)
+    # A plain scalar when it reads back as the same string; double-quoted otherwise (the
+    # style go-yaml falls back to).
+    if text and text.isprintable() and plain_scalar_tag(text) == "tag:yaml.org,2002:str":
+        try:
+            if (
+                yaml.safe_load(text) == text
+                and text.strip() == text
+                and not text.startswith(
+                    (
+                        "-",
+                        "?",
+                        ":",
+                        "[",
+                        "]",
+                        "{",
+                        "}",
+                        "#",
+                        "&",
+                        "*",
+                        "!",
+                        "|",
+                        ">",
+                        "'",
+                        '"',
+                        "%",
+                        "@",
+                        "`",
+                    )
+                )
+                and ": " not in text
+                and " #" not in text
+            ):
+                return text
+        except yaml.YAMLError:
+            pass
+    return _NOT_PRINTABLE.sub(
+        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False)
+    )
 
 
-def _plain_yaml_lines(mapping: dict[Any, Any], indent: str, out: list[str]) -> bool:
-    for key, value in mapping.items():
-        name = _plain_yaml(key) if type(key) is str else None
-        if name is None:
-            return False
-        if type(value) is dict and value:
-            out.append(f"{indent}{name}:\n")
-            if not _plain_yaml_lines(value, indent + "  ", out):
-                return False
-            continue
-        text = "null" if value is None else _plain_yaml(value)
-        if text is None:
-            return False
-        out.append(f"{indent}{name}: {text}\n")
-    return True
+# Characters YAML does not allow as they are, or reads as line breaks: escaped inside
+# double quotes.
+_NOT_PRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def _go_yaml_lines(value: Any, indent: str, out: list[str]) -> None:
+    """A mapping or sequence as go-yaml v3 writes it: keys sorted, four-space indent."""
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            item = value[key]
+            name = _go_yaml_scalar(key if isinstance(key, str) else str(key))
+            if isinstance(item, (dict, list)) and item:
+                out.append(f"{indent}{name}:\n")
+                _go_yaml_lines(item, indent + "    ", out)
+            else:
+                out.append(f"{indent}{name}: {_go_yaml_block(item)}\n")
+        return
+    for item in value:
+        if isinstance(item, dict) and item:
+            nested: list[str] = []
+            _go_yaml_lines(item, indent + "  ", nested)
+            nested[0] = f"{indent}- {nested[0][len(indent) + 2 :]}"
+            out.extend(nested)
+        elif isinstance(item, list) and item:
+            out.append(f"{indent}- \n")
+            _go_yaml_lines(item, indent + "    ", out)
+        else:
+            out.append(f"{indent}- {_go_yaml_block(item)}\n")
+
+
+def _go_yaml_block(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _go_yaml_scalar(value)
 
 
 def _hyperparameters(parameters: dict[str, Any]) -> bytes:
-    # Parameters are mostly names and numbers: those are written directly, the same text
-    # safe_dump gives (its pure-Python emitter is slow, and libyaml's writes some strings
-    # differently); anything else (lists, quoted or long strings) goes through safe_dump.
+    """``hyperparameters.yaml`` as the CLI writes the parameters map with go-yaml
+    (runupload.go): sorted keys, four-space indent, Go's float form."""
     lines: list[str] = []
-    if parameters and _plain_yaml_lines(parameters, "", lines):
-        return "".join(lines).encode("utf-8")
-    return yaml.safe_dump(
-        parameters, sort_keys=False, allow_unicode=True, default_flow_style=False
-    ).encode("utf-8")
+    _go_yaml_lines(parameters, "", lines)
+    return "".join(lines).encode("utf-8")
 
 
 def _copy_json(value: Any) -> Any:
@@ -187,24 +239,26 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-def _code_snapshot(workload: Workload, directory: str) -> CodeSnapshot | None:
+def _code_snapshot(workload: Workload, task_key: str) -> CodeSnapshot | None:
     source = workload.code_source
     if source is None:
         return None
-    root = source.root_path
-    if workload.base_dir is not None and not posixpath.isabs(root) and not root.startswith("/"):
-        root = posixpath.normpath(posixpath.join(workload.base_dir.replace("\\", "/"), root))
-    if source.remote_volume:
-        target = f"{source.remote_volume}/{workload.experiment_name}/{posixpath.basename(directory)}/code_source.tar.gz"
-    else:
-        target = f"{directory}/code_source.tar.gz"
-    return CodeSnapshot(root, tuple(source.include_paths or ()), target)
+    git = source.git
+    return CodeSnapshot(
+        task_key=task_key,
+        root_path=source.root_path,
+        base_dir=workload.base_dir,
+        include_paths=tuple(source.include_paths or ()),
+        remote_volume=source.remote_volume,
+        git_commit=git.commit if git else None,
+        git_branch=git.branch if git else None,
+    )
 
 
 class _StagePlan:
     """Everything one task contributes to the plan."""
 
-    def __init__(self, workload: Workload, directory: str, token: str) -> None:
+    def __init__(self, workload: Workload, directory: str, token: str, task_key: str) -> None:
         self.workload = workload
         self.directory = directory
         self.files: list[UploadFile] = []
@@ -250,9 +304,9 @@ class _StagePlan:
             deployment["command_path"] = f"{directory}/command.sh"
 
         task: dict[str, Any] = {"experiment": w.experiment_name, "deployments": [deployment]}
-        self.snapshot = _code_snapshot(w, directory)
-        if self.snapshot is not None:
-            task["code_source_path"] = self.snapshot.target_path
+        # code_source_path names the archive by its content: the client sets it once the
+        # snapshot is packed (plan.submit_body_with_code).
+        self.snapshot = _code_snapshot(w, task_key)
         optional = {
             "mlflow_run": w.mlflow_run_name,
             "mlflow_experiment_directory": w.mlflow_experiment_directory,
@@ -267,9 +321,17 @@ class _StagePlan:
         self.ai_runtime_task = task
         self.environment = environment_spec(w.environment)
 
-        run_options: dict[str, Any] = {"idempotency_token": token, "max_retries": w.max_retries}
+        # The preflight body as the CLI builds it (validateconfig.go): max_retries and the
+        # usage policy only when the workload sets them.
+        run_options: dict[str, Any] = {"idempotency_token": token}
+        if w.max_retries_given:
+            run_options["max_retries"] = w.max_retries
         if w.timeout_minutes is not None:
             run_options["timeout_minutes"] = w.timeout_minutes
+        if w.usage_policy_name is not None:
+            run_options["usage_policy_name"] = w.usage_policy_name
+        if w.usage_policy_id is not None:
+            run_options["usage_policy_id"] = w.usage_policy_id
         if w.env_variables:
             run_options["env_variables"] = dict(sorted(w.env_variables.items()))
         if w.secrets:
@@ -409,11 +471,12 @@ def _assemble(
     token: str,
     suffixes: dict[str, str],
     single: bool,
+    home: str | None,
 ) -> SubmissionPlan:
-    home = home_dir(user_name)
+    home = home.rstrip("/") if home else home_dir(user_name)
     parts = {
         s.task_key: _StagePlan(
-            s.workload, launch_dir(home, s.workload, suffixes[s.task_key]), token
+            s.workload, launch_dir(home, s.workload, suffixes[s.task_key]), token, s.task_key
         )
         for s in stages
     }
@@ -557,8 +620,10 @@ def build_plan(
     user_name: str,
     idempotency_token: str | None = None,
     launch_suffix: str | None = None,
+    home: str | None = None,
 ) -> SubmissionPlan:
-    """The plan of a single-workload run (workload.md §4-§5)."""
+    """The plan of a single-workload run (workload.md §4-§5). ``home`` replaces the user's
+    workspace folder (the CLI's DATABRICKS_INTERNAL_USER_WORKSPACE_DIR, runlaunch.go)."""
     if not isinstance(workload, Workload):
         raise WorkloadError(
             [
@@ -582,6 +647,7 @@ def build_plan(
         token=token,
         suffixes={stage.task_key: suffix},
         single=True,
+        home=home,
     )
 
 
@@ -592,6 +658,7 @@ def build_workflow_plan(
     user_name: str,
     idempotency_token: str | None = None,
     launch_suffix: str | None = None,
+    home: str | None = None,
 ) -> SubmissionPlan:
     """One runs/submit with a task per stage (workload.md §6).
 
@@ -613,7 +680,13 @@ def build_workflow_plan(
         s.task_key: hashlib.sha256(f"{base}/{s.task_key}".encode()).hexdigest()[:16] for s in stages
     }
     return _assemble(
-        stages, run_name=run_name, user_name=user_name, token=token, suffixes=suffixes, single=False
+        stages,
+        run_name=run_name,
+        user_name=user_name,
+        token=token,
+        suffixes=suffixes,
+        single=False,
+        home=home,
     )
 
 

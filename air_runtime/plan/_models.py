@@ -19,11 +19,41 @@ class UploadFile:
 
 @dataclass(frozen=True)
 class CodeSnapshot:
-    """The client packs ``local_root`` (only ``include_paths`` when given) as a tar.gz at ``target_path``."""
+    """The code of one task: the client packs ``root_path`` (only ``include_paths`` when
+    given; the ``git_commit``/``git_branch`` revision when set) and names the archive by its
+    content in ``remote_volume`` or the user's ``.air/repo_snapshots`` (see
+    ``air_runtime._snapshot``); the task's ``code_source_path`` is filled in then."""
 
-    local_root: str
-    include_paths: tuple[str, ...]
-    target_path: str
+    task_key: str
+    root_path: str
+    base_dir: str | None = None
+    include_paths: tuple[str, ...] = ()
+    remote_volume: str | None = None
+    git_commit: str | None = None
+    git_branch: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task_key": self.task_key,
+            "root_path": self.root_path,
+            "base_dir": self.base_dir,
+            "include_paths": list(self.include_paths),
+            "remote_volume": self.remote_volume,
+            "git_commit": self.git_commit,
+            "git_branch": self.git_branch,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CodeSnapshot:
+        return cls(
+            task_key=data["task_key"],
+            root_path=data["root_path"],
+            base_dir=data.get("base_dir"),
+            include_paths=tuple(data.get("include_paths") or ()),
+            remote_volume=data.get("remote_volume"),
+            git_commit=data.get("git_commit"),
+            git_branch=data.get("git_branch"),
+        )
 
 
 @dataclass(frozen=True)
@@ -94,6 +124,20 @@ class SubmissionPlan:
         extra = [ImageRequirement(url) for url in self.docker_images if url not in known]
         return (*self.image_requirements, *extra)
 
+    def submit_body_with_code(self, code_source_paths: dict[str, str]) -> dict[str, Any]:
+        """The submit body with each task's uploaded archive as its ``code_source_path``
+        (keyed by task key), set on the ``ai_runtime_task`` as the CLI does (runsubmit.go)."""
+        body = dict(self.submit_body)
+        tasks = []
+        for task in body.get("tasks") or []:
+            path = code_source_paths.get(task.get("task_key"))
+            if path is not None:
+                ai_task = {**task["ai_runtime_task"], "code_source_path": path}
+                task = {**task, "ai_runtime_task": ai_task}
+            tasks.append(task)
+        body["tasks"] = tasks
+        return body
+
     def file(self, path: str) -> UploadFile:
         """The file whose path is ``path`` or ends with ``/<path>`` (first match)."""
         for upload in self.files:
@@ -109,14 +153,7 @@ class SubmissionPlan:
             "launch_dirs": dict(self.launch_dirs),
             "folders": list(self.folders),
             "files": files,
-            "code_snapshots": [
-                {
-                    "local_root": s.local_root,
-                    "include_paths": list(s.include_paths),
-                    "target_path": s.target_path,
-                }
-                for s in self.code_snapshots
-            ],
+            "code_snapshots": [s.to_json() for s in self.code_snapshots],
             "preflight_bodies": list(self.preflight_bodies),
             "submit_body": self.submit_body,
             "docker_images": list(self.docker_images),
@@ -145,10 +182,7 @@ class SubmissionPlan:
             files=tuple(
                 UploadFile(f["path"], base64.b64decode(f["content_base64"])) for f in data["files"]
             ),
-            code_snapshots=tuple(
-                CodeSnapshot(s["local_root"], tuple(s["include_paths"]), s["target_path"])
-                for s in data["code_snapshots"]
-            ),
+            code_snapshots=tuple(CodeSnapshot.from_json(s) for s in data["code_snapshots"]),
             preflight_bodies=tuple(data["preflight_bodies"]),
             submit_body=data["submit_body"],
             docker_images=tuple(data.get("docker_images", ())),

@@ -6,10 +6,11 @@ once; the models themselves only fix the shape and keep the result immutable.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 GPUS_PER_NODE: dict[str, int] = {
     "GPU_1xA10": 1,
@@ -21,6 +22,15 @@ PRIORITY_CLASSES = ("BEST_EFFORT", "NORMAL", "CRITICAL")
 PERMISSION_LEVELS = ("CAN_VIEW", "CAN_MANAGE_RUN", "CAN_MANAGE", "IS_OWNER")
 PRINCIPAL_FIELDS = ("user_name", "group_name", "service_principal_name")
 DEFAULT_ENVIRONMENT_VERSION = "6"
+# Overrides the default runtime, as in the CLI (runsubmit.go dlRuntimeImage).
+RUNTIME_IMAGE_ENV = "DATABRICKS_DL_RUNTIME_IMAGE"
+
+
+def default_environment_version() -> str:
+    """The runtime of a workload that names none: $DATABRICKS_DL_RUNTIME_IMAGE (its
+    ``CLIENT-GPU-`` prefix dropped, as the CLI does), else 6."""
+    value = os.environ.get(RUNTIME_IMAGE_ENV, "").strip()
+    return value.removeprefix("CLIENT-GPU-") or DEFAULT_ENVIRONMENT_VERSION
 
 
 class _Frozen(BaseModel):
@@ -61,7 +71,7 @@ class DockerImage(_Frozen):
 
 class Environment(_Frozen):
     # "6" (digits) or "databricks_ai_v<N>"; the wire form differs (see plan).
-    version: str = DEFAULT_ENVIRONMENT_VERSION
+    version: str = Field(default_factory=default_environment_version)
     dependencies: tuple[str, ...] = ()
     docker_image: DockerImage | None = None
     unity_catalog_image: str | None = None
@@ -109,7 +119,7 @@ class Permission(_Frozen):
 class Workload(_Frozen):
     experiment_name: str
     compute: Compute
-    environment: Environment = Environment()
+    environment: Environment = Field(default_factory=Environment)
     command: str | None = None
     containers: tuple[Container, ...] | None = None
     env_variables: dict[str, str] = {}
@@ -138,6 +148,11 @@ class Workload(_Frozen):
     @property
     def num_nodes(self) -> int:
         return self.compute.num_nodes
+
+    @property
+    def max_retries_given(self) -> bool:
+        """Whether the workload sets max_retries itself (the default is 3)."""
+        return "max_retries" in self._raw
 
     def container(self, name: str) -> Container:
         for container in self.containers or ():

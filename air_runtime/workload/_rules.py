@@ -12,14 +12,14 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from air_runtime._docker_ref import DockerRefError, parse_docker_ref
+from air_runtime._docker_ref import DockerRefError, normalize_docker_ref
 from air_runtime._errors import Problem
 from air_runtime.workload._models import (
-    DEFAULT_ENVIRONMENT_VERSION,
     GPUS_PER_NODE,
     PERMISSION_LEVELS,
     PRINCIPAL_FIELDS,
     PRIORITY_CLASSES,
+    default_environment_version,
 )
 from air_runtime.workload._yaml import SourceMarks, child_path
 
@@ -488,7 +488,7 @@ class Checker:
         if "version" not in out and not any(
             k in data for k in ("docker_image", "unity_catalog_image")
         ):
-            out.setdefault("version", DEFAULT_ENVIRONMENT_VERSION)
+            out.setdefault("version", default_environment_version())
         return out
 
     def version(self, value: Any) -> str | None:
@@ -504,7 +504,7 @@ class Checker:
             return None
         text = value.strip().lower()
         if text.isdigit() and text.isascii():
-            return str(int(text))
+            return value.strip()  # sent as written: "05" stays "05" (runsubmit.go)
         match = VERSION_RE.match(text)
         if match and text.isascii():
             if int(match.group(1)) < 5:
@@ -537,7 +537,7 @@ class Checker:
             url = self.string(data["url"], f"{path}.url")
             if url is not None:
                 try:
-                    out["url"] = parse_docker_ref(url).normal_form
+                    out["url"] = normalize_docker_ref(url)
                 except DockerRefError as exc:
                     self.add(f"{path}.url", exc.message, exc.hint)
         policy = "auto"

@@ -16,8 +16,10 @@ DIGEST = "sha256:" + "a" * 64
         ("myorg/repo:tag", "docker.io/myorg/repo:tag"),
         ("myorg/repo", "docker.io/myorg/repo:latest"),
         ("docker.io/myorg/repo:1.0", "docker.io/myorg/repo:1.0"),
-        ("index.docker.io/myorg/repo:1.0", "docker.io/myorg/repo:1.0"),
-        ("docker.io/ubuntu", "docker.io/library/ubuntu:latest"),
+        # A named registry is kept as written, as the CLI does (image_client.go
+        # normalizeDockerImageURL): registrations are looked up by this string.
+        ("index.docker.io/myorg/repo:1.0", "index.docker.io/myorg/repo:1.0"),
+        ("docker.io/ubuntu", "docker.io/ubuntu:latest"),
         (f"myorg/repo:tag@{DIGEST}", f"docker.io/myorg/repo@{DIGEST}"),
         (f"ubuntu@{DIGEST}", f"docker.io/library/ubuntu@{DIGEST}"),
         ("  myorg/repo:tag  ", "docker.io/myorg/repo:tag"),

@@ -43,7 +43,7 @@ def test_minimal_plan() -> None:
     assert plan.folders == (launch,)
     assert files_of(plan, launch) == {
         "training_config.yaml": plan.file("training_config.yaml").content.decode(),
-        "command.sh": "echo hi\n",
+        "command.sh": "echo hi",  # as written (runupload.go)
     }
     assert plan.submit_body == {
         "run_name": "exp",
@@ -66,7 +66,7 @@ def test_minimal_plan() -> None:
     }
     assert plan.preflight_bodies == ({
         "task": plan.submit_body["tasks"][0]["ai_runtime_task"],
-        "run_options": {"idempotency_token": TOKEN, "max_retries": 3},
+        "run_options": {"idempotency_token": TOKEN},  # max_retries only when set (validateconfig.go)
         "environment": {"environment_version": "6"},
     },)
     assert plan.docker_images == () and plan.permissions == () and plan.usage_policy_name is None
@@ -102,7 +102,6 @@ def test_every_optional_field() -> None:
             "compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 16, "provisioned_capacity_id": "pool-1"},
             "command_path": f"{launch}/command.sh",
         }],
-        "code_source_path": f"/Volumes/c/s/code/exp/run_a_{SUFFIX}/code_source.tar.gz",
         "mlflow_run": "run_a",
         "mlflow_experiment_directory": "/Workspace/Shared/exp",
         "mlflow_artifact_location": "dbfs:/Volumes/c/s/v/a",
@@ -110,7 +109,7 @@ def test_every_optional_field() -> None:
         "priority_class": "CRITICAL",
     }
     files = files_of(plan, launch)
-    assert files["hyperparameters.yaml"] == "lr: 0.1\nlayers:\n- 1\n- 2\n"
+    assert files["hyperparameters.yaml"] == "layers:\n    - 1\n    - 2\nlr: 0.1\n"
     assert json.loads(files["env_vars.json"]) == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert json.loads(files["secret_env_vars.json"]) == [
         {"name": "TOKEN", "secret_scope": "scope", "secret_key": "key"}
@@ -118,10 +117,18 @@ def test_every_optional_field() -> None:
     assert plan.docker_images == ("docker.io/myorg/train:2",)
     assert plan.permissions == ({"user_name": "u@x.com", "permission_level": "CAN_VIEW"},)
     (snapshot,) = plan.code_snapshots
-    assert snapshot.local_root == "src" and snapshot.include_paths == ()
+    assert snapshot.root_path == "src" and snapshot.include_paths == ()
+    assert snapshot.remote_volume == "/Volumes/c/s/code"
+    # code_source_path names the packed archive: the client sets it (runsubmit.go)
+    assert plan.submit_body_with_code({"exp": "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"})[
+        "tasks"][0]["ai_runtime_task"]["code_source_path"] == "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"
     run_options = plan.preflight_bodies[0]["run_options"]
+    # as the CLI builds it (validateconfig.go): max_retries because the workload sets it, the
+    # usage policy fields as given
     assert run_options == {"idempotency_token": TOKEN, "max_retries": 0, "timeout_minutes": 90,
+                           "usage_policy_id": UUID,
                            "env_variables": {"A": "1", "B": "2"}, "secrets": {"TOKEN": "scope/key"}}
+    assert "code_source_path" not in plan.preflight_bodies[0]["task"]
     assert "environment_version" in plan.preflight_bodies[0]["environment"]
 
 
@@ -188,10 +195,16 @@ def test_code_snapshot_paths() -> None:
     w = load_workload(minimal(code_source={"root_path": "../code", "include_paths": ["a.py"]}), base_dir="/repo/jobs")
     plan = build_plan(w, user_name=USER, idempotency_token=TOKEN)
     (snapshot,) = plan.code_snapshots
-    assert snapshot.local_root == "/repo/code"
+    assert (snapshot.root_path, snapshot.base_dir) == ("../code", "/repo/jobs")
     assert snapshot.include_paths == ("a.py",)
-    assert snapshot.target_path == f"{plan.launch_dirs['exp']}/code_source.tar.gz"
-    assert plan.submit_body["tasks"][0]["ai_runtime_task"]["code_source_path"] == snapshot.target_path
+    assert snapshot.task_key == "exp"
+    assert "code_source_path" not in plan.submit_body["tasks"][0]["ai_runtime_task"]
+
+
+def test_preflight_leaves_out_max_retries_the_workload_does_not_set() -> None:
+    plan = plan_of(minimal())
+    assert "max_retries" not in plan.preflight_bodies[0]["run_options"]
+    assert plan.submit_body["tasks"][0]["max_retries"] == 3  # always sent on submit
 
 
 def test_tokens_and_suffixes() -> None:

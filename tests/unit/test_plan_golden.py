@@ -25,7 +25,7 @@ def _golden_view(path: Path) -> dict[str, Any]:
     data = plan.redacted()
     # the checkout location must not leak into the golden files
     for snapshot in data["code_snapshots"]:
-        snapshot["local_root"] = os.path.relpath(snapshot["local_root"], REPO)
+        snapshot["base_dir"] = os.path.relpath(snapshot["base_dir"], REPO)
     return data
 
 

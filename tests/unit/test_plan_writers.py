@@ -1,4 +1,4 @@
-"""The plan's direct writers give exactly the bytes of the library calls they replace."""
+"""The plan's side-file writers give the bytes the CLI's Go writers give (runupload.go)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from air_runtime.plan._build import _copy_json, _hyperparameters, _json_bytes
+from air_runtime.plan._build import _copy_json, _go_json, _hyperparameters
 from air_runtime.workload._yaml import load_yaml_text
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -37,50 +37,96 @@ values = st.recursive(
 )
 
 
-def _safe_dump(parameters: dict[Any, Any]) -> bytes:
-    return yaml.safe_dump(
-        parameters, sort_keys=False, allow_unicode=True, default_flow_style=False
-    ).encode("utf-8")
+def _without_floats(value: Any) -> bool:
+    if isinstance(value, float):
+        return False
+    if isinstance(value, dict):
+        return all(_without_floats(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_without_floats(v) for v in value)
+    return True
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+string_keyed = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(words, inner, max_size=4)),
+    max_leaves=10,
+)
 
 
 @SETTINGS
-@given(st.dictionaries(keys, values, max_size=6))
-def test_hyperparameters_are_what_safe_dump_writes(parameters: dict[Any, Any]) -> None:
-    assert _hyperparameters(parameters) == _safe_dump(parameters)
+@given(st.dictionaries(words, string_keyed, max_size=6).filter(_without_floats))
+def test_hyperparameters_read_back_as_the_parameters(parameters: dict[str, Any]) -> None:
+    """Whatever the quoting, the file reads back as the map (keys sorted, as Go writes it)."""
+    text = _hyperparameters(parameters).decode("utf-8")
+    assert yaml.safe_load(text) == (_sorted(parameters) or None)
+    assert list(yaml.safe_load(text) or {}) == sorted(parameters)
 
 
-def test_hyperparameters_of_typical_parameters() -> None:
-    for parameters in [
-        {"learning_rate": 0.05, "epochs": 5, "rollouts_per_epoch": 16},
-        {"reward": {"kind": "exact_match", "weight": 1.0}, "flag": True, "none": None},
-        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "lr": 1e-05, "big": 10**30, "neg": -0.0},
-        {"nested": {"deeper": {"deepest": {"x": 1}}}, "empty": {}, "list": [1, 2]},
-        {word: word for word in TRICKY_WORDS},
-    ]:
-        assert _hyperparameters(parameters) == _safe_dump(parameters), parameters
+def test_hyperparameters_as_go_yaml_writes_them() -> None:
+    """go-yaml v3 (the CLI's writer, runupload.go): sorted keys, four-space indent, Go's
+    shortest float form with exponents below 1e-4 and from 1e6, quotes where YAML 1.1
+    would read another type."""
+    parameters = {
+        "lr": 0.05, "epochs": 5, "model": "Qwen/Qwen2.5-0.5B-Instruct", "tiny": 1e-05,
+        "one": 1.0, "big": 1e6, "mid": 123456.0, "flag": True, "none": None, "yes": "yes",
+        "reward": {"weight": 1.5, "kind": "exact_match"}, "list": [1, "a b"], "empty": {},
+    }  # fmt: skip
+    assert _hyperparameters(parameters).decode() == (
+        "big: 1e+06\n"
+        "empty: {}\n"
+        "epochs: 5\n"
+        "flag: true\n"
+        "list:\n"
+        "    - 1\n"
+        "    - a b\n"
+        "lr: 0.05\n"
+        "mid: 123456\n"
+        "model: Qwen/Qwen2.5-0.5B-Instruct\n"
+        "none: null\n"
+        "one: 1\n"
+        "reward:\n"
+        "    kind: exact_match\n"
+        "    weight: 1.5\n"
+        "tiny: 1e-05\n"
+        '"yes": "yes"\n'
+    )
 
 
 env_entries = st.lists(
-    st.dictionaries(
-        st.text(max_size=8), st.one_of(st.text(max_size=12), st.integers()), max_size=3
-    ),
-    max_size=4,
+    st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=3), max_size=4
 )
 
 
 @SETTINGS
 @given(env_entries)
-def test_env_files_are_what_json_dumps_writes(entries: list[dict[str, Any]]) -> None:
-    assert _json_bytes(entries) == (json.dumps(entries, indent=2) + "\n").encode("utf-8")
+def test_env_files_are_compact_json_that_reads_back(entries: list[dict[str, Any]]) -> None:
+    written = _go_json(entries)
+    assert json.loads(written) == entries
+    assert not written.endswith(b"\n")
+    assert b"<" not in written and b">" not in written and b"&" not in written
 
 
-def test_env_file_of_typical_entries() -> None:
+def test_env_file_as_go_json_marshal_writes_it() -> None:
+    """Go's json.Marshal (runupload.go): compact, UTF-8 as is, <, >, & and U+2028 escaped."""
     entries = [
         {"name": "MODEL_ID", "value": "Qwen/Qwen2.5-0.5B-Instruct"},
-        {"name": "QUOTE", "value": 'say "hi"\\n\n\té\U0001f600\u2028\x00'},
+        {"name": "QUOTE", "value": 'a<b>&"c"\\é\u2028'},
         {"name": "HF_TOKEN", "secret_scope": "research", "secret_key": "hf_token"},
     ]
-    assert _json_bytes(entries) == (json.dumps(entries, indent=2) + "\n").encode("utf-8")
+    assert _go_json(entries).decode("utf-8") == (
+        '[{"name":"MODEL_ID","value":"Qwen/Qwen2.5-0.5B-Instruct"},'
+        '{"name":"QUOTE","value":"a\\u003cb\\u003e\\u0026\\"c\\"\\\\é\\u2028"},'
+        '{"name":"HF_TOKEN","secret_scope":"research","secret_key":"hf_token"}]'
+    )
 
 
 @SETTINGS

@@ -56,7 +56,7 @@ def test_plan_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "/Workspace/Users/me@example.com/.air/cli_launch/grpo_two_containers/grpo_two_containers_" in out
     assert "containers/inference/command.sh" in out
     assert "POST /api/2.2/jobs/runs/submit" in out
-    assert '"secret_scope": "research"' in out
+    assert '"secret_scope":"research"' in out
 
 
 def test_plan_json_with_overrides(capsys: pytest.CaptureFixture[str]) -> None:

@@ -245,7 +245,7 @@ def test_priority_upper_case_with_pool() -> None:
 
 @pytest.mark.parametrize(
     ("given", "normal"),
-    [(5, "5"), ("6", "6"), ("07", "7"), ("databricks_ai_v5", "databricks_ai_v5"),
+    [(5, "5"), ("6", "6"), ("07", "07"), ("databricks_ai_v5", "databricks_ai_v5"),
      ("DataBricks_AI_V6", "databricks_ai_v6")],
 )
 def test_versions(given: Any, normal: str) -> None:
