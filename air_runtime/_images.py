@@ -146,9 +146,11 @@ def find_docker_credentials(
 
 
 def credentials_secret_location(user_name: str, credential: DockerCredential) -> tuple[str, str]:
-    """Scope and key where registry credentials are stored (rest-api.md §4)."""
+    """Scope and key where registry credentials are stored, named as the CLI names them
+    (image_credentials.go storeDockerCredentials): ``docker-credentials-<user>`` and
+    ``<registry host>-<registry user>-local``, so either tool finds the other's secret."""
     scope = secret_scope_name(f"docker-credentials-{user_name}")
-    key = secret_key_name(f"{credential.registry}-{credential.username}-{credential.origin}")
+    key = secret_key_name(f"{credential.registry}-{credential.username}-local")
     return scope, key
 
 
@@ -232,8 +234,24 @@ def register_image(
         return (yield from _post_registration(core, url, None, None))
     identity = yield from whoami(core)
     scope, key = credentials_secret_location(identity.user_name, credential)
-    yield from ensure_secret_scope(core, scope)
-    yield from put_secret(core, scope, key, credential.secret_value())
+    try:
+        yield from ensure_secret_scope(core, scope)
+        yield from put_secret(core, scope, key, credential.secret_value())
+    except (ConfigurationError, AuthError) as stored:
+        if not discovered:
+            raise
+        # As the CLI does (register_image.go): the image may be public after all, so it is
+        # registered without credentials, and a refusal names why they were not stored.
+        logger.warning(
+            "the Docker credentials found on this machine could not be stored: %s", stored
+        )
+        try:
+            return (yield from _post_registration(core, url, None, None))
+        except AuthError as error:
+            raise ConfigurationError(
+                f"{url} needs credentials, and the credentials found in your local Docker "
+                f"config could not be stored: {stored}"
+            ) from error
     logger.info(
         "stored Docker Hub credentials of %s in secret %s/%s", credential.username, scope, key
     )

@@ -54,7 +54,8 @@ def get_output(core: ClientCore, task_run_id: int) -> Flow[dict[str, Any]]:
 def list_runs(
     core: ClientCore, *, active_only: bool, limit: int, page_token: str | None
 ) -> Flow[tuple[list[RunState], str | None]]:
-    params: dict[str, Any] = {"run_type": "SUBMIT_RUN", "limit": limit}
+    # As the CLI lists (list.go newJobsScanStrategy): one-time submit runs, with their tasks.
+    params: dict[str, Any] = {"run_type": "SUBMIT_RUN", "expand_tasks": "true", "limit": limit}
     if active_only:
         params["active_only"] = "true"
     if page_token:

@@ -24,6 +24,7 @@ from .._errors import (
     NotFound,
     PlatformError,
     Problem,
+    RateLimited,
     WorkloadError,
 )
 from .._snapshot import PackedSnapshot, artifact_dir
@@ -58,14 +59,28 @@ def whoami(core: ClientCore) -> Flow[Identity]:
 
 
 def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
+    """The workspace's own check before anything is uploaded (validateconfig.go): field
+    errors and any refusal block the submit; a service that is not there or not well
+    (404, 408, 429, 501, 5xx, FEATURE_DISABLED, no answer) does not, since the submit
+    validates again."""
     try:
         answer = yield from core.call("POST", PREFLIGHT_PATH, json=body, policy=_PREFLIGHT_RETRY)
     except AuthError:
         raise
-    except AirError as error:
-        # 404/501/408/429/5xx/FEATURE_DISABLED/network: the submit validates again.
+    except (NotFound, RateLimited) as error:
         logger.info("preflight validation unavailable, continuing: %s", error)
         return []
+    except PlatformError as error:
+        status = error.status_code
+        if (
+            status is None
+            or status >= 500
+            or status == 408
+            or error.error_code == "FEATURE_DISABLED"
+        ):
+            logger.info("preflight validation unavailable, continuing: %s", error)
+            return []
+        return [Problem(path="", message=str(error), hint="the workspace refused the workload")]
     problems = []
     for item in answer.get("errors") or []:
         if isinstance(item, dict):

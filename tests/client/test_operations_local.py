@@ -115,7 +115,7 @@ def test_public_and_private_image_registration(workspace_factory, tmp_path, monk
         params={"scope": scope},
         headers={"Authorization": f"Bearer {ws.token}"},
     ).json()
-    assert [s["key"] for s in stored["secrets"]] == ["docker.io-bob-docker-config"]
+    assert [s["key"] for s in stored["secrets"]] == ["docker.io-bob-local"]  # image_credentials.go
 
 
 def test_unregistered_image_fails_before_upload_naming_the_command(workspace_factory):

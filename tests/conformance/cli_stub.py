@@ -1,0 +1,163 @@
+"""A recording stub workspace for the conformance suite.
+
+It plays the part of the databricks/cli acceptance harness (``acceptance/experimental/air/*/
+test.toml``): requests matching a ``METHOD /path`` pattern get the stubbed answer, everything
+is recorded, and recordings are normalised the way the harness's ``[[Repls]]`` do (user
+names, launch suffixes, snapshot archive names, idempotency tokens). It is an ``httpx``
+transport, so our real client sends real requests to it without a socket.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import tarfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+import httpx
+
+USER = "tester@example.com"
+HOST = "https://workspace.example.com"
+
+Answer = tuple[int, Any] | Callable[["Recorded"], tuple[int, Any]]
+
+# The harness's replacements, in order (acceptance run-submit/test.toml and friends).
+_REPLACEMENTS = [
+    (re.compile(r"[A-Za-z0-9._-]+_[0-9a-f]{16}\.tar\.gz"), "[SNAPSHOT_TARBALL]"),
+    (re.compile(r"(/cli_launch/[^/]+/[^/]+)_[0-9a-f]{16}"), r"\1_[RUN_ID]"),
+    (re.compile(re.escape(USER)), "[USERNAME]"),
+    (
+        re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"),
+        "[UUID]",
+    ),
+]
+
+
+def normalise(value: Any) -> Any:
+    if isinstance(value, str):
+        for pattern, replacement in _REPLACEMENTS:
+            value = pattern.sub(replacement, value)
+        return value
+    if isinstance(value, dict):
+        return {normalise(k): normalise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalise(v) for v in value]
+    return value
+
+
+@dataclass
+class Recorded:
+    seq: int
+    method: str
+    path: str
+    query: dict[str, str]
+    raw_body: bytes
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.raw_body) if self.raw_body else None
+
+    def view(self) -> dict[str, Any]:
+        """What the harness's print_requests.py shows: method, path, query, JSON body or
+        the raw body of an upload (archives by their entry names)."""
+        shown: dict[str, Any] = {"method": self.method, "path": self.path}
+        if self.query:
+            shown["q"] = dict(self.query)
+        if self.raw_body:
+            if self.path.endswith(".tar.gz"):
+                shown["archive"] = archive_entries(self.raw_body)
+            else:
+                try:
+                    shown["body"] = json.loads(self.raw_body)
+                except ValueError:
+                    shown["raw_body"] = self.raw_body.decode("utf-8", "replace")
+        return normalise(shown)
+
+
+def archive_entries(content: bytes) -> dict[str, str | None]:
+    """Entry name -> text (None for folders) of a tar.gz."""
+    entries: dict[str, str | None] = {}
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(content))) as archive:
+        for member in archive.getmembers():
+            name = member.name.rstrip("/")
+            if member.isdir():
+                entries[name] = None
+            else:
+                handle = archive.extractfile(member)
+                entries[name] = handle.read().decode("utf-8", "replace") if handle else ""
+    return entries
+
+
+@dataclass
+class StubWorkspace(httpx.BaseTransport):
+    """Stubbed answers by ``"METHOD /path"`` (a regular expression on the path; the first
+    match wins), a plain default for the calls every flow makes, 404 otherwise."""
+
+    stubs: list[tuple[str, Answer]] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stub(self, pattern: str, answer: Answer) -> StubWorkspace:
+        self.stubs.append((pattern, answer))
+        return self
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        with self._lock:
+            recorded = Recorded(
+                seq=len(self.requests),
+                method=request.method,
+                path=request.url.path,
+                query=dict(parse_qsl(request.url.query.decode(), keep_blank_values=True)),
+                raw_body=body,
+            )
+            self.requests.append(recorded)
+        status, payload = self._answer(recorded)
+        if isinstance(payload, bytes | str):
+            return httpx.Response(status, content=payload)
+        return httpx.Response(status, json=payload)
+
+    def _answer(self, request: Recorded) -> tuple[int, Any]:
+        for pattern, answer in self.stubs:
+            method, _, path = pattern.partition(" ")
+            if method == request.method and re.fullmatch(path, request.path):
+                return answer(request) if callable(answer) else answer
+        return self._default(request)
+
+    def _default(self, request: Recorded) -> tuple[int, Any]:
+        path = request.path
+        if path == "/api/2.0/preview/scim/v2/Me":
+            return 200, {"userName": USER, "id": "42"}
+        if path == "/api/2.0/workspace/mkdirs":
+            return 200, {}
+        if path.startswith("/api/2.0/workspace-files/import-file/"):
+            self.files["/" + path.removeprefix("/api/2.0/workspace-files/import-file/")] = (
+                request.raw_body
+            )
+            return 200, {}
+        if path == "/api/2.0/workspace/get-status":
+            known = request.query.get("path") in self.files
+            if known:
+                return 200, {"path": request.query["path"], "object_type": "FILE"}
+        return 404, {
+            "error_code": "RESOURCE_DOES_NOT_EXIST",
+            "message": f"{request.method} {path}: not stubbed",
+        }
+
+    # --- reading the recording ------------------------------------------------------------
+
+    def to(self, method: str, path_pattern: str) -> list[Recorded]:
+        return [
+            r for r in self.requests if r.method == method and re.fullmatch(path_pattern, r.path)
+        ]
+
+    def lines(self) -> list[str]:
+        """``METHOD path`` of every request, normalised, in the order sent."""
+        return [normalise(f"{r.method} {r.path}") for r in self.requests]

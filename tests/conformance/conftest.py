@@ -1,0 +1,66 @@
+"""Fixtures of the conformance suite: a stub workspace our real client talks to, and a git
+repository like the one the CLI's run-submit acceptance test makes (``git-repo-init``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cli_stub import HOST, StubWorkspace
+
+from air_runtime.client import AirClient
+
+# Pinned dates keep the commit, and so the snapshot's cache key, the same on every run
+# (acceptance/experimental/air/run-submit/script).
+GIT_ENV = {
+    "GIT_AUTHOR_DATE": "2020-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2020-01-01T00:00:00Z",
+    "GIT_AUTHOR_NAME": "tester",
+    "GIT_AUTHOR_EMAIL": "tester@example.com",
+    "GIT_COMMITTER_NAME": "tester",
+    "GIT_COMMITTER_EMAIL": "tester@example.com",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def stub() -> StubWorkspace:
+    return StubWorkspace()
+
+
+@pytest.fixture
+def client(stub: StubWorkspace) -> Iterator[AirClient]:
+    with AirClient(HOST, "dapi-conformance", transport=stub) as air:
+        yield air
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Callable[..., tuple[Path, str]]:
+    """A repository named ``project`` with ``train.py`` committed; returns it and the
+    commit."""
+
+    def make(files: dict[str, str] | None = None) -> tuple[Path, str]:
+        repo = tmp_path / "project"
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        for name, text in (files or {"train.py": "print('committed')\n"}).items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "init")
+        return repo, git(repo, "rev-parse", "HEAD")
+
+    return make
