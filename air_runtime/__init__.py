@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from air_runtime._docker_credentials import DockerCredential, find_docker_credentials
 from air_runtime._docker_ref import (
     DockerRef,
     DockerRefError,
@@ -98,6 +99,7 @@ __all__ = [
     "CapacityError",
     "CodeSnapshot",
     "CodeSource",
+    "DockerCredential",
     "Compute",
     "ConfigurationError",
     "Container",
@@ -126,6 +128,7 @@ __all__ = [
     "lint_workload",
     "load_workload",
     "make_idempotency_token",
+    "find_docker_credentials",
     "normalize_docker_ref",
     "parse_docker_ref",
     "workload_json_schema",

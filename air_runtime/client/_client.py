@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from .. import _images
 from .._auth import Credentials, resolve_credentials
+from .._docker_credentials import DockerCredential
 from .._states import RunState
-from . import _runs, _secrets, _submit
+from . import _identity, _images, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
     ClientCore,
@@ -173,7 +173,7 @@ class AirClient(_BaseClient):
     # --- operations ---------------------------------------------------------------------
 
     def whoami(self) -> Identity:
-        return self._run(_submit.whoami(self._core))
+        return self._run(_identity.whoami(self._core))
 
     def submit(self, plan: SubmissionPlan) -> SubmittedRun:
         return self._run(_submit.submit(self._core, plan))
@@ -265,7 +265,12 @@ class AirClient(_BaseClient):
         credentials_scope: str | None = None,
         credentials_key: str | None = None,
         refresh: bool = False,
+        docker_credential: DockerCredential | None = None,
     ) -> ImageRegistration:
+        """Register ``ref`` (again, with ``refresh``); does not wait for AVAILABLE.
+        Credentials: the secret ``credentials_scope``/``credentials_key``, else
+        ``docker_credential`` (stored as a secret first), else what ``docker login`` left
+        on this machine, else none."""
         return self._run(
             _images.register_image(
                 self._core,
@@ -273,6 +278,7 @@ class AirClient(_BaseClient):
                 credentials_scope=credentials_scope,
                 credentials_key=credentials_key,
                 refresh=refresh,
+                docker_credential=docker_credential,
             )
         )
 
@@ -405,7 +411,7 @@ class AsyncAirClient(_BaseClient):
     # --- operations ---------------------------------------------------------------------
 
     async def whoami(self) -> Identity:
-        return await self._run(_submit.whoami(self._core))
+        return await self._run(_identity.whoami(self._core))
 
     async def submit(self, plan: SubmissionPlan) -> SubmittedRun:
         return await self._run(_submit.submit(self._core, plan))
@@ -503,7 +509,12 @@ class AsyncAirClient(_BaseClient):
         credentials_scope: str | None = None,
         credentials_key: str | None = None,
         refresh: bool = False,
+        docker_credential: DockerCredential | None = None,
     ) -> ImageRegistration:
+        """Register ``ref`` (again, with ``refresh``); does not wait for AVAILABLE.
+        Credentials: the secret ``credentials_scope``/``credentials_key``, else
+        ``docker_credential`` (stored as a secret first), else what ``docker login`` left
+        on this machine, else none."""
         return await self._run(
             _images.register_image(
                 self._core,
@@ -511,6 +522,7 @@ class AsyncAirClient(_BaseClient):
                 credentials_scope=credentials_scope,
                 credentials_key=credentials_key,
                 refresh=refresh,
+                docker_credential=docker_credential,
             )
         )
 

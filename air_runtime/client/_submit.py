@@ -28,7 +28,10 @@ from .._errors import (
     WorkloadError,
 )
 from .._snapshot import PackedSnapshot, artifact_dir
-from ._core import ClientCore, Flow, Identity, RetryPolicy, Sleep, SubmittedRun, gather, offload
+from . import _images
+from ._core import ClientCore, Flow, RetryPolicy, Sleep, SubmittedRun, gather, offload
+from ._identity import whoami
+from ._policies import resolve_usage_policy
 
 if TYPE_CHECKING:
     from ..plan import CodeSnapshot, Stage, SubmissionPlan
@@ -40,22 +43,6 @@ PREFLIGHT_PATH = "/api/2.0/ai-training/config:validate"
 # Preflight is an optimisation (the submit validates again): do not let a sick validation
 # service hold up the submit for the full retry budget.
 _PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total_s=5.0)
-
-
-def whoami(core: ClientCore) -> Flow[Identity]:
-    if core.identity is not None:
-        return core.identity
-    response = yield from core.call("GET", "/api/2.0/preview/scim/v2/Me", raw=True)
-    body = response.json()
-    user_name = body.get("userName")
-    if not user_name:
-        raise PlatformError(f"{core.host} answered the current-user request without a userName")
-    core.identity = Identity(
-        user_name=str(user_name),
-        user_id=str(body.get("id") or ""),
-        org_id=response.headers.get("X-Databricks-Org-Id"),
-    )
-    return core.identity
 
 
 def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
@@ -264,8 +251,6 @@ def _upload_snapshot(core: ClientCore, packed: PackedSnapshot) -> Flow[None]:
 def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
     """The CLI's submit (runsubmit.go submitWorkload), with what does not depend on each
     other sent at once: P3's four sequential round trips."""
-    from .. import _images
-    from ._policies import resolve_usage_policy
 
     # Round trip 2: preflight, the usage policy, folders, images and the snapshots'
     # content-addressed names (packed locally) checked against the workspace.

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from air_runtime import AirClient, Workload
+    from air_runtime import AirClient, DockerCredential, Workload
     from airflow_air._submission import Outcome, RunRecord
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
@@ -449,18 +449,18 @@ class AirRegisterImageOperator(BaseOperator):
 
         return self.poll_interval if self.poll_interval is not None else default_poll_interval()
 
-    def _stored_credentials(self, client: AirClient) -> tuple[str | None, str | None]:
-        """The secret holding the registry credentials: given, or written from the connection."""
+    def _connection_credential(self) -> DockerCredential | None:
+        """The registry login of ``docker_conn_id`` (the core stores it as a secret)."""
         from airflow_air.exceptions import AirConfigurationError
 
         if (self.credentials_scope is None) != (self.credentials_key is None):
             raise AirConfigurationError("credentials_scope and credentials_key go together")
         if self.docker_conn_id is None:
-            return self.credentials_scope, self.credentials_key
+            return None
         from airflow.sdk import BaseHook
         from airflow.sdk.log import mask_secret
 
-        from air_runtime._images import DockerCredential, credentials_secret_location
+        from air_runtime import DockerCredential
 
         conn = BaseHook.get_connection(self.docker_conn_id)
         password = conn.password or (conn.extra_dejson or {}).get("token")
@@ -477,11 +477,7 @@ class AirRegisterImageOperator(BaseOperator):
             origin=f"airflow-{self.docker_conn_id}",
         )
         mask_secret(credential.secret_value())
-        scope, key = credentials_secret_location(client.whoami().user_name, credential)
-        client.ensure_secret_scope(scope)
-        client.put_secret(scope, key, credential.secret_value())
-        self.log.info("Stored Docker Hub credentials of %s in secret %s/%s", conn.login, scope, key)
-        return scope, key
+        return credential
 
     def execute(self, context: Context) -> Any:
         from air_runtime import normalize_docker_ref
@@ -506,9 +502,12 @@ class AirRegisterImageOperator(BaseOperator):
                 self.log.info("%s is being registered (%s); waiting", image, existing.state)
                 registration = existing
             else:
-                scope, key = self._stored_credentials(client)
                 registration = client.register_image(
-                    image, credentials_scope=scope, credentials_key=key, refresh=True
+                    image,
+                    credentials_scope=self.credentials_scope,
+                    credentials_key=self.credentials_key,
+                    refresh=True,
+                    docker_credential=self._connection_credential(),
                 )
                 self.log.info("Registered %s: %s", image, registration.state)
                 if registration.is_available:

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from air_runtime import AirClient, AsyncAirClient, build_plan, load_workload
-from air_runtime import _images as images_module
 from air_runtime._errors import ConfigurationError
+from air_runtime.client import _images as images_module
 
 IMAGES = "ai-compute-manager/images"
 IMAGE_GET = "ai-compute-manager/images:get"

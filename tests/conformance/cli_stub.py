@@ -12,11 +12,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
+import subprocess
 import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -161,3 +164,26 @@ class StubWorkspace(httpx.BaseTransport):
     def lines(self) -> list[str]:
         """``METHOD path`` of every request, normalised, in the order sent."""
         return [normalise(f"{r.method} {r.path}") for r in self.requests]
+
+
+# Pinned dates keep the commit, and so the snapshot's cache key, the same on every run
+# (acceptance/experimental/air/run-submit/script).
+GIT_ENV = {
+    "GIT_AUTHOR_DATE": "2020-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2020-01-01T00:00:00Z",
+    "GIT_AUTHOR_NAME": "tester",
+    "GIT_AUTHOR_EMAIL": "tester@example.com",
+    "GIT_COMMITTER_NAME": "tester",
+    "GIT_COMMITTER_EMAIL": "tester@example.com",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return done.stdout.strip()

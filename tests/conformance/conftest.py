@@ -3,37 +3,13 @@ repository like the one the CLI's run-submit acceptance test makes (``git-repo-i
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_stub import HOST, StubWorkspace
+from cli_stub import HOST, StubWorkspace, git
 
 from air_runtime.client import AirClient
-
-# Pinned dates keep the commit, and so the snapshot's cache key, the same on every run
-# (acceptance/experimental/air/run-submit/script).
-GIT_ENV = {
-    "GIT_AUTHOR_DATE": "2020-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2020-01-01T00:00:00Z",
-    "GIT_AUTHOR_NAME": "tester",
-    "GIT_AUTHOR_EMAIL": "tester@example.com",
-    "GIT_COMMITTER_NAME": "tester",
-    "GIT_COMMITTER_EMAIL": "tester@example.com",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **GIT_ENV},
-    )
-    return done.stdout.strip()
 
 
 @pytest.fixture

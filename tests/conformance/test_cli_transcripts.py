@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_stub import HOST, USER, Recorded, StubWorkspace, archive_entries, normalise
-from conftest import git
+from cli_stub import HOST, USER, Recorded, StubWorkspace, archive_entries, git, normalise
 
-import air_runtime._images as images_module
+import air_runtime.client._images as images_module
 from air_runtime import AuthError, ConfigurationError, WorkloadError
 from air_runtime.client import AirClient
 from air_runtime.workload import load_workload

@@ -1,63 +1,32 @@
-"""Docker Hub image registration (rest-api.md §4) and local Docker credential discovery.
+"""Docker image registration (rest-api.md §4): the flows the client runs.
 
 A public image is registered without credentials. A private one needs the registry user's
-credentials stored as a workspace secret first; they are looked up where ``docker login``
-left them (``~/.docker/config.json``: inline ``auths`` or a credential helper).
+credentials stored as a workspace secret first (found by ``air_runtime._docker_credentials``).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
-import os
-import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._docker_ref import DockerRefError, normalize_docker_ref
-from ._errors import AirError, AuthError, ConfigurationError, NotFound
-from .client._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
-from .client._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
-from .client._submit import whoami
+from .._docker_credentials import DockerCredential, find_docker_credentials
+from .._docker_ref import DockerRefError, normalize_docker_ref
+from .._errors import AirError, AuthError, ConfigurationError, NotFound
+from ._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
+from ._identity import whoami
+from ._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
 
 if TYPE_CHECKING:
-    from .plan import ImageRequirement
+    from ..plan import ImageRequirement
 
 logger = logging.getLogger("air_runtime.images")
 
 IMAGES_API = "/api/2.0/ai-compute-manager/images"
-# Keys Docker uses for Docker Hub in config.json, newest convention last.
-_DOCKER_HUB_KEYS = (
-    "https://index.docker.io/v1/",
-    "index.docker.io",
-    "docker.io",
-    "registry-1.docker.io",
-    "https://registry-1.docker.io",
-)
-_HELPER_TIMEOUT_S = 20.0
 # How long to wait for a registration to become AVAILABLE, and how often to look (§4).
 IMAGE_WAIT_TIMEOUT_S = 3600.0
 IMAGE_POLL_INTERVAL_S = 5.0
-
-
-@dataclass(frozen=True)
-class DockerCredential:
-    """A registry login found on this machine. ``origin`` names where it came from."""
-
-    registry: str
-    username: str
-    password: str
-    origin: str
-
-    def secret_value(self) -> str:
-        return base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-
-    def __repr__(self) -> str:  # never show the password
-        return f"DockerCredential(registry={self.registry!r}, username={self.username!r}, origin={self.origin!r})"
 
 
 def register_command(image: str) -> str:
@@ -73,76 +42,6 @@ def normal_image(reference: str) -> str:
         return normalize_docker_ref(reference)
     except DockerRefError as error:
         raise ConfigurationError(f"{error.message}; {error.hint}") from error
-
-
-def _docker_config_path() -> Path:
-    root = os.environ.get("DOCKER_CONFIG")
-    return Path(root) / "config.json" if root else Path.home() / ".docker" / "config.json"
-
-
-def _from_helper(helper: str, server: str) -> DockerCredential | None:
-    try:
-        done = subprocess.run(
-            [f"docker-credential-{helper}", "get"],
-            input=server.encode(),
-            capture_output=True,
-            timeout=_HELPER_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        logger.warning("docker credential helper %r failed: %s", helper, type(error).__name__)
-        return None
-    if done.returncode != 0:
-        return None
-    try:
-        answer = json.loads(done.stdout)
-    except ValueError:
-        return None
-    user, secret = answer.get("Username"), answer.get("Secret")
-    if not user or not secret:
-        return None
-    return DockerCredential("docker.io", user, secret, origin=helper)
-
-
-def find_docker_credentials(
-    config_path: str | os.PathLike[str] | None = None,
-) -> DockerCredential | None:
-    """Docker Hub credentials from ``~/.docker/config.json`` (``$DOCKER_CONFIG`` honoured):
-    a per-registry ``credHelpers`` entry, else inline ``auths``, else the ``credsStore``."""
-    path = Path(config_path) if config_path else _docker_config_path()
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    helpers = config.get("credHelpers") or {}
-    for key in _DOCKER_HUB_KEYS:
-        if key in helpers:
-            found = _from_helper(str(helpers[key]), key)
-            if found:
-                return found
-    auths = config.get("auths") or {}
-    for key in _DOCKER_HUB_KEYS:
-        entry = auths.get(key)
-        if not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            except ValueError:
-                continue
-            if user and password:
-                return DockerCredential("docker.io", user, password, origin="docker-config")
-        if entry.get("username") and entry.get("password"):
-            return DockerCredential(
-                "docker.io", entry["username"], entry["password"], origin="docker-config"
-            )
-    store = config.get("credsStore")
-    if store:
-        for key in _DOCKER_HUB_KEYS[:1]:
-            found = _from_helper(str(store), key)
-            if found:
-                return found
-    return None
 
 
 def credentials_secret_location(user_name: str, credential: DockerCredential) -> tuple[str, str]:
