@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+# What the `local` extra installs: the local workspace's server.
+LOCAL_EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "starlette"})
+INSTALL_HINT = 'the local workspace needs its extra: pip install "air-orchestration[local]"'
 
 
 def register(subparsers: Any) -> None:
-    from air_runtime.local._server import add_server_arguments
+    try:
+        from air_runtime.local._server import add_server_arguments
+    except ModuleNotFoundError as exc:
+        if exc.name not in LOCAL_EXTRA_MODULES:
+            raise
+        missing = subparsers.add_parser(
+            "workspace", help=f"serve the local workspace ({INSTALL_HINT})"
+        )
+        missing.add_argument("rest", nargs=argparse.REMAINDER)
+        missing.set_defaults(func=_not_installed)
+        return
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "workspace",
@@ -19,6 +34,11 @@ def register(subparsers: Any) -> None:
     )
     add_server_arguments(parser)
     parser.set_defaults(func=_run)
+
+
+def _not_installed(args: argparse.Namespace) -> int:
+    print(f"airo workspace: {INSTALL_HINT}", file=sys.stderr)
+    return 2
 
 
 def _run(args: argparse.Namespace) -> int:

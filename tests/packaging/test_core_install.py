@@ -1,0 +1,54 @@
+"""The core installs and works without any extra: `pip install air-orchestration` gives
+`air_runtime` and `airo validate`, and `airo workspace` says which extra it needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+UV = Path(sys.executable).with_name("uv")
+
+
+@pytest.mark.slow
+def test_core_without_extras(tmp_path: Path) -> None:
+    venv = tmp_path / "core"
+    subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(UV), "pip", "install", "-q", "--python", str(python), str(REPO)],
+        check=True,
+        timeout=600,
+    )
+    listed = subprocess.run(
+        [str(UV), "pip", "list", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
+    for heavy in ("fastapi", "uvicorn", "apache-airflow", "dagster", "tenacity"):
+        assert f"\n{heavy} " not in listed, listed
+
+    airo = venv / "bin" / "airo"
+    valid = subprocess.run(
+        [str(airo), "validate", str(REPO / "examples" / "single_node.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    imported = subprocess.run(
+        [str(python), "-c", "import air_runtime, air_runtime.client; print(air_runtime.AirClient)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    workspace = subprocess.run(
+        [str(airo), "workspace"], capture_output=True, text=True, check=False
+    )
+    assert workspace.returncode == 2
+    assert 'pip install "air-orchestration[local]"' in workspace.stderr
