@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.synced
 
-.PHONY: venv test test-fast lint demo bench reliability workspace clean
+.PHONY: venv services test test-fast lint demo bench reliability workspace clean
 
 venv: $(STAMP)
 
@@ -18,7 +18,11 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: venv lint
+# PostgreSQL and Redis for the deployment tests: started when installed and stopped.
+services:
+	@bash .ci/services.sh >/dev/null 2>&1 || echo "*** make: PostgreSQL or Redis is not installed or would not start (.ci/services.sh): the deployment tests that need them are skipped ***"
+
+test: venv lint services
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv

@@ -10,6 +10,13 @@ import pytest
 from air_runtime.local import LocalWorkspace, start_local_workspace
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The reliability campaigns are slow (`make test-fast` leaves them out)."""
+    for item in items:
+        if "reliability" in item.path.parts or "packaging" in item.path.parts:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
     """A fresh in-process local workspace (execute mode, token `local-token`, fast image
