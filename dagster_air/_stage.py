@@ -19,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from air_runtime import Workload, load_workload
-from air_runtime.plan._build import RUN_IF_VALUES
+from air_runtime.plan import RUN_IF_VALUES, task_key_problem
 
 WorkloadSource = str | os.PathLike[str] | Mapping[str, Any]
 Overrides = Mapping[str, Any] | Sequence[str]
@@ -50,9 +50,11 @@ class AirStage:
     asset_attributes: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.key or not self.key.replace("_", "a").replace("-", "a").isalnum():
+        # The task key rule of the plan, so a bad key fails at `dg check defs`, not mid-run.
+        problem = task_key_problem(self.key, "key")
+        if problem is not None:
             raise dg.DagsterInvalidDefinitionError(
-                f"stage key {self.key!r} must be non-empty letters, digits, '_' or '-'"
+                f"stage key {self.key!r}: {problem.message}; {problem.hint}"
             )
         if self.run_if not in RUN_IF_VALUES:
             raise dg.DagsterInvalidDefinitionError(

@@ -14,8 +14,18 @@ from air_runtime.plan._models import (
     SubmissionPlan,
     UploadFile,
 )
+from air_runtime.plan._workflow import (
+    RUN_IF_VALUES,
+    TASK_KEY_HINT,
+    TASK_KEY_RE,
+    check_stages,
+    task_key_problem,
+)
 
 __all__ = [
+    "RUN_IF_VALUES",
+    "TASK_KEY_HINT",
+    "TASK_KEY_RE",
     "CodeSnapshot",
     "ImageRequirement",
     "Stage",
@@ -23,7 +33,9 @@ __all__ = [
     "UploadFile",
     "build_plan",
     "build_workflow_plan",
+    "check_stages",
     "default_launch_suffix",
     "environment_spec",
     "make_idempotency_token",
+    "task_key_problem",
 ]

@@ -6,16 +6,12 @@ The launch directory layout and file names are part of the platform contract (wo
 
 from __future__ import annotations
 
-import decimal
 import hashlib
 import json
-import math
 import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
-
-import yaml
 
 from air_runtime._errors import Problem, WorkloadError
 from air_runtime.plan._models import (
@@ -25,14 +21,10 @@ from air_runtime.plan._models import (
     SubmissionPlan,
     UploadFile,
 )
+from air_runtime.plan._workflow import check_stages
+from air_runtime.plan._writers import command_script, go_json, hyperparameters_yaml
 from air_runtime.workload import DockerImage, Environment, SecretRef, Workload
-from air_runtime.workload._yaml import plain_scalar_tag
 
-RUN_IF_VALUES = (
-    "ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE",
-    "AT_LEAST_ONE_FAILED", "ALL_FAILED",
-)  # fmt: skip
-_TASK_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _SUFFIX_RE = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -62,21 +54,6 @@ def environment_spec(environment: Environment) -> dict[str, Any]:
     return spec
 
 
-def _go_json(value: Any) -> bytes:
-    """JSON as Go's ``json.Marshal`` writes it (runupload.go): compact, UTF-8, with ``<``,
-    ``>``, ``&``, U+2028 and U+2029 escaped, no trailing newline."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    for raw, escaped in _GO_JSON_ESCAPES:
-        text = text.replace(raw, escaped)
-    return text.encode("utf-8")
-
-
-_GO_JSON_ESCAPES = (
-    ("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-    ("\u2028", "\\u2028"), ("\u2029", "\\u2029"),
-)  # fmt: skip
-
-
 def _env_files(
     folder: str, plain: dict[str, str], secrets: dict[str, SecretRef]
 ) -> list[UploadFile]:
@@ -85,14 +62,14 @@ def _env_files(
         files.append(
             UploadFile(
                 f"{folder}/env_vars.json",
-                _go_json([{"name": k, "value": plain[k]} for k in sorted(plain)]),
+                go_json([{"name": k, "value": plain[k]} for k in sorted(plain)]),
             )
         )
     if secrets:
         files.append(
             UploadFile(
                 f"{folder}/secret_env_vars.json",
-                _go_json(
+                go_json(
                     [
                         {"name": k, "secret_scope": secrets[k].scope, "secret_key": secrets[k].key}
                         for k in sorted(secrets)
@@ -101,132 +78,6 @@ def _env_files(
             )
         )
     return files
-
-
-def _script(command: str) -> bytes:
-    """``command.sh`` holds the command exactly as written (runupload.go)."""
-    return command.encode("utf-8")
-
-
-def _go_float(value: float) -> str:
-    """``strconv.FormatFloat(v, 'g', -1, 64)``, the form go-yaml writes floats in: the
-    shortest digits, exponent form below 1e-4 and from 1e6 on (``1e+06``)."""
-    if math.isnan(value):
-        return ".nan"
-    if math.isinf(value):
-        return ".inf" if value > 0 else "-.inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign = "-" if value < 0 else ""
-    exact = decimal.Decimal(repr(abs(value))).normalize()
-    digits = "".join(map(str, exact.as_tuple().digits))
-    exponent = int(exact.as_tuple().exponent)
-    point = len(digits) + exponent  # where the decimal point falls in the digits
-    exp = point - 1
-    if exp < -4 or exp >= 6:
-        mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return f"{sign}{digits}{'0' * (point - len(digits))}"
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
-def _go_yaml_scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if type(value) is int:
-        return str(value)
-    if type(value) is float:
-        return _go_float(value)
-    text = str(value)
-    # A plain scalar when it reads back as the same string; double-quoted otherwise (the
-    # style go-yaml falls back to).
-    if text and text.isprintable() and plain_scalar_tag(text) == "tag:yaml.org,2002:str":
-        try:
-            if (
-                yaml.safe_load(text) == text
-                and text.strip() == text
-                and not text.startswith(
-                    (
-                        "-",
-                        "?",
-                        ":",
-                        "[",
-                        "]",
-                        "{",
-                        "}",
-                        "#",
-                        "&",
-                        "*",
-                        "!",
-                        "|",
-                        ">",
-                        "'",
-                        '"',
-                        "%",
-                        "@",
-                        "`",
-                    )
-                )
-                and ": " not in text
-                and " #" not in text
-            ):
-                return text
-        except yaml.YAMLError:
-            pass
-    return _NOT_PRINTABLE.sub(
-        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False)
-    )
-
-
-# Characters YAML does not allow as they are, or reads as line breaks: escaped inside
-# double quotes.
-_NOT_PRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
-
-
-def _go_yaml_lines(value: Any, indent: str, out: list[str]) -> None:
-    """A mapping or sequence as go-yaml v3 writes it: keys sorted, four-space indent."""
-    if isinstance(value, dict):
-        for key in sorted(value, key=str):
-            item = value[key]
-            name = _go_yaml_scalar(key if isinstance(key, str) else str(key))
-            if isinstance(item, (dict, list)) and item:
-                out.append(f"{indent}{name}:\n")
-                _go_yaml_lines(item, indent + "    ", out)
-            else:
-                out.append(f"{indent}{name}: {_go_yaml_block(item)}\n")
-        return
-    for item in value:
-        if isinstance(item, dict) and item:
-            nested: list[str] = []
-            _go_yaml_lines(item, indent + "  ", nested)
-            nested[0] = f"{indent}- {nested[0][len(indent) + 2 :]}"
-            out.extend(nested)
-        elif isinstance(item, list) and item:
-            out.append(f"{indent}- \n")
-            _go_yaml_lines(item, indent + "    ", out)
-        else:
-            out.append(f"{indent}- {_go_yaml_block(item)}\n")
-
-
-def _go_yaml_block(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{}"
-    if isinstance(value, list):
-        return "[]"
-    return _go_yaml_scalar(value)
-
-
-def _hyperparameters(parameters: dict[str, Any]) -> bytes:
-    """``hyperparameters.yaml`` as the CLI writes the parameters map with go-yaml
-    (runupload.go): sorted keys, four-space indent, Go's float form."""
-    lines: list[str] = []
-    _go_yaml_lines(parameters, "", lines)
-    return "".join(lines).encode("utf-8")
 
 
 def _copy_json(value: Any) -> Any:
@@ -268,8 +119,8 @@ class _StagePlan:
             UploadFile(f"{directory}/training_config.yaml", w.source_text.encode("utf-8"))
         )
         if w.command is not None:
-            self.files.append(UploadFile(f"{directory}/command.sh", _script(w.command)))
-        params = _hyperparameters(w.parameters) if w.parameters else None
+            self.files.append(UploadFile(f"{directory}/command.sh", command_script(w.command)))
+        params = hyperparameters_yaml(w.parameters) if w.parameters else None
         if params is not None:
             self.files.append(UploadFile(f"{directory}/hyperparameters.yaml", params))
         self.files.extend(_env_files(directory, w.env_variables, w.secrets))
@@ -287,7 +138,9 @@ class _StagePlan:
             for container in w.containers:
                 folder = f"{directory}/containers/{container.name}"
                 self.folders.append(folder)
-                self.files.append(UploadFile(f"{folder}/command.sh", _script(container.command)))
+                self.files.append(
+                    UploadFile(f"{folder}/command.sh", command_script(container.command))
+                )
                 if params is not None:
                     self.files.append(UploadFile(f"{folder}/hyperparameters.yaml", params))
                 self.files.extend(_env_files(folder, *w.container_env(container.name)))
@@ -352,96 +205,6 @@ class _StagePlan:
             body["retry_on_timeout"] = True
         body["ai_runtime_task"] = self.ai_runtime_task
         return body
-
-
-def _check_stages(stages: Sequence[Stage]) -> None:
-    problems: list[Problem] = []
-    if not stages:
-        raise WorkloadError(
-            [
-                Problem(
-                    "stages", "a workflow needs at least one stage", "pass one Stage per workload"
-                )
-            ]
-        )
-    keys: dict[str, int] = {}
-    for i, stage in enumerate(stages):
-        path = f"stages[{i}]"
-        if not isinstance(stage, Stage) or not isinstance(stage.workload, Workload):
-            problems.append(
-                Problem(
-                    path, f"{path} is not a Stage with a Workload", "use Stage(task_key, workload)"
-                )
-            )
-            continue
-        if not isinstance(stage.task_key, str) or not _TASK_KEY_RE.match(stage.task_key):
-            problems.append(
-                Problem(
-                    f"{path}.task_key",
-                    f"task_key {stage.task_key!r} is invalid",
-                    "use 1-100 characters of A-Z a-z 0-9 _ -",
-                )
-            )
-        elif stage.task_key in keys:
-            problems.append(
-                Problem(
-                    f"{path}.task_key",
-                    f"task_key {stage.task_key!r} is already used by stages[{keys[stage.task_key]}]",
-                    "give every stage a unique task_key",
-                )
-            )
-        else:
-            keys[stage.task_key] = i
-        if stage.run_if not in RUN_IF_VALUES:
-            problems.append(
-                Problem(
-                    f"{path}.run_if",
-                    f"unknown run_if {stage.run_if!r}",
-                    f"one of {', '.join(RUN_IF_VALUES)}",
-                )
-            )
-    if problems:
-        raise WorkloadError(problems)
-    for i, stage in enumerate(stages):
-        for dep in stage.depends_on:
-            if dep not in keys:
-                problems.append(
-                    Problem(
-                        f"stages[{i}].depends_on",
-                        f"stage {stage.task_key!r} depends on unknown stage {dep!r}",
-                        f"known stages: {', '.join(keys)}",
-                    )
-                )
-            elif dep == stage.task_key:
-                problems.append(
-                    Problem(
-                        f"stages[{i}].depends_on",
-                        f"stage {stage.task_key!r} depends on itself",
-                        "remove it from depends_on",
-                    )
-                )
-    if problems:
-        raise WorkloadError(problems)
-    # Kahn's algorithm: whatever cannot be ordered is on a cycle.
-    remaining = {s.task_key: set(s.depends_on) for s in stages}
-    while True:
-        ready = [k for k, deps in remaining.items() if not deps]
-        if not ready:
-            break
-        for key in ready:
-            del remaining[key]
-        for deps in remaining.values():
-            deps.difference_update(ready)
-    if remaining:
-        raise WorkloadError(
-            [
-                Problem(
-                    "stages",
-                    f"the stages {', '.join(sorted(remaining))} depend on each other in a cycle",
-                    "remove one of the depends_on entries of the cycle",
-                )
-            ]
-        )
 
 
 def _single(values: Sequence[str | None], what: str) -> str | None:
@@ -666,7 +429,7 @@ def build_workflow_plan(
     the task key, so two stages of the same experiment never share a folder.
     """
     stages = list(stages)
-    _check_stages(stages)
+    check_stages(stages)
     _check_user(user_name)
     if not isinstance(run_name, str) or not run_name.strip():
         raise WorkloadError(

@@ -10,7 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from air_runtime.plan._build import _copy_json, _go_json, _hyperparameters
+from air_runtime.plan._build import _copy_json
+from air_runtime.plan._writers import go_json as _go_json
+from air_runtime.plan._writers import hyperparameters_yaml as _hyperparameters
 from air_runtime.workload._yaml import load_yaml_text
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

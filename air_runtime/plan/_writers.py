@@ -1,0 +1,156 @@
+"""The launch directory's side files, written byte for byte as the CLI's Go writers write
+them (databricks/cli cmd/air/runupload.go): ``json.Marshal`` for the env files, go-yaml for
+``hyperparameters.yaml``, the command as written for ``command.sh``."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import math
+import re
+from typing import Any
+
+import yaml
+
+from air_runtime.workload._yaml import plain_scalar_tag
+
+
+def go_json(value: Any) -> bytes:
+    """JSON as Go's ``json.Marshal`` writes it (runupload.go): compact, UTF-8, with ``<``,
+    ``>``, ``&``, U+2028 and U+2029 escaped, no trailing newline."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for raw, escaped in _GO_JSON_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text.encode("utf-8")
+
+
+_GO_JSON_ESCAPES = (
+    ("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+    ("\u2028", "\\u2028"), ("\u2029", "\\u2029"),
+)  # fmt: skip
+
+
+def command_script(command: str) -> bytes:
+    """``command.sh`` holds the command exactly as written (runupload.go)."""
+    return command.encode("utf-8")
+
+
+def _go_float(value: float) -> str:
+    """``strconv.FormatFloat(v, 'g', -1, 64)``, the form go-yaml writes floats in: the
+    shortest digits, exponent form below 1e-4 and from 1e6 on (``1e+06``)."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    sign = "-" if value < 0 else ""
+    exact = decimal.Decimal(repr(abs(value))).normalize()
+    digits = "".join(map(str, exact.as_tuple().digits))
+    exponent = int(exact.as_tuple().exponent)
+    point = len(digits) + exponent  # where the decimal point falls in the digits
+    exp = point - 1
+    if exp < -4 or exp >= 6:
+        mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{sign}{digits}{'0' * (point - len(digits))}"
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def _go_yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        return _go_float(value)
+    text = str(value)
+    # A plain scalar when it reads back as the same string; double-quoted otherwise (the
+    # style go-yaml falls back to).
+    if text and text.isprintable() and plain_scalar_tag(text) == "tag:yaml.org,2002:str":
+        try:
+            if (
+                yaml.safe_load(text) == text
+                and text.strip() == text
+                and not text.startswith(
+                    (
+                        "-",
+                        "?",
+                        ":",
+                        "[",
+                        "]",
+                        "{",
+                        "}",
+                        "#",
+                        "&",
+                        "*",
+                        "!",
+                        "|",
+                        ">",
+                        "'",
+                        '"',
+                        "%",
+                        "@",
+                        "`",
+                    )
+                )
+                and ": " not in text
+                and " #" not in text
+            ):
+                return text
+        except yaml.YAMLError:
+            pass
+    return _NOT_PRINTABLE.sub(
+        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False)
+    )
+
+
+# Characters YAML does not allow as they are, or reads as line breaks: escaped inside
+# double quotes.
+_NOT_PRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def _go_yaml_lines(value: Any, indent: str, out: list[str]) -> None:
+    """A mapping or sequence as go-yaml v3 writes it: keys sorted, four-space indent."""
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            item = value[key]
+            name = _go_yaml_scalar(key if isinstance(key, str) else str(key))
+            if isinstance(item, (dict, list)) and item:
+                out.append(f"{indent}{name}:\n")
+                _go_yaml_lines(item, indent + "    ", out)
+            else:
+                out.append(f"{indent}{name}: {_go_yaml_block(item)}\n")
+        return
+    for item in value:
+        if isinstance(item, dict) and item:
+            nested: list[str] = []
+            _go_yaml_lines(item, indent + "  ", nested)
+            nested[0] = f"{indent}- {nested[0][len(indent) + 2 :]}"
+            out.extend(nested)
+        elif isinstance(item, list) and item:
+            out.append(f"{indent}- \n")
+            _go_yaml_lines(item, indent + "    ", out)
+        else:
+            out.append(f"{indent}- {_go_yaml_block(item)}\n")
+
+
+def _go_yaml_block(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _go_yaml_scalar(value)
+
+
+def hyperparameters_yaml(parameters: dict[str, Any]) -> bytes:
+    """``hyperparameters.yaml`` as the CLI writes the parameters map with go-yaml
+    (runupload.go): sorted keys, four-space indent, Go's float form."""
+    lines: list[str] = []
+    _go_yaml_lines(parameters, "", lines)
+    return "".join(lines).encode("utf-8")
