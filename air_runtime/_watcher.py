@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
 from ._errors import AirError, AuthError, NotFound, RunTimeout
+from ._polling import jittered, next_interval
 from ._states import RunState
 from .client import AsyncAirClient
 
@@ -36,9 +37,6 @@ logger = logging.getLogger("air_runtime.watcher")
 # The Jobs API answers at most this many runs per runs/list page.
 LIST_PAGE_SIZE = 25
 _PARALLEL_GETS = 8
-_JITTER = 0.1
-_CAPACITY_BACKOFF_FACTOR = 1.5
-_CAPACITY_MAX_FACTOR = 6.0
 
 OnUpdate = Callable[[RunState], None]
 
@@ -217,7 +215,7 @@ class RunWatcher:
                 await asyncio.sleep(pause)
 
     def _next_cycle_at(self, now: float, started: float) -> float:
-        list_mode_next = started + self.interval * self._rng.uniform(1 - _JITTER, 1 + _JITTER)
+        list_mode_next = started + jittered(self.interval, self._rng)
         if self._prefers_list(len(self._runs)):
             return list_mode_next
         upcoming = min((w.next_due for w in self._runs.values()), default=now)
@@ -352,13 +350,8 @@ class RunWatcher:
             self._finish(watched, state)
             return
         now = asyncio.get_running_loop().time()
-        if state.is_waiting_for_capacity:
-            watched.interval = min(
-                watched.interval * _CAPACITY_BACKOFF_FACTOR, self.interval * _CAPACITY_MAX_FACTOR
-            )
-        else:
-            watched.interval = self.interval
-        watched.next_due = now + watched.interval * self._rng.uniform(1 - _JITTER, 1 + _JITTER)
+        watched.interval = next_interval(watched.interval, self.interval, state)
+        watched.next_due = now + jittered(watched.interval, self._rng)
 
     def _changed(self, watched: _Watched, state: RunState) -> None:
         watched.state = state

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
+from .._polling import jittered, next_interval
 from .._states import RunState, failure_message
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
 
@@ -22,9 +23,6 @@ _MAX_NODES_SEARCHED = 8
 _LOG_TAIL = 20
 _LOG_PAGE_SIZE = 500
 # While the platform waits for GPUs nothing changes for minutes: poll less, up to this factor.
-_CAPACITY_BACKOFF_FACTOR = 1.5
-_CAPACITY_MAX_FACTOR = 6.0
-_JITTER = 0.2
 FOLLOW_POLL_S = 2.0
 
 
@@ -71,7 +69,7 @@ def cancel(core: ClientCore, run_id: int) -> Flow[None]:
 
 
 def _jittered(seconds: float, core: ClientCore) -> float:
-    return seconds * core.rng.uniform(1 - _JITTER, 1 + _JITTER)
+    return jittered(seconds, core.rng)
 
 
 def wait(
@@ -103,12 +101,7 @@ def wait(
                 on_update(state)
         if state.is_terminal:
             return state
-        if state.is_waiting_for_capacity:
-            interval = min(
-                interval * _CAPACITY_BACKOFF_FACTOR, poll_interval * _CAPACITY_MAX_FACTOR
-            )
-        else:
-            interval = poll_interval
+        interval = next_interval(interval, poll_interval, state)
         pause = _jittered(interval, core)
         if deadline is not None:
             remaining = deadline - time.monotonic()

@@ -1,7 +1,8 @@
 """JSON Schema of the workload YAML, for editors (``# yaml-language-server: $schema=...``).
 
-Written by hand from workload.md rather than derived from the models: the models hold the
-normal form (e.g. ``SecretRef``), while editors need the form users type.
+Its shape is written by hand rather than derived from the models (the models hold the
+normal form, e.g. ``SecretRef``, while editors need the form users type); its patterns are
+the validator's own constants.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from air_runtime.workload._models import GPUS_PER_NODE, PERMISSION_LEVELS, PRIORITY_CLASSES
+from air_runtime.workload._rules import CONTAINER_NAME_RE, ENV_NAME_RE, NAME_RE, UC_IMAGE_RE
 
-_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,100}$"}
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The patterns are the validator's own (one rule, two readers).
+_NAME = {"type": "string", "pattern": NAME_RE.pattern}
+_ENV_NAME = ENV_NAME_RE.pattern
 _UC_IMAGE = {
     "type": "string",
-    "pattern": r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+:[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+    "pattern": UC_IMAGE_RE.pattern,
     "description": "<catalog>.<schema>.<image>:<tag>",
 }
 _COMMAND = {"type": "string", "minLength": 1, "description": "shell script, at most 1000 lines"}
@@ -114,7 +117,7 @@ def workload_json_schema() -> dict[str, Any]:
                         {
                             "name": {
                                 "type": "string",
-                                "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                "pattern": CONTAINER_NAME_RE.pattern,
                                 "maxLength": 16,
                             },
                             "ranks": {
