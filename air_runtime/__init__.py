@@ -30,7 +30,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
-from air_runtime._states import RunState, TaskState, failure_message
+from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
     CodeSnapshot,
     Stage,
@@ -125,6 +125,8 @@ __all__ = [
     "build_plan",
     "build_workflow_plan",
     "failure_message",
+    "mlflow_ids",
+    "mlflow_run_url",
     "lint_workload",
     "load_workload",
     "make_idempotency_token",

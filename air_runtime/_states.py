@@ -8,7 +8,7 @@ in fact fine.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 IN_FLIGHT_STATES = frozenset(
@@ -167,6 +167,36 @@ class RunState:
         message = self.state_message.lower()
         return any(word in message for word in _CAPACITY_WORDS)
 
+    def task(self, task_key: str) -> TaskState | None:
+        """The newest attempt of the task ``task_key``; the only task of a single-task run
+        when no task has that key (its key is the experiment's name)."""
+        for task in self.tasks:
+            if task.task_key == task_key:
+                return task
+        return self.tasks[0] if len(self.tasks) == 1 else None
+
+    def has_ended(self, task_key: str | None = None) -> bool:
+        """Whether the run, or for a workflow stage its task, has ended: a stage ends before
+        its run does, and a run that ended without starting the stage's task ends it too."""
+        task = self.task(task_key) if task_key is not None else None
+        return self.is_terminal or (task is not None and task.is_terminal)
+
+    def stage(self, task_key: str | None) -> RunState:
+        """The run as one workflow stage sees it: its task's state stands for the run's, so
+        failure messages and output lookups describe that stage (the run itself when
+        ``task_key`` is None or unknown)."""
+        task = self.task(task_key) if task_key is not None else None
+        if task is None:
+            return self
+        return replace(
+            self,
+            run_id=task.run_id or self.run_id,
+            life_cycle_state=task.life_cycle_state,
+            result_state=task.result_state,
+            state_message=task.state_message or self.state_message,
+            tasks=(task,),
+        )
+
     @property
     def failed_task(self) -> TaskState | None:
         """The task that explains the failure: one that failed itself before one only
@@ -255,10 +285,24 @@ def failure_message(
     if trace:
         lines.append("Error trace (last lines):")
         lines.extend(f"  | {line}" for line in _tail(trace, _TRACE_TAIL_LINES))
-    experiment = _text(runtime_output.get("mlflow_experiment_id"))
-    mlflow_run = _text(runtime_output.get("mlflow_run_id"))
+    experiment, mlflow_run = mlflow_ids(output)
     if experiment or mlflow_run:
         lines.append(f"MLflow: experiment {experiment or '?'}, run {mlflow_run or '?'}")
     if state.run_page_url:
         lines.append(f"Run page: {state.run_page_url}")
     return "\n".join(lines)
+
+
+def mlflow_ids(output: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The MLflow experiment and run ids in a task's ``runs/get-output``."""
+    runtime = output.get("ai_runtime_task_output")
+    if not isinstance(runtime, Mapping):
+        return None, None
+    return _text(runtime.get("mlflow_experiment_id")), _text(runtime.get("mlflow_run_id"))
+
+
+def mlflow_run_url(host: str, experiment_id: str | None, run_id: str | None) -> str | None:
+    """The workspace's MLflow page of a run (``<host>/ml/experiments/<exp>/runs/<run>``)."""
+    if not experiment_id or not run_id:
+        return None
+    return f"{host.rstrip('/')}/ml/experiments/{experiment_id}/runs/{run_id}"

@@ -157,12 +157,16 @@ class RunWatcher:
         deadline: float | None = None,
         timeout: float | None = None,
         on_update: OnUpdate | None = None,
+        task_key: str | None = None,
     ) -> RunState:
-        """Wait until the run ends; return its terminal state (success or not).
+        """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
+        return the state that shows it (success or not).
 
         ``deadline`` is a wall-clock time (``time.time()``), so it survives serialization
         (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
         itself is left alone)."""
+        if task_key is not None:
+            return await self._wait_for_stage(run_id, task_key, deadline, timeout, on_update)
         loop = asyncio.get_running_loop()
         now = loop.time()
         limits = []
@@ -196,6 +200,40 @@ class RunWatcher:
                 watched.waiters.remove(entry)
             if not watched.waiters and self._runs.get(run_id) is watched:
                 del self._runs[run_id]
+
+    async def _wait_for_stage(
+        self,
+        run_id: int,
+        task_key: str,
+        deadline: float | None,
+        timeout: float | None,
+        on_update: OnUpdate | None,
+    ) -> RunState:
+        """A stage ends before its run does and the coalesced list view has no per-task
+        states, so a stage reads runs/get itself, within this watcher's request budget."""
+        limits = [d for d in (deadline, None if timeout is None else time.time() + timeout) if d]
+        end = min(limits) if limits else None
+        interval = self.interval
+        while True:
+            await self.bucket.acquire()
+            self.requests += 1
+            state = await self.client.get_run(run_id)
+            if on_update is not None:
+                on_update(state)
+            if state.has_ended(task_key):
+                return state
+            interval = next_interval(interval, self.interval, state)
+            pause = jittered(interval, self._rng)
+            if end is not None:
+                remaining = end - time.time()
+                if remaining <= 0:
+                    raise RunTimeout(
+                        f"stage {task_key} of run {run_id} is still {state.describe()} at the "
+                        "deadline; it keeps running on the workspace unless cancelled",
+                        run_id=run_id,
+                    )
+                pause = min(pause, remaining)
+            await asyncio.sleep(pause)
 
     # --- polling ------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
 from .._polling import jittered, next_interval
-from .._states import RunState, failure_message
+from .._states import RunState, failure_message, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
 
 logger = logging.getLogger("air_runtime.client")
@@ -242,6 +242,15 @@ class RunResult:
 
     failure: RunFailed | None = None
     output: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mlflow_ids(self) -> tuple[str | None, str | None]:
+        """The MLflow experiment and run ids of the task, when the platform gave them."""
+        return mlflow_ids(self.output)
+
+    def mlflow_url(self, host: str) -> str | None:
+        """The MLflow page of the run on ``host``; None without both ids."""
+        return mlflow_run_url(host, *self.mlflow_ids)
 
 
 def run_result(core: ClientCore, state: RunState) -> Flow[RunResult]:

@@ -28,6 +28,7 @@ from .._errors import (
     WorkloadError,
 )
 from .._snapshot import PackedSnapshot, artifact_dir
+from .._states import mlflow_ids
 from . import _images
 from ._core import ClientCore, Flow, RetryPolicy, Sleep, SubmittedRun, gather, offload
 from ._identity import whoami
@@ -145,9 +146,9 @@ def _experiment_id(core: ClientCore, run_id: int) -> Flow[str | None]:
         task_run_id = state.tasks[0].run_id if state.tasks else None
         if task_run_id is not None:
             output = yield from get_output(core, task_run_id)
-            found = (output.get("ai_runtime_task_output") or {}).get("mlflow_experiment_id")
-            if found:
-                return str(found)
+            experiment, _ = mlflow_ids(output)
+            if experiment:
+                return experiment
         if time.monotonic() >= deadline:
             return None
         yield Sleep(_EXPERIMENT_ID_POLL_S)

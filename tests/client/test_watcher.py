@@ -113,3 +113,39 @@ async def test_shared_watcher_is_one_per_workspace_and_loop(workspace_factory):
     assert RunWatcher.shared(ws.host, ws.token) is first
     assert RunWatcher.shared(ws.host, "another-token") is not first
     await first.aclose()
+
+
+async def test_a_stage_ends_before_its_run(local_workspace):
+    """RunWatcher.wait(task_key=...): the stage's own end, read through the watcher's
+    budget, while the run's next stage still runs."""
+    from air_runtime import Stage
+
+    def workload(name: str, command: str):
+        return load_workload(
+            {
+                "experiment_name": name,
+                "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                "command": command,
+            }
+        )
+
+    async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+        submitted = await client.submit_workload(
+            [
+                Stage("quick", workload("quick", "echo done")),
+                Stage("slow", workload("slow", "sleep 30"), depends_on=("quick",)),
+            ],
+            run_name="stages",
+        )
+        watcher = RunWatcher(client, interval=0.2)
+        state = await watcher.wait(submitted.run_id, task_key="quick", timeout=25)
+        assert state.has_ended("quick") and not state.is_terminal
+        assert state.stage("quick").result_state == "SUCCESS"
+        try:
+            await watcher.wait(submitted.run_id, task_key="slow", timeout=0.5)
+        except RunTimeout as timeout:
+            assert "stage slow" in str(timeout)
+        else:
+            raise AssertionError("the slow stage cannot have ended")
+        await client.cancel(submitted.run_id)
+        assert watcher.requests >= 2
