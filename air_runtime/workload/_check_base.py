@@ -1,0 +1,184 @@
+"""The validator's shared part: the keys and patterns of workload.md §1-§3, the limits, and
+the machinery every section uses (problems with their source positions, typed reads)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from air_runtime._errors import Problem
+from air_runtime.workload._models import (
+    PRINCIPAL_FIELDS,
+)
+from air_runtime.workload._yaml import SourceMarks, child_path
+
+TOP_LEVEL_KEYS = (
+    "experiment_name", "compute", "environment", "command", "containers", "env_variables",
+    "secrets", "code_source", "max_retries", "timeout_minutes", "idempotency_token",
+    "parameters", "mlflow_run_name", "mlflow_experiment_directory", "mlflow_artifact_location",
+    "permissions", "usage_policy_name", "usage_policy_id",
+)  # fmt: skip
+COMPUTE_KEYS = ("accelerator_type", "num_accelerators", "pool_id", "priority_class")
+ENVIRONMENT_KEYS = ("version", "dependencies", "docker_image", "unity_catalog_image")
+DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
+CONTAINER_KEYS = ("name", "ranks", "unity_catalog_image", "command", "environment_variables")
+CODE_SOURCE_KEYS = ("root_path", "remote_volume", "include_paths", "git")
+GIT_KEYS = ("branch", "commit")
+PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+UC_IMAGE_RE = re.compile(
+    r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+:[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+)
+SECRET_TEMPLATE_RE = re.compile(r"^\{\{secrets/([^/{}\s]+)/([^/{}\s]+)\}\}$")
+VERSION_RE = re.compile(r"^databricks_ai_v(\d+)$")
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+MAX_COMMAND_LINES = 1000
+# Far above any AI Runtime allocation: a guard against a typo (GPUs per node multiplied in
+# twice, a missing unit) that would otherwise build a submit body listing millions of ranks.
+MAX_NODES = 2048
+MAX_CONTAINER_NAME = 16
+
+_UC_PER_CONTAINER_HINT = (
+    "Docker images are not supported per container: publish the image to Unity Catalog and "
+    "set unity_catalog_image: <catalog>.<schema>.<image>:<tag>"
+)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {_short(value)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def scalar_text(value: Any) -> str | None:
+    """Literal text of an environment variable value given as a Python scalar (dict input)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return None
+
+
+class CheckerBase:
+    """Collects problems with their source locations while normalizing the mapping: the
+    shared machinery of every section's rules."""
+
+    def __init__(self, marks: SourceMarks | None = None) -> None:
+        self.marks = marks or SourceMarks()
+        self.problems: list[Problem] = []
+
+    # -- reporting -------------------------------------------------------------------------
+    def add(
+        self, path: str, message: str, hint: str | None = None, *, at_key: bool = False
+    ) -> None:
+        mark = self._find_mark(path, at_key)
+        line, column = mark if mark else (None, None)
+        self.problems.append(Problem(path, message, hint, line, column))
+
+    def _find_mark(self, path: str, at_key: bool) -> tuple[int, int] | None:
+        if self.marks.overridden and self.marks.is_overridden(path):
+            return None
+        if at_key and path in self.marks.keys:
+            return self.marks.keys[path]
+        probe = path
+        while True:
+            if probe in self.marks.values:
+                return self.marks.values[probe]
+            if not probe:
+                return None
+            cut = max(probe.rfind("."), probe.rfind("["))
+            probe = probe[:cut] if cut > 0 else ""
+
+    # -- generic shapes --------------------------------------------------------------------
+    def mapping(
+        self, value: Any, path: str, allowed: Iterable[str], what: str
+    ) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.add(
+                path,
+                f"{path or 'the workload'} must be a mapping, got {_type_name(value)}",
+                f"write {what} as 'key: value' lines",
+            )
+            return None
+        allowed = tuple(allowed)
+        for key in value:
+            if not isinstance(key, str):
+                self.add(
+                    child_path(path, key),
+                    f"key {key!r} in {path or 'the workload'} must be a string",
+                    f"valid keys: {', '.join(allowed)}",
+                    at_key=True,
+                )
+            elif key not in allowed:
+                self.unknown_key(path, key, allowed)
+        return value
+
+    def unknown_key(self, path: str, key: str, allowed: tuple[str, ...]) -> None:
+        where = child_path(path, key)
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(allowed)}"
+        self.add(where, f"unknown key {key!r} in {path or 'the workload'}", hint, at_key=True)
+
+    def string(self, value: Any, path: str, *, blank_ok: bool = False) -> str | None:
+        if not isinstance(value, str):
+            self.add(path, f"{path} must be a string, got {_type_name(value)}", "quote the value")
+            return None
+        if not blank_ok and not value.strip():
+            self.add(path, f"{path} must not be blank", "give a non-empty value or remove the key")
+            return None
+        return value
+
+    def integer(self, value: Any, path: str, minimum: int) -> int | None:
+        if not _is_int(value):
+            self.add(
+                path,
+                f"{path} must be an integer, got {_type_name(value)}",
+                f"write a whole number >= {minimum}",
+            )
+            return None
+        if value < minimum:
+            self.add(path, f"{path} must be >= {minimum}, got {value}", f"use a value >= {minimum}")
+            return None
+        return int(value)
+
+    def command(self, value: Any, path: str) -> str | None:
+        text = self.string(value, path)
+        if text is None:
+            return None
+        lines = len(text.splitlines())
+        if lines > MAX_COMMAND_LINES:
+            self.add(
+                path,
+                f"{path} has {lines} lines, more than {MAX_COMMAND_LINES}",
+                "move the script into code_source and run it from the command",
+            )
+            return None
+        return text
+
+    # -- the workload ----------------------------------------------------------------------
