@@ -10,8 +10,6 @@ import math
 import re
 from typing import Any
 
-import yaml
-
 from air_runtime.workload._yaml import plain_scalar_tag
 
 
@@ -19,15 +17,12 @@ def go_json(value: Any) -> bytes:
     """JSON as Go's ``json.Marshal`` writes it (runupload.go): compact, UTF-8, with ``<``,
     ``>``, ``&``, U+2028 and U+2029 escaped, no trailing newline."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    for raw, escaped in _GO_JSON_ESCAPES:
-        text = text.replace(raw, escaped)
+    if _GO_ESCAPED.search(text):
+        text = _GO_ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text.encode("utf-8")
 
 
-_GO_JSON_ESCAPES = (
-    ("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-    ("\u2028", "\\u2028"), ("\u2029", "\\u2029"),
-)  # fmt: skip
+_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 
 
 def command_script(command: str) -> bytes:
@@ -44,6 +39,9 @@ def _go_float(value: float) -> str:
         return ".inf" if value > 0 else "-.inf"
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
+    if 1e-4 <= abs(value) < 1e6:  # fixed notation, where repr gives Go's digits
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
     sign = "-" if value < 0 else ""
     exact = decimal.Decimal(repr(abs(value))).normalize()
     digits = "".join(map(str, exact.as_tuple().digits))
@@ -70,46 +68,17 @@ def _go_yaml_scalar(value: Any) -> str:
     if type(value) is float:
         return _go_float(value)
     text = str(value)
-    # A plain scalar when it reads back as the same string; double-quoted otherwise (the
-    # style go-yaml falls back to).
-    if text and text.isprintable() and plain_scalar_tag(text) == "tag:yaml.org,2002:str":
-        try:
-            if (
-                yaml.safe_load(text) == text
-                and text.strip() == text
-                and not text.startswith(
-                    (
-                        "-",
-                        "?",
-                        ":",
-                        "[",
-                        "]",
-                        "{",
-                        "}",
-                        "#",
-                        "&",
-                        "*",
-                        "!",
-                        "|",
-                        ">",
-                        "'",
-                        '"',
-                        "%",
-                        "@",
-                        "`",
-                    )
-                )
-                and ": " not in text
-                and " #" not in text
-            ):
-                return text
-        except yaml.YAMLError:
-            pass
+    # Plain when it is a run of ordinary words that reads back as the same string (not a
+    # number, bool or null, YAML 1.1's included); double-quoted otherwise, the style
+    # go-yaml falls back to.
+    if _PLAIN_WORDS.fullmatch(text) and plain_scalar_tag(text) == "tag:yaml.org,2002:str":
+        return text
     return _NOT_PRINTABLE.sub(
         lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False)
     )
 
 
+_PLAIN_WORDS = re.compile(r"[A-Za-z0-9_.(][A-Za-z0-9_./()+=~^$@-]*(?: [A-Za-z0-9_./()+=~^$@-]+)*")
 # Characters YAML does not allow as they are, or reads as line breaks: escaped inside
 # double quotes.
 _NOT_PRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
