@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from air_runtime.workload._models import GPUS_PER_NODE, PERMISSION_LEVELS, PRIORITY_CLASSES
 from air_runtime.workload._check_base import CONTAINER_NAME_RE, ENV_NAME_RE, NAME_RE, UC_IMAGE_RE
+from air_runtime.workload._models import GPUS_PER_NODE, PERMISSION_LEVELS, PRIORITY_CLASSES
 
 # The patterns are the validator's own (one rule, two readers).
 _NAME = {"type": "string", "pattern": NAME_RE.pattern}
