@@ -29,7 +29,7 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow"
 
 demo: venv
-	$(BIN)/python -m air_runtime.demo
+	$(BIN)/python -m demo
 
 bench: venv
 	$(BIN)/python -m benchmarks.run_all

@@ -9,8 +9,8 @@ import pytest
 from managed_process import postgres_reachable, require_services
 
 from air_runtime.client import AirClient
-from air_runtime.demo import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
 from air_runtime.local import LocalWorkspace, start_local_workspace
+from demo.pipeline import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 REDIS = "redis://127.0.0.1:6379"

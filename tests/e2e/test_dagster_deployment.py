@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dagster_deployment import DagsterDeployment
 
-from air_runtime.demo import DAGSTER_ASSETS, DAGSTER_MODULE, DAGSTER_PROJECT, PLACEHOLDER_SECRET
+from demo.pipeline import DAGSTER_ASSETS, DAGSTER_MODULE, DAGSTER_PROJECT, PLACEHOLDER_SECRET
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 

@@ -1,4 +1,4 @@
-"""`make demo` (python -m air_runtime.demo) as a user runs it."""
+"""`make demo` (python -m demo) as a user runs it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import sys
 
 import pytest
 
-from air_runtime.demo import REPO_ROOT
+from demo.pipeline import REPO_ROOT
 
-DEMO = ("-m", "air_runtime.demo")  # what `make demo` runs
-AIRO_DEMO = ("-m", "air_runtime.cli", "demo")  # `airo demo`
+DEMO = ("-m", "demo")  # what `make demo` runs
 
 
 def run_demo(
@@ -57,8 +56,7 @@ def test_demo_exits_non_zero_when_a_stage_fails() -> None:
     assert "client: run" in result.stdout
 
 
-@pytest.mark.parametrize("entry", [DEMO, AIRO_DEMO], ids=["make-demo", "airo-demo"])
-def test_demo_rejects_an_unknown_stage(entry: tuple[str, ...]) -> None:
-    result = run_demo("--stages", "client,spark", timeout=60, entry=entry)
+def test_demo_rejects_an_unknown_stage() -> None:
+    result = run_demo("--stages", "client,spark", timeout=60)
     assert result.returncode == 2
     assert "unknown stage(s) ['spark']" in result.stderr

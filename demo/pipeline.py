@@ -1,4 +1,4 @@
-"""``make demo`` / ``airo demo``: the toy RL pipeline end to end on a local workspace.
+"""``make demo``: the toy RL pipeline end to end on a local workspace.
 
 Starts a local workspace in a temporary folder, runs the two-stage RL pipeline
 (``examples/rl``: a policy server and a trainer on two nodes, then an evaluation gate)
@@ -29,10 +29,7 @@ from typing import Any, BinaryIO, TextIO
 
 import httpx
 
-from air_runtime import Stage, load_workload
-from air_runtime._errors import AirError
-from air_runtime._states import RunState, TaskState
-from air_runtime.client import AirClient
+from air_runtime import AirClient, AirError, RunState, Stage, TaskState, load_workload
 from air_runtime.workload import GPUS_PER_NODE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +83,7 @@ class Console:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m air_runtime.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
@@ -445,6 +442,3 @@ def _tail_lines(path: Path, lines: int) -> list[str]:
     except OSError:
         return []
 
-
-if __name__ == "__main__":
-    sys.exit(main())

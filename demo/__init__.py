@@ -1,0 +1,1 @@
+"""The demo of a checkout (`make demo`): not part of the installed package."""
