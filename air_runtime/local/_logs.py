@@ -131,6 +131,13 @@ def _backward(path: Path, end: int, start_ns: int | None) -> Iterator[tuple[int,
                 continue
 
 
+def _tagged(
+    items: Iterator[tuple[int, int, Record]], index: int
+) -> Iterator[tuple[int, int, int, Record]]:
+    for stamp, offset, record in items:
+        yield stamp, index, offset, record
+
+
 def _encode_token(offsets: Sequence[int]) -> str:
     raw = ".".join(str(o) for o in offsets).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -202,7 +209,7 @@ class LogBook:
                 items = _forward(path, position, end_ns)
             else:
                 items = _backward(path, position, start_ns)
-            streams.append(((stamp, i, offset, record) for stamp, offset, record in items))
+            streams.append(_tagged(items, i))
         merged = heapq.merge(*streams, key=lambda item: item[0], reverse=not ascending)
         page: list[Record] = []
         more = False

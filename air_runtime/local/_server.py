@@ -162,6 +162,14 @@ class AdminClient:
         result: list[dict[str, Any]] = self._call("GET", f"/request-log?limit={limit}")["entries"]
         return result
 
+    def add_usage_policy(self, name: str, policy_id: str | None = None) -> dict[str, Any]:
+        """A usage policy served by `GET /api/2.0/serverless-policies` (id: a UUID)."""
+        body: dict[str, Any] = {"policy_name": name}
+        if policy_id is not None:
+            body["policy_id"] = policy_id
+        result: dict[str, Any] = self._call("POST", "/usage-policies", body)
+        return result
+
     def set_simulation(self, **timeline: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._call("PUT", "/simulate", timeline)
         return result
