@@ -43,10 +43,27 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) and make it 0700."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    """Create `path` (and each missing parent, all 0700) and make it 0700."""
+    missing = []
+    current = path
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        with _suppress_file_exists():
+            folder.mkdir(mode=0o700)
+        os.chmod(folder, 0o700)
+    if not missing:
+        os.chmod(path, 0o700)
     return path
+
+
+class _suppress_file_exists:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        return exc_type is not None and issubclass(exc_type, FileExistsError)
 
 
 def touch_private(path: Path) -> None:
@@ -62,7 +79,7 @@ def write_private(path: Path, data: str | bytes) -> None:
     """Write `path` atomically with mode 0600 (it is never readable by others, not even
     for a moment)."""
     raw = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.uploading")
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
