@@ -109,9 +109,7 @@ def serve(
         def write_ready_file() -> None:
             while not server.started and not server.should_exit:
                 time.sleep(0.01)
-            tmp = ready_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
-            tmp.replace(ready_file)
+            write_private(ready_file, json.dumps({"port": actual, "pid": os.getpid()}))
 
         threading.Thread(target=write_ready_file, daemon=True).start()
     server.run(sockets=[sock])
