@@ -12,8 +12,9 @@ from air_runtime.local import LocalWorkspace, start_local_workspace
 
 @pytest.fixture
 def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
-    """A fresh in-process local workspace (execute mode, token `local-token`, fast image
-    registration) with its own data dir; stopped after the test."""
+    """A fresh in-process local workspace (execute mode, its own random token as
+    `workspace.token`, fast image registration) with its own data dir; stopped after the
+    test."""
     workspace = start_local_workspace(
         data_dir=tmp_path / "workspace", image_delay_s=0.2, retry_interval_s=0.05
     )
