@@ -246,3 +246,13 @@ def test_log_pages_both_ways_and_per_attempt(workloads: Workloads, api: httpx.Cl
     assert read_all(ascending="false") == list(reversed(forward))
     assert read_all(**{"ref.attempt_number": 1}) == one_attempt
     assert api.get(url, params={"page_token": "zzz"}).status_code == 400
+
+
+def test_task_environment_key_must_be_declared(workloads: Workloads, api: httpx.Client) -> None:
+    task = workloads.command_task("true", environment_key="default")
+    body = {"run_name": "exp", "tasks": [task]}
+    missing = api.post("/api/2.2/jobs/runs/submit", json=body)
+    assert missing.status_code == 400
+    assert "environment_key" in missing.json()["message"]
+    body["environments"] = [{"environment_key": "default", "spec": {"environment_version": "6"}}]
+    assert api.post("/api/2.2/jobs/runs/submit", json=body).status_code == 200
