@@ -24,6 +24,9 @@ from air_runtime.local._security import open_private_append, private_dir
 Record = dict[str, Any]
 _LINEAR_SCAN = 8192
 _BLOCK = 65536
+# A page stops early past this many bytes of bodies (at least one record), so a page of
+# long lines stays a reasonable answer.
+MAX_PAGE_BYTES = 8 * 1024 * 1024
 
 
 class NodeLog:
@@ -213,11 +216,13 @@ class LogBook:
         merged = heapq.merge(*streams, key=lambda item: item[0], reverse=not ascending)
         page: list[Record] = []
         more = False
+        page_bytes = 0
         for _stamp, i, offset, record in merged:
-            if len(page) == size:
+            if len(page) == size or (page and page_bytes >= MAX_PAGE_BYTES):
                 more = True
                 break
             page.append(record)
+            page_bytes += len(str(record.get("body", "")))
             positions[i] = offset
         for stream in streams:
             close = getattr(stream, "close", None)

@@ -449,9 +449,10 @@ class RunEngine:
     def _output(
         self, spec: dict[str, Any], task_run_id: int, outcome: AttemptOutcome
     ) -> dict[str, Any]:
+        started = outcome.life_cycle_state != "INTERNAL_ERROR"  # else no experiment exists
         output: dict[str, Any] = {
             "ai_runtime_task_output": {
-                **self._mlflow_ids(spec, task_run_id),
+                **(self._mlflow_ids(spec, task_run_id) if started else {}),
                 "status_message": outcome.message or "Succeeded",
             }
         }

@@ -397,3 +397,15 @@ def test_raw_socket_with_no_host_header_is_refused(local_workspace: LocalWorkspa
         while chunk := sock.recv(65536):
             answer += chunk
     assert answer.split(b"\r\n", 1)[0].split()[1] in (b"400", b"403")
+
+
+def test_a_page_of_long_lines_stays_bounded(tmp_path: Path) -> None:
+    book = LogBook(tmp_path / "logs")
+    log = book.open(3, 0)
+    for _ in range(200):
+        log.write("z" * 64 * 1024)
+    log.close()
+    page, token = book.page([3], 0, size=1000)
+    assert len(page) == 128 and token is not None  # 8 MiB of bodies
+    rest, token = book.page([3], 0, size=1000, token=token)
+    assert len(rest) == 72 and token is None
