@@ -19,8 +19,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
-    """A fresh in-process local workspace (execute mode, token `local-token`, fast image
-    registration) with its own data dir; stopped after the test."""
+    """A fresh in-process local workspace (execute mode, its own random token as
+    `workspace.token`, fast image registration) with its own data dir; stopped after the
+    test."""
     workspace = start_local_workspace(
         data_dir=tmp_path / "workspace", image_delay_s=0.2, retry_interval_s=0.05
     )

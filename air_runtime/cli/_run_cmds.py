@@ -61,10 +61,29 @@ def register(subparsers: Any) -> None:
     register_image.set_defaults(func=_register_image)
 
 
+def _local_token(host: str | None) -> str | None:
+    """The token of the local workspace in its default data dir, for a loopback host."""
+    if not host:
+        return None
+    from urllib.parse import urlsplit
+
+    from air_runtime.local._security import TOKEN_FILE, is_loopback, read_token_file
+    from air_runtime.local._server import default_data_dir
+
+    name = urlsplit(host if "://" in host else f"http://{host}").hostname or ""
+    if not is_loopback(name):
+        return None
+    try:
+        return read_token_file(default_data_dir() / TOKEN_FILE)
+    except (OSError, ValueError):
+        return None
+
+
 def _client(args: argparse.Namespace) -> Any:
     from air_runtime.client import AirClient
 
-    return AirClient(args.host, args.token, user_agent_extra="airo-cli")
+    token = args.token if args.token is not None else _local_token(args.host)
+    return AirClient(args.host, token, user_agent_extra="airo-cli")
 
 
 def _fail(error: Exception) -> int:

@@ -29,7 +29,9 @@ def register(subparsers: Any) -> None:
         help="serve the local workspace (an AI Runtime emulator that runs workloads here)",
         description=(
             "Serve the local workspace: the AI Runtime REST API on this machine. Point any "
-            "client at http://<host>:<port> with one of the tokens."
+            "client at http://<host>:<port> with one of the tokens. Without a token option, "
+            "a random token is kept in <data dir>/token (mode 0600); `airo run/logs/cancel` "
+            "pointed at a loopback --host without --token read it from the default data dir."
         ),
     )
     add_server_arguments(parser)
@@ -42,7 +44,13 @@ def _not_installed(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sys
+
     from air_runtime.local._server import run_from_arguments
 
-    run_from_arguments(args, announce=True)
+    try:
+        run_from_arguments(args, announce=True)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import hmac
 import json
 import logging
 import re
 import secrets as token_source
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +30,14 @@ from air_runtime.local._images import ImageRegistry
 from air_runtime.local._logs import LogBook
 from air_runtime.local._options import WorkspaceOptions
 from air_runtime.local._runs import RunEngine, run_json, task_json
+from air_runtime.local._security import (
+    RequestGuard,
+    check_int64,
+    ensure_token,
+    parse_json,
+    private_dir,
+    token_matches,
+)
 from air_runtime.local._store import Store, now_ms
 from air_runtime.local._validation import validate_config, validate_submit
 
@@ -43,7 +54,9 @@ class WorkspaceState:
     """Everything one server holds; built by `create_app`, reachable as `app.state.workspace`."""
 
     def __init__(self, options: WorkspaceOptions, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)  # state, secrets, logs and the token: nobody else reads them
+        if not options.tokens:
+            options.tokens = [ensure_token(data_dir)[0]]
         self.options = options
         self.data_dir = data_dir
         self.store = Store(data_dir / "state.sqlite3")
@@ -61,6 +74,7 @@ class WorkspaceState:
             options,
             data_dir / "runs",
             self.secret,
+            instance_id=self.store.instance_id(),
         )
         self.tokens = set(options.tokens)
         self.revoked = {r["token"] for r in self.store.query("SELECT token FROM revoked_tokens")}
@@ -106,36 +120,32 @@ def authenticate(request: Request) -> str:
             "UNAUTHENTICATED",
             "Missing bearer token: send the header 'Authorization: Bearer <token>'.",
         )
-    if token in state.revoked:
+    if token_matches(token, state.revoked):
         raise ApiError(403, "PERMISSION_DENIED", "Invalid access token: it was revoked.")
-    if token in state.tokens:
+    if token_matches(token, state.tokens):
         return state.options.user_name
     row = state.store.access_token(token)
     if row is not None:
         if row["expires_at"] <= time.time():
             raise ApiError(401, "UNAUTHENTICATED", "The OAuth access token has expired.")
         return str(row["principal"])
-    if not state.tokens:
-        return state.options.user_name
     raise ApiError(403, "PERMISSION_DENIED", "Invalid access token.")
 
 
 def authenticate_admin(request: Request) -> None:
-    """Admin calls need one of the configured tokens (even a revoked one)."""
+    """Admin calls need one of the workspace's tokens that is not revoked (OAuth access
+    tokens are not enough)."""
     state = _state(request)
     token = _bearer(request)
-    if state.options.tokens and token not in state.options.tokens:
-        raise ApiError(403, "PERMISSION_DENIED", "Admin calls need a configured token.")
+    if not token_matches(token, state.tokens) or token_matches(token, state.revoked):
+        raise ApiError(403, "PERMISSION_DENIED", "Admin calls need a valid workspace token.")
 
 
 async def _json(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise ApiError(400, "MALFORMED_REQUEST", "The request body is not valid JSON.") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "MALFORMED_REQUEST", "The request body must be a JSON object.")
     return body
@@ -168,10 +178,15 @@ def _required_str(body: dict[str, Any], name: str) -> str:
 
 
 def _int_param(value: Any, name: str) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise invalid(f"{name} must be an integer, got {value!r}.")
+    if isinstance(value, str) and len(value.strip().lstrip("+-")) > 19:
+        raise invalid(f"{name} is out of range (a 64-bit integer).")
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise invalid(f"{name} must be an integer, got {value!r}.") from None
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise invalid(f"{name} must be an integer, got {str(value)[:40]!r}.") from None
+    return check_int64(number, name)
 
 
 def _flag(value: str | None) -> bool:
@@ -244,7 +259,7 @@ async def oidc_token(request: Request) -> JSONResponse:
             status_code=400,
         )
     expected = state.options.oauth_clients.get(client_id)
-    if expected is None or expected != client_secret:
+    if expected is None or not hmac.compare_digest(expected.encode(), client_secret.encode()):
         return JSONResponse(
             {"error": "invalid_client", "error_description": "Client authentication failed."},
             status_code=401,
@@ -577,9 +592,12 @@ def _page_token(value: str | None) -> int | None:
     if not value:
         return None
     try:
-        return int(base64.urlsafe_b64decode(value.encode()).decode())
+        number = int(base64.urlsafe_b64decode(value.encode()).decode())
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise invalid(f"page_token {value!r} is not a token this workspace issued.") from None
+        number = None
+    if number is None or not 0 <= number < 2**63:
+        raise invalid(f"page_token {value[:40]!r} is not a token this workspace issued.")
+    return number
 
 
 def _make_page_token(run_id: int) -> str:
@@ -676,7 +694,9 @@ async def permissions_get(request: Request, job_id: str) -> dict[str, Any]:
     return _acl_json(run_id, json.loads(rows[0]["acl"]) if rows else [])
 
 
-def _acl_json(job_id: int, acl: list[dict[str, Any]]) -> dict[str, Any]:
+def _acl_json(
+    job_id: int | str, acl: list[dict[str, Any]], kind: str = "jobs", object_type: str = "job"
+) -> dict[str, Any]:
     entries = []
     for entry in acl:
         principal = {p: entry[p] for p in _PRINCIPALS if entry.get(p)}
@@ -684,7 +704,149 @@ def _acl_json(job_id: int, acl: list[dict[str, Any]]) -> dict[str, Any]:
         entries.append(
             {**principal, "all_permissions": [{"permission_level": level, "inherited": False}]}
         )
-    return {"object_id": f"/jobs/{job_id}", "object_type": "job", "access_control_list": entries}
+    return {
+        "object_id": f"/{kind}/{job_id}",
+        "object_type": object_type,
+        "access_control_list": entries,
+    }
+
+
+def _checked_acl(body: dict[str, Any], levels: tuple[str, ...]) -> list[dict[str, Any]]:
+    entries = body.get("access_control_list")
+    if not isinstance(entries, list):
+        raise invalid("access_control_list must be a list.")
+    for i, entry in enumerate(entries):
+        principals = [p for p in _PRINCIPALS if isinstance(entry, dict) and entry.get(p)]
+        if len(principals) != 1 or not all(isinstance(entry[p], str) for p in principals):
+            raise invalid(
+                f"access_control_list[{i}] needs exactly one of {', '.join(_PRINCIPALS)}."
+            )
+        if entry.get("permission_level") not in levels:
+            raise invalid(
+                f"access_control_list[{i}].permission_level must be one of "
+                f"{', '.join(levels)}, got {str(entry.get('permission_level'))[:40]!r}."
+            )
+    return entries
+
+
+def _merge_acl(acl: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for entry in entries:
+        principal = next(p for p in _PRINCIPALS if entry.get(p))
+        acl = [a for a in acl if a.get(principal) != entry[principal]]
+        acl.append({principal: entry[principal], "permission_level": entry["permission_level"]})
+    return acl
+
+
+# MLflow experiments: the CLI grants the workload's principals on the run's experiment
+# (CAN_VIEW -> CAN_READ, CAN_MANAGE_RUN -> CAN_EDIT, CAN_MANAGE/IS_OWNER -> CAN_MANAGE) with
+# PATCH /api/2.0/permissions/experiments/{id}, the id read from runs/get-output
+# (runpermissions.go). Experiments exist once a task of theirs started.
+_EXPERIMENT_LEVELS = ("CAN_READ", "CAN_EDIT", "CAN_MANAGE")
+
+
+def _experiment_row(state: WorkspaceState, experiment_id: str) -> Any:
+    rows = state.store.query(
+        "SELECT * FROM experiments WHERE experiment_id = ?", (experiment_id[:64],)
+    )
+    if not rows:
+        raise not_found(f"Node ID {experiment_id[:64]} does not exist.")
+    return rows[0]
+
+
+@api.patch("/api/2.0/permissions/experiments/{experiment_id}")
+@api.put("/api/2.0/permissions/experiments/{experiment_id}")
+async def experiment_permissions_update(request: Request, experiment_id: str) -> dict[str, Any]:
+    state = _state(request)
+    _experiment_row(state, experiment_id)
+    entries = _checked_acl(await _json(request), _EXPERIMENT_LEVELS)
+    with state.store.transaction() as db:
+        row = db.execute(
+            "SELECT acl FROM experiments WHERE experiment_id = ?", (experiment_id,)
+        ).fetchone()
+        # PUT replaces the list, PATCH adds to it.
+        current = [] if request.method == "PUT" else json.loads(row["acl"])
+        acl = _merge_acl(current, entries)
+        db.execute(
+            "UPDATE experiments SET acl = ? WHERE experiment_id = ?",
+            (json.dumps(acl), experiment_id),
+        )
+    return _acl_json(experiment_id, acl, "experiments", "mlflow-experiment")
+
+
+@api.get("/api/2.0/permissions/experiments/{experiment_id}")
+async def experiment_permissions_get(request: Request, experiment_id: str) -> dict[str, Any]:
+    row = _experiment_row(_state(request), experiment_id)
+    return _acl_json(experiment_id, json.loads(row["acl"]), "experiments", "mlflow-experiment")
+
+
+# --- usage (serverless budget) policies ---------------------------------------------------
+
+# The workspace-scoped list the CLI resolves `usage_policy_name` with (usagepolicy.go):
+# `filter_by.policy_name` is a partial, case-insensitive server-side filter; `page_size` is
+# capped at 1000 (larger values are coerced down); paging with `page_token` /
+# `next_page_token`; each policy carries `policy_id` and `policy_name`.
+_MAX_POLICY_PAGE = 1000
+_DEFAULT_POLICY_PAGE = 100
+
+
+def _policy_json(row: Any) -> dict[str, Any]:
+    return {
+        "policy_id": row["policy_id"],
+        "policy_name": row["policy_name"],
+        "display_name": row["policy_name"],
+        "custom_tags": [],
+    }
+
+
+def add_usage_policy(state: WorkspaceState, name: Any, policy_id: Any = None) -> dict[str, Any]:
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise invalid("policy_name must be a non-empty string of at most 255 characters.")
+    if policy_id is None:
+        policy_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"airo-usage-policy/{name}"))
+    try:
+        policy_id = str(uuid.UUID(str(policy_id)))
+    except ValueError:
+        raise invalid("policy_id must be a UUID.") from None
+    with state.store.transaction() as db:
+        db.execute(
+            "INSERT OR REPLACE INTO usage_policies (policy_id, policy_name, created)"
+            " VALUES (?, ?, ?)",
+            (policy_id, name, now_ms()),
+        )
+    return {"policy_id": policy_id, "policy_name": name}
+
+
+@api.get("/api/2.0/serverless-policies")
+async def serverless_policies_list(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    params = await _get_params(request)
+    size = _int_param(params.get("page_size") or _DEFAULT_POLICY_PAGE, "page_size")
+    if size < 0:
+        raise invalid(f"page_size must not be negative, got {size}.")
+    size = min(size or _DEFAULT_POLICY_PAGE, _MAX_POLICY_PAGE)
+    offset = _offset_token(params.get("page_token"))
+    wanted = (params.get("filter_by.policy_name") or "").strip().casefold()
+    rows = [
+        r
+        for r in state.store.query(
+            "SELECT * FROM usage_policies ORDER BY policy_name COLLATE NOCASE, policy_id"
+        )
+        if wanted in str(r["policy_name"]).casefold()
+    ]
+    page = rows[offset : offset + size]
+    result: dict[str, Any] = {"policies": [_policy_json(r) for r in page]}
+    if offset + size < len(rows):
+        result["next_page_token"] = _make_page_token(offset + size)
+    return result
+
+
+def _offset_token(value: str | None) -> int:
+    offset = _page_token(value)
+    if offset is None:
+        return 0
+    if offset < 0:
+        raise invalid(f"page_token {value!r} is not a token this workspace issued.")
+    return offset
 
 
 # --- AI Runtime services ---------------------------------------------------------------
@@ -701,29 +863,52 @@ async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
     ident = _int_param(run_id, "run_id")
     params = await _get_params(request)
     if state.store.run_row(ident) is not None:
-        task_run_ids = [int(t["task_run_id"]) for t in state.store.task_rows(ident)]
-    elif state.store.task_row(ident) is not None:
-        task_run_ids = [ident]
+        tasks = state.store.task_rows(ident)
     else:
-        raise not_found(f"Run {ident} does not exist.")
+        task = state.store.task_row(ident)
+        if task is None:
+            raise not_found(f"Run {ident} does not exist.")
+        tasks = [task]
+    if params.get("ref.attempt_number"):
+        # The CLI asks for one retry attempt with ref.attempt_number (logbricklens.go).
+        attempt = _int_param(params["ref.attempt_number"], "ref.attempt_number")
+        tasks = [t for t in tasks if int(t["attempt_number"]) == attempt]
+    task_run_ids = [int(t["task_run_id"]) for t in tasks]
     node = _int_param(params.get("filter.node_index") or 0, "filter.node_index")
-    records = state.logbook.records(task_run_ids, node)
+    # `from` and `to` are Unix epoch SECONDS: the CLI sends the run's start second, or
+    # time_unix_nano / 1e9 of the last record it printed when following a run, and caps a
+    # finished run at the ceiling of its end second (logstream.go, logbricklens.go). A
+    # record counts from the first nanosecond of `from` through the last one of `to`.
+    start_ns = end_ns = None
     if params.get("from"):
-        start = _int_param(params["from"], "from")
-        records = [r for r in records if r["time_unix_nano"] >= start]
+        start_ns = _int_param(params["from"], "from") * 1_000_000_000
     if params.get("to"):
-        end = _int_param(params["to"], "to")
-        records = [r for r in records if r["time_unix_nano"] <= end]
-    if params.get("ascending", "true").lower() == "false":
-        records.reverse()
+        end_ns = (_int_param(params["to"], "to") + 1) * 1_000_000_000 - 1
+    # A bound past the int64 nanoseconds (e.g. nanoseconds sent as seconds) is the far
+    # future: no record is that late (cli-conformance.md item 4).
+    start_ns = None if start_ns is None else max(0, min(start_ns, 2**63 - 1))
+    end_ns = None if end_ns is None else max(-1, min(end_ns, 2**63 - 1))
+    ascending = params.get("ascending", "true").lower() != "false"
     size = _int_param(params.get("page_size") or 1000, "page_size")
     if not 1 <= size <= 10_000:
         raise invalid(f"page_size must be between 1 and 10000, got {size}.")
-    offset = _int_param(params.get("page_token") or 0, "page_token")
-    page = records[offset : offset + size]
+    try:
+        # Reading files blocks: never on the event loop.
+        page, next_token = await asyncio.to_thread(
+            state.logbook.page,
+            task_run_ids,
+            node,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            ascending=ascending,
+            size=size,
+            token=params.get("page_token") or None,
+        )
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
     result: dict[str, Any] = {"log_records": page}
-    if offset + size < len(records):
-        result["next_page_token"] = str(offset + size)
+    if next_token:
+        result["next_page_token"] = next_token
     return result
 
 
@@ -797,6 +982,12 @@ async def admin_request_log(request: Request) -> dict[str, Any]:
     return {"entries": entries[-limit:]}
 
 
+@admin.post("/usage-policies")
+async def admin_add_usage_policy(request: Request) -> dict[str, Any]:
+    body = await _json(request)
+    return add_usage_policy(_state(request), body.get("policy_name"), body.get("policy_id"))
+
+
 @admin.get("/simulate")
 async def admin_simulate_get(request: Request) -> dict[str, Any]:
     return dict(_state(request).options.simulate)
@@ -849,6 +1040,15 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
         # The caller hung up (a killed worker) before its body was read: nobody to answer.
         return Response(status_code=499)
 
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # A bug must still answer in the platform's error shape (and never echo internals).
+        logger.exception("unexpected error in the local workspace", exc_info=exc)
+        return JSONResponse(
+            {"error_code": "INTERNAL_ERROR", "message": "Internal error of the local workspace."},
+            status_code=500,
+        )
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(
@@ -861,11 +1061,21 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
     # Served as the outermost ASGI layer (see `asgi_app`), so a dropped connection really
     # closes the socket and injected answers bypass the handlers entirely.
     state.faults = FaultInjector(app, options.faults, state.counters, state.request_log)
+    for policy in options.usage_policies:
+        add_usage_policy(state, policy.get("policy_name"), policy.get("policy_id"))
     return app
 
 
-def asgi_app(app: FastAPI) -> FaultInjector:
-    """The app to serve: `app` behind its fault injector, counters and request log."""
-    injector = app.state.workspace.faults
+def asgi_app(app: FastAPI) -> RequestGuard:
+    """The app to serve: `app` behind its fault injector, counters and request log, behind
+    the guard that checks the Host header and the request size limits."""
+    state: WorkspaceState = app.state.workspace
+    injector = state.faults
     assert isinstance(injector, FaultInjector)
-    return injector
+    options = state.options
+    return RequestGuard(
+        injector,
+        allowed_hosts=lambda: options.allowed_hosts,
+        max_request_bytes=options.max_request_bytes,
+        max_upload_bytes=options.max_upload_bytes,
+    )

@@ -4,6 +4,7 @@ rank, with the environment the platform's launcher would give it (workload.md §
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import io
 import json
@@ -22,6 +23,7 @@ from typing import Any
 from air_runtime.local._errors import ApiError
 from air_runtime.local._files import VolumeTree, WorkspaceTree
 from air_runtime.local._logs import LogBook, NodeLog
+from air_runtime.local._security import private_dir, restrict_tree
 
 _KNOWN_GPUS_PER_NODE = {"GPU_1xA10": 1, "GPU_1xH100": 1, "GPU_8xH100": 8, "GPU_8xB300": 8}
 
@@ -35,8 +37,13 @@ def gpus_per_node() -> dict[str, int]:
     return dict(GPUS_PER_NODE)
 
 
-# Set in every rank so a restarted workspace can recognise (and stop) its orphans.
+# Set in every rank so a restarted workspace can recognise (and stop) its orphans: the
+# task run and the workspace's own random id (another workspace's ranks are never touched).
 RANK_MARKER = "AIRO_LOCAL_TASK_RUN_ID"
+WORKSPACE_MARKER = "AIRO_LOCAL_WORKSPACE_ID"
+# A rank's output is read in chunks; a line longer than this becomes several records.
+MAX_LOG_LINE = 64 * 1024
+_READ_CHUNK = 64 * 1024
 
 
 class SetupError(Exception):
@@ -59,6 +66,7 @@ class AttemptOutcome:
     message: str
     error_trace: str | None = None
     failed_node: int | None = None
+    life_cycle_state: str = "TERMINATED"
 
 
 @dataclass
@@ -74,6 +82,7 @@ class AttemptContext:
     workspace: WorkspaceTree
     volumes: VolumeTree
     logbook: LogBook
+    instance_id: str = ""
     node_logs: dict[int, NodeLog] = field(default_factory=dict)
 
 
@@ -132,23 +141,54 @@ def _materialize(ctx: AttemptContext, role: Role) -> Path:
     relative = source.relative_to(ctx.workspace.root)
     target = ctx.work_dir / "files" / relative
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)
         shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.uploading"))
+        restrict_tree(target)
     return target
+
+
+def _snapshot_root(archive: tarfile.TarFile, archive_path: str) -> str:
+    """The one top-level folder every entry of a code snapshot is under."""
+    roots = set()
+    for member in archive.getmembers():
+        parts = [p for p in PurePosixPath(member.name).parts if p not in (".", "/")]
+        if not parts:
+            continue  # the "." entry of `tar -C parent .`
+        if len(parts) == 1 and not member.isdir():
+            roots.add("")  # a file at the top: no snapshot folder
+        else:
+            roots.add(parts[0])
+    if len(roots) != 1 or "" in roots:
+        found = ", ".join(sorted(r or "<files at the top level>" for r in roots)) or "nothing"
+        raise SetupError(
+            f"code source archive {archive_path} must hold exactly one top-level folder "
+            f"(every entry under <dir>/), found: {found}"
+        )
+    return roots.pop()
 
 
 def _unpack_code_source(ctx: AttemptContext, archive_path: str) -> Path:
+    """Unpack the snapshot as the platform does and return `CODE_SOURCE_PATH`.
+
+    The archive's top-level folder name is load-bearing: the platform's entry script
+    unpacks it under its code_source folder and CODE_SOURCE_PATH is `<code_source>/<dir>`,
+    `<dir>` taken from the archive (`snapshot_package.go` in the `databricks air` CLI, whose
+    snapshots are `git archive --prefix=<dir>/` or `tar -C <parent> <dir>`). An archive
+    without a single top folder has no `<dir>` to point at, so the attempt fails at set-up,
+    before any rank starts, with a message that says so.
+    """
     target = ctx.work_dir / "code_source"
-    if target.exists():
-        return target
     data = _read_workspace_file(ctx, archive_path)
-    target.mkdir(parents=True)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            archive.extractall(target, filter="data")
+            root = _snapshot_root(archive, archive_path)
+            if not (target / root).is_dir():
+                private_dir(target)
+                archive.extractall(target, filter="data")
+                restrict_tree(target)
     except (tarfile.TarError, OSError) as exc:
         raise SetupError(f"code source archive {archive_path} cannot be unpacked: {exc}") from None
-    return target
+    return target / root
 
 
 def _role_env(ctx: AttemptContext, folder: Path, role: Role) -> dict[str, str]:
@@ -172,20 +212,45 @@ def _role_env(ctx: AttemptContext, folder: Path, role: Role) -> dict[str, str]:
     return env
 
 
+# The only variables of the server's own environment a rank sees (besides PATH): the
+# platform gives a container its env contract and the workload's variables, nothing of the
+# machine that scheduled it, so no DATABRICKS_TOKEN or AIRFLOW_CONN_* of the orchestrator
+# running this workspace leaks into a workload.
+_BASE_NAMES = ("HOME", "LANG")
+
+
 def base_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    # `python` in a command means this interpreter (and its installed packages).
+    """PATH (this interpreter's folder first, so `python` in a command is the interpreter
+    the workspace runs with and its packages), HOME and LANG."""
+    env = {name: os.environ[name] for name in _BASE_NAMES if os.environ.get(name)}
+    env.setdefault("LANG", "C.UTF-8")
     bin_dir = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    inherited = os.environ.get("PATH") or os.defpath
+    env["PATH"] = os.pathsep.join([bin_dir, inherited])
     return env
 
 
 async def _pump(stream: asyncio.StreamReader, log: NodeLog) -> None:
+    """Drain a rank's pipe in chunks. Lines go to the log one record each; a line longer
+    than MAX_LOG_LINE is written as several records instead of stopping the drain (a
+    stopped drain fills the pipe and hangs the rank)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
     while True:
-        line = await stream.readline()
-        if not line:
+        chunk = await stream.read(_READ_CHUNK)
+        pending += decoder.decode(chunk, final=not chunk)
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            line = line.rstrip("\r")
+            for start in range(0, max(len(line), 1), MAX_LOG_LINE):
+                log.write(line[start : start + MAX_LOG_LINE])
+        while len(pending) > MAX_LOG_LINE:
+            log.write(pending[:MAX_LOG_LINE])
+            pending = pending[MAX_LOG_LINE:]
+        if not chunk:
+            if pending:
+                log.write(pending.rstrip("\r"))
             return
-        log.write(line.decode("utf-8", errors="replace").rstrip("\r\n"))
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -240,6 +305,7 @@ async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
         "LOCAL_WORLD_SIZE": str(per_node),
         "WORLD_SIZE": str(total),
         RANK_MARKER: str(ctx.task_run_id),
+        WORKSPACE_MARKER: ctx.instance_id,
     }
     if nodes > 1:
         platform_env.update(
@@ -284,6 +350,7 @@ async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                umask=0o077,  # what a rank writes under the data dir stays private
             )
             procs[rank] = proc
             started[rank] = time.monotonic()

@@ -10,12 +10,16 @@ optional top-level `seed` for the random draws:
 
 `rate_drop` closes the connection before answering; `rate_response_lost` (alias
 `submit_response_lost`) handles the request, then closes the connection without the answer.
+`rate_404` answers 404 ENDPOINT_NOT_FOUND, as a workspace where the call is not exposed does
+(e.g. `{"ai-compute-manager/images:checkImageAccess": {"rate_404": 1}}`: the CLI reads any
+error of that probe as "unknown", image_client.go).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import threading
@@ -25,6 +29,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
+
+from air_runtime.local._security import open_private_append
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -40,6 +46,7 @@ FAULT_FIELDS = {
     "status_5xx": int,
     "rate_drop": float,
     "rate_response_lost": float,
+    "rate_404": float,
 }
 _ALIASES = {"submit_response_lost": "rate_response_lost"}
 _SENSITIVE_QUERY = re.compile(r"token|secret|password|credential|value|auth", re.I)
@@ -57,6 +64,8 @@ def endpoint_key(path: str) -> str:
         return "ai-training/logs"
     if path.startswith("/api/2.0/permissions/jobs/"):
         return "permissions/jobs"
+    if path.startswith("/api/2.0/permissions/experiments/"):
+        return "permissions/experiments"
     match = re.match(r"^/api/2\.\d+/(.+)$", path)
     return match.group(1) if match else path.lstrip("/")
 
@@ -135,7 +144,11 @@ class RequestLog:
 
     def __init__(self, path: Path, size: int) -> None:
         self.entries: deque[dict[str, Any]] = deque(maxlen=size)
-        self._file = path.open("a", encoding="utf-8")
+        self._path = path
+        self._size = max(1, size)
+        self._file = open_private_append(path)
+        with path.open("rb") as existing:  # the file is bounded, so this stays cheap
+            self._written = sum(1 for _ in existing)
         self._lock = threading.Lock()
 
     def add(self, method: str, path: str, query: str, status: int | str) -> None:
@@ -153,8 +166,16 @@ class RequestLog:
         with self._lock:
             self.entries.append(entry)
             if not self._file.closed:
+                if self._written >= self._size:
+                    # Bounded on disk too: the file holds the last `size` to 2 x `size`
+                    # entries (the current file and one previous).
+                    self._file.close()
+                    os.replace(self._path, self._path.with_name(self._path.name + ".1"))
+                    self._file = open_private_append(self._path)
+                    self._written = 0
                 self._file.write(json.dumps(entry) + "\n")
                 self._file.flush()
+                self._written += 1
 
     def close(self) -> None:
         with self._lock:
@@ -218,6 +239,17 @@ class FaultInjector:
                 {"retry-after": f"{retry_after:g}"},
             )
             record(429)
+            return
+        threshold += settings.get("rate_404", 0.0)
+        if draw < threshold:
+            self.counters.count_fault(endpoint, "404")
+            await _answer(
+                send,
+                404,
+                {"error_code": "ENDPOINT_NOT_FOUND", "message": "No API found for this path."},
+                {},
+            )
+            record(404)
             return
         threshold += settings.get("rate_5xx", 0.0)
         if draw < threshold:

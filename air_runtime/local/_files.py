@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from air_runtime.local._errors import ApiError, invalid, not_found
+from air_runtime.local._security import private_dir, write_private
 
 
 def _parts(path: str) -> tuple[str, ...]:
@@ -28,7 +29,7 @@ class WorkspaceTree:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        private_dir(root)
 
     def local_path(self, path: str) -> Path:
         parts = _parts(path)
@@ -47,7 +48,7 @@ class WorkspaceTree:
                     "RESOURCE_ALREADY_EXISTS",
                     f"Path ({path}) cannot be created: a file exists at a parent path.",
                 )
-        target.mkdir(parents=True, exist_ok=True)
+        private_dir(target)
 
     def import_file(self, path: str, content: bytes, overwrite: bool) -> None:
         target = self.local_path(path)
@@ -57,9 +58,7 @@ class WorkspaceTree:
             raise ApiError(400, "RESOURCE_ALREADY_EXISTS", f"Path ({path}) is a directory.")
         if target.exists() and not overwrite:
             raise ApiError(409, "RESOURCE_ALREADY_EXISTS", f"Path ({path}) already exists.")
-        tmp = target.with_name(f".{target.name}.uploading")
-        tmp.write_bytes(content)
-        tmp.replace(target)
+        write_private(target, content)
 
     def status(self, path: str) -> dict[str, object]:
         target = self.local_path(path)
@@ -123,7 +122,7 @@ class VolumeTree:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        private_dir(root)
 
     def local_path(self, path: str) -> Path:
         parts = _parts(path)
@@ -137,10 +136,8 @@ class VolumeTree:
             raise ApiError(409, "ALREADY_EXISTS", f"Path ({path}) is a directory.")
         if target.exists() and not overwrite:
             raise ApiError(409, "ALREADY_EXISTS", f"The file {path} already exists.")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.uploading")
-        tmp.write_bytes(content)
-        tmp.replace(target)
+        private_dir(target.parent)
+        write_private(target, content)
 
     def read(self, path: str) -> bytes:
         target = self.local_path(path)
@@ -149,4 +146,4 @@ class VolumeTree:
         return target.read_bytes()
 
     def mkdirs(self, path: str) -> None:
-        self.local_path(path).mkdir(parents=True, exist_ok=True)
+        private_dir(self.local_path(path))

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_TOKEN = "local-token"
 DEFAULT_USER = "local-user@example.com"
 
 
@@ -16,7 +15,9 @@ DEFAULT_USER = "local-user@example.com"
 class WorkspaceOptions:
     """Everything a local workspace can be configured with (all JSON-serializable)."""
 
-    tokens: list[str] = field(default_factory=lambda: [DEFAULT_TOKEN])
+    # Accepted bearer tokens. Empty: the workspace uses the random token kept in
+    # `<data dir>/token` (created on first start, mode 0600); there is no well-known default.
+    tokens: list[str] = field(default_factory=list)
     mode: str = "execute"  # "execute" runs commands; "simulate" follows a scripted timeline
     user_name: str = DEFAULT_USER
     user_id: str = "4611686018427387904"
@@ -37,6 +38,16 @@ class WorkspaceOptions:
     retry_interval_s: float = 0.2  # used when a task sets no min_retry_interval_millis
     kill_grace_s: float = 3.0  # SIGTERM -> SIGKILL delay when stopping ranks
     request_log_size: int = 10_000
+    # Extra names accepted in the `Host` header besides the loopback names and the bound
+    # address (a guard against DNS rebinding: a web page cannot make a browser talk to us).
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Size limits, answered 413: any request body, and the file uploads (workspace
+    # import-file / import, volume files).
+    max_request_bytes: int = 10 * 1024 * 1024
+    max_upload_bytes: int = 500 * 1024 * 1024
+    # Policies served by `GET /api/2.0/serverless-policies` (usage policies): each
+    # {"policy_name": ..., "policy_id"?: uuid}; more can be added with the admin API.
+    usage_policies: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> WorkspaceOptions:

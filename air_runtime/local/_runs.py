@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from air_runtime.local._errors import ApiError
 from air_runtime.local._execution import (
     RANK_MARKER,
+    WORKSPACE_MARKER,
     AttemptContext,
     AttemptOutcome,
     run_attempt,
@@ -136,7 +138,10 @@ class RunEngine:
         options: WorkspaceOptions,
         runs_dir: Path,
         secret_lookup: Callable[[str, str], bytes | None],
+        *,
+        instance_id: str = "",
     ) -> None:
+        self.instance_id = instance_id
         self.store = store
         self.workspace = workspace
         self.volumes = volumes
@@ -175,7 +180,7 @@ class RunEngine:
                 end_time=now_ms(),
                 active=0,
             )
-        _kill_orphans(orphan_ids)
+        _kill_orphans(orphan_ids, self.instance_id)
 
     def start(self, run_id: int) -> None:
         self._cancel[run_id] = asyncio.Event()
@@ -319,6 +324,7 @@ class RunEngine:
         upstream = {d["task_key"] for t in body["tasks"] for d in t.get("depends_on") or []}
         leaves = [t["task_key"] for t in body["tasks"] if t["task_key"] not in upstream]
         failed = [k for k in leaves if results[k] not in _SUCCESSFUL]
+        life_cycle = "TERMINATED"
         if cancelled:
             result, message = "CANCELED", "Run was cancelled."
         elif not failed:
@@ -330,11 +336,14 @@ class RunEngine:
             )
             result = "TIMEDOUT" if results[first] == "TIMEDOUT" else "FAILED"
             message = f"Task {first} failed with message: {messages[first]}"
+            last = [r for r in self.store.task_rows(run_id) if r["task_key"] == first][-1:]
+            if last and last[0]["life_cycle_state"] == "INTERNAL_ERROR":
+                life_cycle = "INTERNAL_ERROR"
             if any(results[k] == "UPSTREAM_FAILED" for k in results):
                 message += " This caused all downstream tasks to get skipped."
         self.store.update_run(
             run_id,
-            life_cycle_state="TERMINATED",
+            life_cycle_state=life_cycle,
             result_state=result,
             state_message=message,
             end_time=now_ms(),
@@ -362,15 +371,15 @@ class RunEngine:
             outcome = await self._attempt(run_id, body, spec, task_run_id, cancel, timeout)
             self.store.update_task(
                 task_run_id,
-                life_cycle_state="TERMINATED",
+                life_cycle_state=outcome.life_cycle_state,
                 result_state=outcome.result_state,
                 state_message=outcome.message,
                 end_time=now_ms(),
                 output=self._output(spec, task_run_id, outcome),
             )
-            retryable = outcome.result_state == "FAILED" or (
-                outcome.result_state == "TIMEDOUT" and retry_on_timeout
-            )
+            retryable = (
+                outcome.result_state == "FAILED" and outcome.life_cycle_state == "TERMINATED"
+            ) or (outcome.result_state == "TIMEDOUT" and retry_on_timeout)
             if not retryable or cancel.is_set() or (0 <= max_retries <= attempt):
                 return outcome.result_state, outcome.message
             attempt += 1
@@ -394,15 +403,56 @@ class RunEngine:
                 )
                 return "CANCELED", "Run was cancelled."
 
+    def _experiment_path(self, spec: dict[str, Any]) -> str:
+        ai = spec.get("ai_runtime_task", {})
+        experiment = str(ai.get("experiment") or spec["task_key"])
+        folder = str(ai.get("mlflow_experiment_directory") or f"/Users/{self.options.user_name}")
+        folder = folder.removeprefix("/Workspace").rstrip("/") or ""
+        return f"{folder}/{experiment}"
+
+    def _mlflow_ids(self, spec: dict[str, Any], task_run_id: int) -> dict[str, str]:
+        digest = hashlib.sha256(self._experiment_path(spec).encode()).digest()
+        return {
+            "mlflow_experiment_id": str(int.from_bytes(digest[:6], "big")),
+            "mlflow_run_id": uuid.uuid5(uuid.NAMESPACE_URL, f"airo/{task_run_id}").hex,
+        }
+
+    def _start_experiment(self, spec: dict[str, Any], task_run_id: int) -> AttemptOutcome | None:
+        """Create (or find) the task's MLflow experiment and publish its ids in the task's
+        output at once: the CLI reads them from runs/get-output right after the submit to
+        grant experiment permissions (runpermissions.go). A missing
+        `mlflow_experiment_directory` fails the task with INTERNAL_ERROR, which is what the
+        platform answers ("a missing parent surfaces only as a server-side INTERNAL_ERROR
+        after the run is wasted", ensureExperimentDirectory in runlaunch.go)."""
+        folder = spec.get("ai_runtime_task", {}).get("mlflow_experiment_directory")
+        if folder:
+            try:
+                status = self.workspace.status(str(folder))
+            except ApiError:
+                status = None
+            if status is None or status.get("object_type") != "DIRECTORY":
+                what = "does not exist" if status is None else "is not a directory"
+                return AttemptOutcome(
+                    "FAILED",
+                    f"Internal error: the MLflow experiment directory {folder} {what}; "
+                    "create it (workspace/mkdirs) before submitting.",
+                    life_cycle_state="INTERNAL_ERROR",
+                )
+        ids = self._mlflow_ids(spec, task_run_id)
+        self.store.execute(
+            "INSERT OR IGNORE INTO experiments (experiment_id, path) VALUES (?, ?)",
+            (ids["mlflow_experiment_id"], self._experiment_path(spec)),
+        )
+        self.store.update_task(task_run_id, output={"ai_runtime_task_output": ids})
+        return None
+
     def _output(
         self, spec: dict[str, Any], task_run_id: int, outcome: AttemptOutcome
     ) -> dict[str, Any]:
-        experiment = str(spec.get("ai_runtime_task", {}).get("experiment") or spec["task_key"])
-        digest = hashlib.sha256(experiment.encode()).digest()
+        started = outcome.life_cycle_state != "INTERNAL_ERROR"  # else no experiment exists
         output: dict[str, Any] = {
             "ai_runtime_task_output": {
-                "mlflow_experiment_id": str(int.from_bytes(digest[:6], "big")),
-                "mlflow_run_id": uuid.uuid5(uuid.NAMESPACE_URL, f"airo/{task_run_id}").hex,
+                **(self._mlflow_ids(spec, task_run_id) if started else {}),
                 "status_message": outcome.message or "Succeeded",
             }
         }
@@ -437,6 +487,9 @@ class RunEngine:
             state_message="Starting on the local workspace.",
             start_time=now_ms(),
         )
+        refused = self._start_experiment(spec, task_run_id)
+        if refused is not None:
+            return refused
         if self.options.mode == "simulate":
             return await self._simulate(run_id, spec, task_run_id, cancel, timeout)
         context = AttemptContext(
@@ -451,6 +504,7 @@ class RunEngine:
             workspace=self.workspace,
             volumes=self.volumes,
             logbook=self.logbook,
+            instance_id=self.instance_id,
         )
         return await run_attempt(context)
 
@@ -499,11 +553,14 @@ async def _wait_or_cancel(cancel: asyncio.Event, seconds: float) -> bool:
     return cancel.is_set()
 
 
-def _kill_orphans(task_run_ids: set[str]) -> None:
-    """SIGKILL processes left by a previous server (recognised by the marker in their
-    environment, so a reused pid is never touched)."""
-    if not task_run_ids:
+def _kill_orphans(task_run_ids: set[str], instance_id: str) -> None:
+    """SIGKILL processes left by a previous server of this workspace: both markers of
+    their environment must match (the task run id, and the workspace's own id, since
+    another workspace on this machine numbers its task runs the same way), so a reused pid
+    or a process of another workspace is never touched."""
+    if not task_run_ids or not instance_id:
         return
+    workspace_item = f"{WORKSPACE_MARKER}={instance_id}".encode()
     proc = Path("/proc")
     if not proc.is_dir():
         return
@@ -514,9 +571,11 @@ def _kill_orphans(task_run_ids: set[str]) -> None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        if workspace_item not in environ:
+            continue
         for item in environ:
             if item.startswith(RANK_MARKER.encode() + b"="):
-                if item.split(b"=", 1)[1].decode() in task_run_ids:
+                if item.split(b"=", 1)[1].decode(errors="replace") in task_run_ids:
                     with contextlib.suppress(OSError):
                         os.kill(int(entry.name), signal.SIGKILL)
                 break

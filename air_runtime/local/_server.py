@@ -23,10 +23,20 @@ from typing import Any
 import httpx
 import uvicorn
 
-from air_runtime.local._options import DEFAULT_TOKEN, WorkspaceOptions, normalize_tokens
+from air_runtime.local._options import WorkspaceOptions, normalize_tokens
+from air_runtime.local._security import (
+    TOKEN_ENV,
+    TOKEN_FILE,
+    ensure_token,
+    is_loopback,
+    private_dir,
+    read_token_file,
+    write_private,
+)
 
 ADMIN = "/api/2.0/airo-admin"
 READY_FILE = "server.json"
+CONFIG_FILE = "options.json"  # options of a subprocess workspace (tokens included): 0600
 
 
 class _QuietDrops(logging.Filter):
@@ -73,14 +83,24 @@ def serve(
     announce: bool = False,
 ) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (used by `airo workspace`)."""
+    token_file: Path | None = None
+    if not options.tokens:
+        token_file = ensure_token(data_dir)[1]
+        options.tokens = [read_token_file(token_file)]
+    if host not in options.allowed_hosts and not is_loopback(host):
+        options.allowed_hosts = [*options.allowed_hosts, host]
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
     if announce:
-        token = options.tokens[0] if options.tokens else "<any>"
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        where = (
+            f"token in {token_file} (send it as 'Authorization: Bearer <token>')"
+            if token_file is not None
+            else "token: the one you gave"
+        )
         print(
-            f"local workspace ({options.mode}) on http://{shown}:{actual}  "
-            f"token: {token}  data: {data_dir}",
+            f"local workspace ({options.mode}) on http://{shown}:{actual}  {where}  "
+            f"data: {data_dir}",
             flush=True,
         )
     server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
@@ -89,9 +109,7 @@ def serve(
         def write_ready_file() -> None:
             while not server.started and not server.should_exit:
                 time.sleep(0.01)
-            tmp = ready_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
-            tmp.replace(ready_file)
+            write_private(ready_file, json.dumps({"port": actual, "pid": os.getpid()}))
 
         threading.Thread(target=write_ready_file, daemon=True).start()
     server.run(sockets=[sock])
@@ -142,6 +160,14 @@ class AdminClient:
         result: list[dict[str, Any]] = self._call("GET", f"/request-log?limit={limit}")["entries"]
         return result
 
+    def add_usage_policy(self, name: str, policy_id: str | None = None) -> dict[str, Any]:
+        """A usage policy served by `GET /api/2.0/serverless-policies` (id: a UUID)."""
+        body: dict[str, Any] = {"policy_name": name}
+        if policy_id is not None:
+            body["policy_id"] = policy_id
+        result: dict[str, Any] = self._call("POST", "/usage-policies", body)
+        return result
+
     def set_simulation(self, **timeline: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._call("PUT", "/simulate", timeline)
         return result
@@ -166,7 +192,7 @@ class LocalWorkspace:
         self.in_process = in_process
         self.bind_host = bind_host
         self.port = port
-        self.token = options.tokens[0] if options.tokens else DEFAULT_TOKEN
+        self.token = options.tokens[0] if options.tokens else ""
         self.admin = AdminClient(self)
         self._owns_data_dir = owns_data_dir
         self._log_level = log_level
@@ -222,6 +248,10 @@ class LocalWorkspace:
         ready = self.data_dir / READY_FILE
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
+        # The options (tokens included) go through a private file, never the command line,
+        # which every user of the machine can read in /proc.
+        config = self.data_dir / CONFIG_FILE
+        write_private(config, self.options.to_json())
         command = [
             sys.executable,
             "-m",
@@ -232,8 +262,9 @@ class LocalWorkspace:
             str(self.port),
             "--data-dir",
             str(self.data_dir),
-            "--config",
-            self.options.to_json(),
+            "--config-file",
+            str(config),
+            "--allow-remote",  # checked here already: the parent was asked for this address
             "--ready-file",
             str(ready),
             "--log-level",
@@ -301,7 +332,7 @@ class LocalWorkspace:
 def start_local_workspace(
     *,
     data_dir: str | os.PathLike[str] | None = None,
-    token: str | Sequence[str] | None = DEFAULT_TOKEN,
+    token: str | Sequence[str] | None = None,
     mode: str = "execute",
     faults: dict[str, Any] | None = None,
     in_process: bool = True,
@@ -312,20 +343,31 @@ def start_local_workspace(
 ) -> LocalWorkspace:
     """Start a local workspace and return once it answers. `options` are the fields of
     `WorkspaceOptions` (e.g. `image_delay_s=0.2`, `private_images=...`,
-    `oauth_clients={"id": "secret"}`, `simulate={"running_s": 3600}`)."""
+    `oauth_clients={"id": "secret"}`, `simulate={"running_s": 3600}`).
+
+    Without `token`, the workspace's own random token is used (`<data dir>/token`, created
+    on first start); `workspace.token` holds it. A host other than loopback needs
+    `allow_remote=True` and an explicit token."""
     from air_runtime.local._faults import normalize_faults
 
+    allow_remote = bool(options.pop("allow_remote", False))
+    tokens = normalize_tokens(token)
+    check_bind_address(host, allow_remote=allow_remote, explicit_token=bool(tokens))
+    owns = data_dir is None
+    directory = Path(tempfile.mkdtemp(prefix="airo-workspace-")) if owns else Path(data_dir)  # type: ignore[arg-type]
+    private_dir(directory)
+    if not tokens:
+        tokens = [ensure_token(directory)[0]]
     settings = WorkspaceOptions.from_mapping(
         {
             **options,
-            "tokens": normalize_tokens(token),
+            "tokens": tokens,
             "mode": mode,
             "faults": normalize_faults(faults),
         }
     )
-    owns = data_dir is None
-    directory = Path(tempfile.mkdtemp(prefix="airo-workspace-")) if owns else Path(data_dir)  # type: ignore[arg-type]
-    directory.mkdir(parents=True, exist_ok=True)
+    if not is_loopback(host) and host not in settings.allowed_hosts:
+        settings.allowed_hosts.append(host)
     workspace = LocalWorkspace(
         settings,
         directory,
@@ -337,6 +379,23 @@ def start_local_workspace(
     )
     workspace.start()
     return workspace
+
+
+def check_bind_address(host: str, *, allow_remote: bool, explicit_token: bool) -> None:
+    """Loopback only, unless asked: anything else needs the explicit flag and a token
+    chosen by the caller (a generated one would only be readable on this machine)."""
+    if host in ("", "0.0.0.0", "::") or not is_loopback(host):
+        if not allow_remote:
+            raise ValueError(
+                f"binding {host or 'every address'} exposes the workspace (which runs commands "
+                "for whoever holds its token) beyond this machine: pass --allow-remote "
+                "(allow_remote=True) and an explicit token"
+            )
+        if not explicit_token:
+            raise ValueError(
+                f"binding {host or 'every address'} needs an explicit token "
+                f"(--token-file, ${TOKEN_ENV} or --token)"
+            )
 
 
 def default_data_dir() -> Path:
@@ -351,15 +410,41 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, default=None, help=f"state folder (default {default_data_dir()})"
     )
     parser.add_argument(
+        "--token-file",
+        type=Path,
+        action="append",
+        default=None,
+        help="file holding an accepted bearer token, repeatable",
+    )
+    parser.add_argument(
         "--token",
         action="append",
         default=None,
-        help=f"accepted bearer token, repeatable (default {DEFAULT_TOKEN})",
+        help=(
+            "accepted bearer token, repeatable; prefer --token-file or "
+            f"${TOKEN_ENV} (a command line is readable by every user of the machine). "
+            f"Default: a random token kept in <data dir>/{TOKEN_FILE}"
+        ),
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --host to be an address other than loopback (needs an explicit token)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="another name accepted in the Host header (besides loopback names and --host)",
     )
     parser.add_argument("--mode", choices=("execute", "simulate"), default=None)
     parser.add_argument("--faults", default=None, help="fault injection settings as JSON")
     parser.add_argument(
         "--config", default=None, help="any other workspace options as a JSON object"
+    )
+    parser.add_argument(
+        "--config-file", type=Path, default=None, help="workspace options in a JSON file"
     )
     parser.add_argument("--ready-file", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="warning")
@@ -368,9 +453,21 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
     from air_runtime.local._faults import normalize_faults
 
-    values: dict[str, Any] = json.loads(args.config) if args.config else {}
-    if args.token:
-        values["tokens"] = args.token
+    values: dict[str, Any] = {}
+    if args.config_file:
+        values.update(json.loads(args.config_file.read_text(encoding="utf-8")))
+    if args.config:
+        values.update(json.loads(args.config))
+    tokens = [*(values.get("tokens") or [])]
+    for path in args.token_file or []:
+        tokens.append(read_token_file(path))
+    if os.environ.get(TOKEN_ENV):
+        tokens.append(os.environ[TOKEN_ENV].strip())
+    tokens += args.token or []
+    if tokens:
+        values["tokens"] = list(dict.fromkeys(tokens))
+    if args.allowed_host:
+        values["allowed_hosts"] = [*(values.get("allowed_hosts") or []), *args.allowed_host]
     if args.mode:
         values["mode"] = args.mode
     if args.faults:
@@ -389,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None:
     options = options_from_arguments(args)
+    check_bind_address(
+        args.host, allow_remote=args.allow_remote, explicit_token=bool(options.tokens)
+    )
     data_dir = args.data_dir or default_data_dir()
     serve(
         options,

@@ -8,6 +8,7 @@ in WAL mode so a crash or restart loses nothing that was acknowledged.
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from air_runtime.local._security import touch_private
 
 ACTIVE_LIFE_CYCLES = ("QUEUED", "PENDING", "RUNNING", "TERMINATING", "BLOCKED", "WAITING_FOR_RETRY")
 
@@ -69,6 +72,13 @@ CREATE TABLE IF NOT EXISTS access_tokens (
 );
 CREATE TABLE IF NOT EXISTS revoked_tokens (token TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS permissions (job_id INTEGER PRIMARY KEY, acl TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS usage_policies (
+    policy_id TEXT PRIMARY KEY, policy_name TEXT NOT NULL, created INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS experiments (
+    experiment_id TEXT PRIMARY KEY, path TEXT NOT NULL, acl TEXT NOT NULL DEFAULT '[]'
+);
 """
 
 _FIRST_ID = 1000  # run ids look like platform ids, not 1, 2, 3
@@ -81,6 +91,8 @@ def now_ms() -> int:
 class Store:
     def __init__(self, path: Path) -> None:
         self._lock = threading.RLock()
+        # Created 0600 first: SQLite gives its -wal and -shm files the same mode.
+        touch_private(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -89,6 +101,17 @@ class Store:
         with self._lock:
             if self._db.execute("SELECT COUNT(*) FROM ids").fetchone()[0] == 0:
                 self._db.execute("INSERT INTO ids (id) VALUES (?)", (_FIRST_ID,))
+
+    def instance_id(self) -> str:
+        """A random id of this workspace, kept across restarts: set in every rank it starts,
+        so clean-up after a restart only ever touches this workspace's processes."""
+        with self.transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE name = 'instance_id'").fetchone()
+            if row is not None:
+                return str(row["value"])
+            value = secrets.token_hex(16)
+            db.execute("INSERT INTO meta (name, value) VALUES ('instance_id', ?)", (value,))
+            return value
 
     def close(self) -> None:
         with self._lock:

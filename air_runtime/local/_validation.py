@@ -243,6 +243,8 @@ def validate_submit(body: Any) -> Errors:
     timeout = body.get("timeout_seconds")
     if timeout is not None and (not _is_int(timeout) or timeout < 0):
         errors.append(_error("timeout_seconds", f"must be an integer >= 0, got {timeout!r}"))
+    environment_keys, environment_errors = _environments(body.get("environments"))
+    errors += environment_errors
     tasks = body.get("tasks")
     if not isinstance(tasks, list) or not tasks:
         return [*errors, _error("tasks", "at least one task is required")]
@@ -291,6 +293,17 @@ def validate_submit(body: Any) -> Errors:
                 errors.append(
                     _error(f"{path}.{name}", f"must be a non-negative integer, got {value!r}")
                 )
+        environment_key = task.get("environment_key")
+        if environment_key is not None and environment_key not in environment_keys:
+            # The task's environment_key ties it to the environment that carries its runtime
+            # (runsubmit.go); a key no environment declares leaves the task without one.
+            errors.append(
+                _error(
+                    f"{path}.environment_key",
+                    f"environment key {str(environment_key)[:100]!r} is not declared in "
+                    "environments",
+                )
+            )
         ai = task.get("ai_runtime_task")
         if ai is None:
             errors.append(
@@ -307,6 +320,27 @@ def validate_submit(body: Any) -> Errors:
     if _has_cycle(graph):
         errors.append(_error("tasks", "depends_on forms a cycle"))
     return errors
+
+
+def _environments(value: Any) -> tuple[set[str], Errors]:
+    """The declared environment keys, and the problems of `environments`."""
+    if value is None:
+        return set(), []
+    if not isinstance(value, list):
+        return set(), [_error("environments", "must be a list")]
+    keys: set[str] = set()
+    errors: Errors = []
+    for i, item in enumerate(value):
+        key = item.get("environment_key") if isinstance(item, dict) else None
+        if not isinstance(key, str) or not key:
+            errors.append(_error(f"environments[{i}].environment_key", "is required"))
+        elif key in keys:
+            errors.append(_error(f"environments[{i}].environment_key", f"duplicate key {key!r}"))
+        else:
+            keys.add(key)
+        if isinstance(item, dict) and not isinstance(item.get("spec", {}), dict):
+            errors.append(_error(f"environments[{i}].spec", "must be an object"))
+    return keys, errors
 
 
 def _has_cycle(graph: dict[str, list[str]]) -> bool:

@@ -27,16 +27,18 @@ case "$POD_RANK" in 0|1) ;; *) fail POD_RANK=$POD_RANK ;; esac
 [ -f hyperparameters.yaml ] || fail no hyperparameters.yaml in $(pwd)
 grep -q "learning_rate: 0.1" hyperparameters.yaml || fail hyperparameters content
 [ -f "$CODE_SOURCE_PATH/pkg/model.py" ] || fail CODE_SOURCE_PATH=$CODE_SOURCE_PATH
+[ "$(basename "$CODE_SOURCE_PATH")" = src ] || fail CODE_SOURCE_PATH=$CODE_SOURCE_PATH
 python -c "import sys; assert sys.version_info >= (3, 11)" || fail python
 echo "rank $POD_RANK ok port $MASTER_PORT"
 """
 
 
-def _code_archive() -> bytes:
+def _code_archive(prefix: str = "src/") -> bytes:
+    """A code snapshot as the CLI packs it: every entry under the root folder `<dir>/`."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         data = b"VALUE = 1\n"
-        info = tarfile.TarInfo("pkg/model.py")
+        info = tarfile.TarInfo(f"{prefix}pkg/model.py")
         info.size = len(data)
         archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()

@@ -63,7 +63,7 @@ def test_caller_hanging_up_mid_request_is_no_server_error(
     local_workspace.admin.set_faults({"jobs/runs/get": {"latency_ms": 300}})
     host, port = local_workspace.host.removeprefix("http://").split(":")
     head = (
-        "GET /api/2.2/jobs/runs/get HTTP/1.1\r\nHost: test\r\n"
+        "GET /api/2.2/jobs/runs/get HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Authorization: Bearer {local_workspace.token}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )

@@ -229,10 +229,19 @@ def test_logs_paging_and_time_window(workloads: Workloads, api: httpx.Client) ->
     stamps = [r["time_unix_nano"] for r in records]
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
     assert all(r["node_index"] == 0 for r in records)
-    later = api.get(url, params={"from": stamps[20]}).json()["log_records"]
-    assert [r["body"] for r in later] == [r["body"] for r in records[20:]]
-    window = api.get(url, params={"from": stamps[2], "to": stamps[4]}).json()["log_records"]
-    assert len(window) == 3
+    # `from` and `to` are Unix epoch seconds (the CLI: time_unix_nano / 1e9 of the last
+    # record), whole seconds included.
+    second = 10**9
+    start = stamps[20] // second
+    later = api.get(url, params={"from": start}).json()["log_records"]
+    assert [r["body"] for r in later] == [
+        r["body"] for r in records if r["time_unix_nano"] >= start * second
+    ]
+    assert [r["body"] for r in later][-6:] == [r["body"] for r in records[20:]]
+    window = api.get(url, params={"from": start, "to": start}).json()["log_records"]
+    assert window and all(r["time_unix_nano"] // second == start for r in window)
+    future = api.get(url, params={"from": stamps[0]}).json()["log_records"]
+    assert future == []  # nanoseconds read as seconds: the far future
     backwards = api.get(url, params={"ascending": "false", "page_size": 1}).json()["log_records"]
     assert backwards[0]["body"] == "err"
     task_logs = api.get(
@@ -250,7 +259,7 @@ def test_following_a_live_run_by_rereading(workloads: Workloads, api: httpx.Clie
     last = None
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        params = {"from": last} if last else {}
+        params = {"from": last // 10**9} if last else {}
         for record in api.get(url, params=params).json()["log_records"]:
             if last is not None and record["time_unix_nano"] <= last:
                 continue
