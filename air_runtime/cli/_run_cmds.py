@@ -67,8 +67,11 @@ def _local_token(host: str | None) -> str | None:
         return None
     from urllib.parse import urlsplit
 
-    from air_runtime.local._security import TOKEN_FILE, is_loopback, read_token_file
-    from air_runtime.local._server import default_data_dir
+    try:
+        from air_runtime.local._security import TOKEN_FILE, is_loopback, read_token_file
+        from air_runtime.local._server import default_data_dir
+    except ModuleNotFoundError:  # the core without the [local] extra: no local workspace here
+        return None
 
     name = urlsplit(host if "://" in host else f"http://{host}").hostname or ""
     if not is_loopback(name):
