@@ -52,3 +52,15 @@ def test_core_without_extras(tmp_path: Path) -> None:
     )
     assert workspace.returncode == 2
     assert 'pip install "air-orchestration[local]"' in workspace.stderr
+    # A loopback host without --token: no [local] extra to find a token file with, no crash.
+    token = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "from air_runtime.cli._run_cmds import _local_token as t; print(t('http://127.0.0.1:9'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (token.returncode, token.stdout.strip()) == (0, "None"), token.stderr
