@@ -429,7 +429,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-remote",
         action="store_true",
-        help="allow --host to be an address other than loopback (needs an explicit token)",
+        help=(
+            "allow --host to be an address other than loopback (needs an explicit token; "
+            "the names clients use for this machine go in --allowed-host)"
+        ),
     )
     parser.add_argument(
         "--allowed-host",

@@ -409,3 +409,17 @@ def test_a_page_of_long_lines_stays_bounded(tmp_path: Path) -> None:
     assert len(page) == 128 and token is not None  # 8 MiB of bodies
     rest, token = book.page([3], 0, size=1000, token=token)
     assert len(rest) == 72 and token is None
+
+
+def test_airo_commands_read_the_local_token_file(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    with start_local_workspace(data_dir=xdg / "airo" / "workspace") as ws:
+        env = {**os.environ, "XDG_DATA_HOME": str(xdg)}
+        env.pop("DATABRICKS_TOKEN", None)
+        command = [sys.executable, "-m", "air_runtime.cli", "cancel", "999", "--host", ws.host]
+        found = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert "Run 999 does not exist" in found.stderr  # authenticated: the run is unknown
+        wrong = subprocess.run(
+            [*command, "--token", "wrong"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert "403" in wrong.stderr
