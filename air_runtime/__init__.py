@@ -21,6 +21,7 @@ from air_runtime._errors import (
     AuthError,
     CapacityError,
     ConfigurationError,
+    InvalidResponse,
     NotFound,
     PlatformError,
     Problem,
@@ -29,6 +30,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
+from air_runtime._redaction import Redactor
 from air_runtime._states import RunState, TaskState, failure_message
 from air_runtime.plan import (
     CodeSnapshot,
@@ -105,11 +107,13 @@ __all__ = [
     "DockerRef",
     "DockerRefError",
     "Environment",
+    "InvalidResponse",
     "NotFound",
     "Permission",
     "PlatformError",
     "Problem",
     "RateLimited",
+    "Redactor",
     "RunFailed",
     "RunState",
     "RunTimeout",
