@@ -242,11 +242,12 @@ def decode_answer(response: httpx.Response, what: str) -> Any:
         content_type = response.headers.get("Content-Type") or "no content type"
         text = content.decode("utf-8", "replace")
         position = getattr(exc, "pos", None)
-        if (
-            "json" in content_type.lower()
-            and position is not None
-            and (position >= len(text.rstrip()))
-        ):
+        # Cut off mid-document: the parser ran out of input (inside a string, or at the end).
+        cut = position is not None and (
+            str(getattr(exc, "msg", "")).startswith("Unterminated string")
+            or position >= len(text.rstrip())
+        )
+        if "json" in content_type.lower() and cut:
             raise InvalidResponse(
                 f"{what}: HTTP {status} answer ends in the middle of its JSON "
                 f"({len(content)} bytes): the connection was cut",
