@@ -94,6 +94,12 @@ class Redactor:
                 self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
         return self
 
+    def include(self, other: Redactor) -> Redactor:
+        """Redact ``other``'s values too; returns self."""
+        with other._lock:
+            known = list(other._values)
+        return self.add(*known)
+
     def with_values(self, values: Iterable[str | None]) -> Redactor:
         """A new redactor with this one's values and ``values``."""
         with self._lock:

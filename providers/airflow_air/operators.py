@@ -39,15 +39,16 @@ def _default_deferrable() -> bool:
 
 
 @contextlib.contextmanager
-def _configuration_errors_fail_fast() -> Iterator[None]:
-    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException)."""
+def _configuration_errors_fail_fast(redact: Any = str) -> Iterator[None]:
+    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException);
+    ``redact`` cleans their message (an image registration's reason may echo credentials)."""
     from air_runtime._errors import AuthError, ConfigurationError, WorkloadError
     from airflow_air.exceptions import AirConfigurationError
 
     try:
         yield
     except (WorkloadError, ConfigurationError, AuthError) as exc:
-        raise AirConfigurationError(str(exc)) from exc
+        raise AirConfigurationError(redact(str(exc))) from exc
 
 
 def _deadline(task: BaseOperator, context: Context) -> float | None:
@@ -503,6 +504,24 @@ class AirRegisterImageOperator(BaseOperator):
         self.deferrable = _default_deferrable() if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.databricks_conn_id = databricks_conn_id
+        self._redactor: Redactor | None = None
+
+    def redactor(self) -> Redactor:
+        """The registry password (and its ``user:password`` forms) and the workspace token."""
+        if self._redactor is None:
+            from air_runtime import Redactor
+
+            self._redactor = Redactor()
+            if self.docker_conn_id is not None:
+                try:
+                    from airflow.sdk import BaseHook
+
+                    conn = BaseHook.get_connection(self.docker_conn_id)
+                    password = conn.password or (conn.extra_dejson or {}).get("token")
+                    self._redactor.add(password, f"{conn.login}:{password}")
+                except Exception:  # the connection is checked where it is used
+                    pass
+        return self._redactor
 
     def _poll_interval(self) -> float:
         from airflow_air.hooks import default_poll_interval
@@ -537,6 +556,7 @@ class AirRegisterImageOperator(BaseOperator):
             origin=f"airflow-{self.docker_conn_id}",
         )
         mask_secret(credential.secret_value())
+        self.redactor().add(password, credential.secret_value())
         scope, key = credentials_secret_location(client.whoami().user_name, credential)
         client.ensure_secret_scope(scope)
         client.put_secret(scope, key, credential.secret_value())
@@ -548,9 +568,10 @@ class AirRegisterImageOperator(BaseOperator):
         from airflow_air.hooks import AirHook
 
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
+            self.redactor().include(client.redactor)
             try:
                 image = normalize_docker_ref(self.image)
             except ValueError as exc:
@@ -623,7 +644,7 @@ class AirRegisterImageOperator(BaseOperator):
         if status == "success":
             self.log.info("%s is AVAILABLE (%s)", event.get("image"), event.get("digest"))
             return event.get("digest")
-        message = f"{event.get('image')}: {event.get('message') or status}"
+        message = self.redactor()(f"{event.get('image')}: {event.get('message') or status}")
         if status == "failed":
             raise AirConfigurationError(message)
         if status == "timeout":

@@ -80,6 +80,7 @@ def test_add_with_values_and_data() -> None:
         "m": ["***", 3],
         "n": ("***",),
     }
+    assert Redactor().include(base)("other-4567") == "***"
     assert Redactor()("nothing") == "nothing" and not Redactor().active
     assert base(None) == ""
     assert "token" not in repr(base)
