@@ -129,6 +129,12 @@ class Redactor:
             return type(data)(self.redact_data(value) for value in data)
         return data
 
+    def __copy__(self) -> Redactor:
+        return self.with_values(())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Redactor:
+        return self.with_values(())
+
     def __repr__(self) -> str:  # never the values
         return f"Redactor({len(self._values)} values)"
 

@@ -297,7 +297,7 @@ class AirRunOperator(BaseOperator):
 
             check_references(self.secret_env)
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             workload = self.load_workload()
@@ -336,7 +336,7 @@ class AirRunOperator(BaseOperator):
         push_run_xcoms(context, record.run_id, record.run_page_url)
         self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             self.redactor(client)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 from urllib.parse import quote, quote_plus
@@ -83,6 +84,7 @@ def test_add_with_values_and_data() -> None:
     assert Redactor().include(base)("other-4567") == "***"
     assert Redactor()("nothing") == "nothing" and not Redactor().active
     assert base(None) == ""
+    assert copy.deepcopy({"r": base})["r"]("token-0123") == "***"  # operators get copied
     assert "token" not in repr(base)
 
 
