@@ -129,7 +129,8 @@ def secret_values(secret_env: Mapping[str, str]) -> list[str]:
 
 
 async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
-    """``secret_values`` for the triggerer's event loop (async connection lookups)."""
+    """``secret_values`` for the triggerer's event loop (async connection lookups; variables
+    have no async lookup, so theirs runs in a thread)."""
     from airflow.sdk import BaseHook
 
     values = []
@@ -149,5 +150,16 @@ async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
                 continue
         except Exception:
             continue
+        _mask(value, name)
         values.append(value)
     return values
+
+
+def _mask(value: str, name: str) -> None:
+    """Also tell the triggerer's own masker (best effort: it is the second line of defence)."""
+    try:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(value, name)
+    except Exception:
+        pass

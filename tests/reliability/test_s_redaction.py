@@ -184,7 +184,7 @@ def test_airflow(tmp_path: Path, airflow_db: Path, tally, capfd, monkeypatch) ->
             "AIRFLOW_CONN_DATABRICKS_DEFAULT",
             json.dumps({"conn_type": "databricks", "host": ws.host, "password": ws.token}),
         )
-        for trial in range(trials(1, 5)):
+        for trial in range(trials(1, 10)):
             for dag_id, failing in AIRFLOW_CASES.items():
                 tally.trials += 1
                 value = secret_value(f"{trial}-{dag_id}")
@@ -239,7 +239,7 @@ def test_dagster(tmp_path: Path, tally, capfd, monkeypatch) -> None:
     printed: dict[str, str] = {}
     locations: dict[str, dict[str, int]] = {}
     try:
-        for trial in range(trials(1, 5)):
+        for trial in range(trials(1, 10)):
             tally.trials += 1
             value = secret_value(f"{trial}-dagster")
             printed[f"{trial}:dagster"] = value
