@@ -246,6 +246,11 @@ class StepRun:
             return workloads
         values = resolve_secret_env(secret_env)
         self.redact = client.redactor.with_values(values.values())
+        if self.redact.ignored:
+            self.context.log.warning(
+                f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
+                "are not redacted from messages and logs (too short to tell from ordinary text)"
+            )
         try:
             refs = client.materialize_secrets(
                 values,

@@ -272,6 +272,12 @@ class AirRunOperator(BaseOperator):
                     self._redactor.add(*credential_secrets(access.credentials))
                 except Exception:  # the connection is checked where it is used
                     pass
+            if self._redactor.ignored:
+                self.log.warning(
+                    "%d secret_env value(s) are shorter than 4 characters: they are not "
+                    "redacted from messages and logs (too short to tell from ordinary text)",
+                    self._redactor.ignored,
+                )
         return self._redactor
 
     def redacting_log(self, client: AirClient | None = None) -> RedactingLog:

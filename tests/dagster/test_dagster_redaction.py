@@ -97,3 +97,14 @@ def test_workflow_stage_printing_a_secret(
         compute_logs(dagster_home, result.run_id),
     ):
         assert _leaks(text) == {}
+
+
+def test_a_too_short_secret_is_not_redacted_and_says_so(air_workspace, instance, monkeypatch):
+    monkeypatch.setenv("TEST_SHORT_KEY", "abc")
+    assets = build_air_assets(
+        AirStage(key="short_secret", workload=workload("short_secret", 'echo "run abc"')),
+        secret_env={"WANDB_API_KEY": dg.EnvVar("TEST_SHORT_KEY")},
+    )
+    result = _materialize(assets, air_workspace, instance)
+    assert result.success
+    assert "shorter than 4 characters" in event_log_text(instance, result.run_id)
