@@ -128,3 +128,28 @@ def test_trigger_redacts_its_event_and_log_lines(workspace, task_log, secrets):
     assert _leaks(task_log.text()) == {}
     # The token of the connection is redacted as well.
     assert workspace.token not in json.dumps(event)
+
+
+def test_image_registration_failures_hide_the_registry_password(airflow_db, monkeypatch):
+    from airflow_air.exceptions import AirConfigurationError
+    from airflow_air.operators import AirRegisterImageOperator
+
+    password = "dckr_pat_Registry+Secret/42"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DOCKER_REDACT",
+        json.dumps({"conn_type": "generic", "login": "acme", "password": password}),
+    )
+    operator = AirRegisterImageOperator(
+        task_id="register", image="acme/private:1", docker_conn_id="docker_redact"
+    )
+    basic = base64.b64encode(f"acme:{password}".encode()).decode()
+    event = {
+        "status": "failed",
+        "image": "docker.io/acme/private:1",
+        "message": f"registration FAILED: pull with {password} (auth {basic}) was refused",
+    }
+    with pytest.raises(AirConfigurationError) as caught:
+        operator.execute_complete({}, event)
+    message = str(caught.value)
+    assert "pull with *** (auth ***) was refused" in message
+    assert password not in message and basic not in message
