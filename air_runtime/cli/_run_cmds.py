@@ -3,8 +3,8 @@ talk to a workspace. Without ``--host`` they use the databricks-sdk configuratio
 (DATABRICKS_HOST / DATABRICKS_TOKEN, ~/.databrickscfg).
 
 What they print (log lines, state messages, failure messages, errors) goes through the
-client's ``Redactor``: the credentials airo holds (token, OAuth client secret) and their
-encodings never show. The values of a workload's Databricks secrets are not known here, so a
+client's ``Redactor``: the credentials airo holds (token, OAuth client secret, the Docker Hub
+login it would register a private image with) and their encodings never show. The values of a workload's Databricks secrets are not known here, so a
 workload printing those is shown as the platform serves its log."""
 
 from __future__ import annotations
@@ -72,6 +72,18 @@ def _client(args: argparse.Namespace) -> Any:
     return AirClient(args.host, args.token, user_agent_extra="airo-cli")
 
 
+def _learn_registry_credentials(client: Any) -> None:
+    """The Docker Hub login of this machine (what a private image is registered with)."""
+    from air_runtime._images import find_docker_credentials
+
+    try:
+        credential = find_docker_credentials()
+    except Exception:  # a broken helper: registration reports it, if it gets that far
+        return
+    if credential is not None:
+        client.redactor.add(credential.password, credential.secret_value())
+
+
 def _fail(error: Exception, client: Any = None) -> int:
     redact = client.redactor if client is not None else str
     print(redact(f"error: {error}"), file=sys.stderr)
@@ -92,6 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         workload = load_workload(args.file, args.override or None)
         with _client(args) as client:
+            if workload.environment.docker_image is not None:
+                _learn_registry_credentials(client)
             submitted = client.submit_workload(workload)
             print(f"run {submitted.run_id}: {submitted.run_page_url}")
             if not (args.wait or args.follow_logs):
@@ -146,6 +160,8 @@ def _register_image(args: argparse.Namespace) -> int:
     client = None
     try:
         with _client(args) as client:
+            if args.scope is None:
+                _learn_registry_credentials(client)
             registration = client.register_image(
                 args.image,
                 credentials_scope=args.scope,

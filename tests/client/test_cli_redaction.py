@@ -6,6 +6,7 @@ encoded, and fails: streamed lines and the failure message go through the client
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 from air_runtime.cli import main as airo
@@ -38,3 +39,22 @@ def test_airo_follow_logs_and_failure_hide_the_token(workspace_factory, tmp_path
     assert "plain ***" in logs_out
     for text in (out, err, logs_out, logs_err):
         assert TOKEN not in text and encoded not in text
+
+
+def test_airo_learns_the_docker_hub_login_it_would_register_with(
+    workspace_factory, tmp_path: Path, monkeypatch
+):
+    from air_runtime import AirClient
+    from air_runtime.cli._run_cmds import _learn_registry_credentials
+
+    password = "dckr_pat_cli+secret/0123"
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    auth = base64.b64encode(f"acme:{password}".encode()).decode()
+    config = {"auths": {"https://index.docker.io/v1/": {"auth": auth}}}
+    (docker / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        _learn_registry_credentials(client)
+        assert client.redactor(f"{password} {auth}") == "*** ***"
