@@ -228,7 +228,12 @@ def decode_answer(response: httpx.Response, what: str) -> Any:
     content = response.content
     declared = response.headers.get("Content-Length", "")
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
-    if declared.isdigit() and encoding in ("", "identity") and len(content) < int(declared):
+    if (
+        declared.isdigit()
+        and encoding in ("", "identity")
+        and response.request.method != "HEAD"
+        and len(content) < int(declared)
+    ):
         raise InvalidResponse(
             f"{what}: HTTP {status} answer cut short ({len(content)} of {declared} bytes)",
             status_code=status,
@@ -477,7 +482,8 @@ def _location(value: str | None) -> str:
     if not value:
         return "(no Location)"
     parts = urlsplit(value)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}" if parts.netloc else parts.path
+    host = parts.netloc.rpartition("@")[2]  # never a user:password@ part
+    return f"{parts.scheme}://{host}{parts.path}" if host else parts.path
 
 
 def gather(flows: Sequence[Flow[Any]], limit: int) -> Flow[list[Any]]:
