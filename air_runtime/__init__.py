@@ -22,6 +22,7 @@ from air_runtime._errors import (
     AuthError,
     CapacityError,
     ConfigurationError,
+    InvalidResponse,
     NotFound,
     PlatformError,
     Problem,
@@ -30,6 +31,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
+from air_runtime._redaction import Redactor
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
     CodeSnapshot,
@@ -107,11 +109,13 @@ __all__ = [
     "DockerRef",
     "DockerRefError",
     "Environment",
+    "InvalidResponse",
     "NotFound",
     "Permission",
     "PlatformError",
     "Problem",
     "RateLimited",
+    "Redactor",
     "RunFailed",
     "RunState",
     "RunTimeout",

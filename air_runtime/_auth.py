@@ -62,6 +62,10 @@ class StaticToken:
     async def arefresh(self) -> None:
         return None
 
+    def secret_values(self) -> list[str]:
+        """What must never be shown (for ``air_runtime.Redactor``)."""
+        return [self._headers["Authorization"].removeprefix("Bearer ")]
+
     def __repr__(self) -> str:
         return f"StaticToken(source={self.source!r})"
 
@@ -174,6 +178,11 @@ class OAuthM2M:
             with self._lock:
                 self._accept(response)
 
+    def secret_values(self) -> list[str]:
+        """The client secret and the current token (for ``air_runtime.Redactor``)."""
+        token = (self._headers or {}).get("Authorization", "").removeprefix("Bearer ")
+        return [v for v in (self._client_secret, token) if v]
+
     def __repr__(self) -> str:
         return f"OAuthM2M(client_id={self.client_id!r}, token_url={self.token_url!r})"
 
@@ -235,6 +244,15 @@ class SdkConfigCredentials:
         self._cached = None
         if self.refreshable:
             await asyncio.to_thread(self.config.init_auth)
+
+    def secret_values(self) -> list[str]:
+        """The configured token, password and client secret (for ``air_runtime.Redactor``)."""
+        found = []
+        for name in ("token", "password", "client_secret", "azure_client_secret"):
+            value = getattr(self.config, name, None)
+            if isinstance(value, str) and value:
+                found.append(value)
+        return found
 
     def __repr__(self) -> str:
         return f"SdkConfigCredentials(source={self.source!r})"

@@ -80,6 +80,23 @@ class PlatformError(AirError):
         self.retryable = status_code is None or status_code >= 500 or status_code == 429
 
 
+class InvalidResponse(PlatformError):
+    """An answer the client cannot use: a redirect, a body that is not the JSON the API
+    returns, or a body cut short. Usually a proxy, a login page or a wrong host; a truncated
+    body (``truncated``) is a network fault and worth a retry."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        truncated: bool = False,
+    ) -> None:
+        super().__init__(message, status_code=status_code)
+        self.truncated = truncated
+        self.retryable = truncated
+
+
 class RateLimited(PlatformError):
     """429 or 503 beyond the retry budget."""
 

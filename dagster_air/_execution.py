@@ -20,6 +20,7 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 
 from air_runtime import (
     AirClient,
+    Redactor,
     RunState,
     Stage,
     SubmittedRun,
@@ -34,7 +35,7 @@ from ._identity import StepIdentity, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
 from ._resource import AirWorkspace
-from ._secrets import Redactor, resolve_secret_env
+from ._secrets import resolve_secret_env
 from ._stage import AirStage, workload_hash
 from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
@@ -76,7 +77,7 @@ class AirWorkflow:
         return [s for s in self.stages if s.asset_key in keys]
 
 
-def _config_failure(error: Exception, what: str) -> dg.Failure:
+def _config_failure(error: Exception | str, what: str) -> dg.Failure:
     return dg.Failure(description=f"{what}: {error}", allow_retries=False)
 
 
@@ -244,7 +245,12 @@ class StepRun:
         if not secret_env:
             return workloads
         values = resolve_secret_env(secret_env)
-        self.redact = Redactor(values.values())
+        self.redact = client.redactor.with_values(values.values())
+        if self.redact.ignored:
+            self.context.log.warning(
+                f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
+                "are not redacted from messages and logs (too short to tell from ordinary text)"
+            )
         try:
             refs = client.materialize_secrets(
                 values,
@@ -253,7 +259,9 @@ class StepRun:
             )
             return {key: w.with_secrets(refs) for key, w in workloads.items()}
         except _NOT_RETRYABLE as error:
-            raise _config_failure(error, "cannot store the orchestrator secrets") from None
+            raise _config_failure(
+                self.redact(str(error)), "cannot store the orchestrator secrets"
+            ) from None
 
     def _submit(
         self,
@@ -281,7 +289,9 @@ class StepRun:
                 stages, idempotency_token=token, run_name=self.workflow.name
             )
         except _NOT_RETRYABLE as error:
-            raise _config_failure(error, "the workspace refused the workload") from None
+            raise _config_failure(
+                self.redact(str(error)), "the workspace refused the workload"
+            ) from None
         except AirError as error:
             raise dg.Failure(
                 description=f"submitting the run failed: {self.redact(str(error))}"
@@ -372,6 +382,7 @@ class StepRun:
             return
         workloads = self._workloads(selected)
         with self.workspace.get_client() as client:
+            self.redact = client.redactor.with_values(())
             workloads = self._with_secrets(client, workloads)
             generation = self.identity.generation(self.context)
             token = make_idempotency_token(

@@ -52,10 +52,13 @@ def build_image_registration_asset(
                     )
                 except (ConfigurationError, WorkloadError) as error:
                     raise dg.Failure(
-                        description=f"cannot register {image}: {error}", allow_retries=False
+                        description=client.redactor(f"cannot register {image}: {error}"),
+                        allow_retries=False,
                     ) from None
                 except AirError as error:
-                    raise dg.Failure(description=f"cannot register {image}: {error}") from None
+                    raise dg.Failure(
+                        description=client.redactor(f"cannot register {image}: {error}")
+                    ) from None
                 context.log.info(f"{registration.docker_image_url} is {registration.state}")
                 metadata[f"{META_PREFIX}image/{registration.docker_image_url}"] = (
                     registration.manifest_sha256 or registration.state

@@ -1,5 +1,6 @@
 """Orchestrator secrets (workload.md §6): values held by the Dagster process, handed to the
-workload as Databricks secrets, never shown.
+workload as Databricks secrets, never shown (``air_runtime.Redactor`` removes them, and their
+encodings, from every message and log line of the step).
 
 ``secret_env`` maps a workload variable NAME to the *name* of an environment variable of the
 Dagster process: ``{"HF_TOKEN": dg.EnvVar("HF_TOKEN")}`` or ``{"HF_TOKEN": "HF_TOKEN"}``
@@ -10,14 +11,9 @@ place in code, so a plain string is a variable name too.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import dagster as dg
-
-_REDACTED = "****"
-# Values this short would blank out ordinary words in logs; they are still never sent.
-_MIN_REDACTED_LENGTH = 4
 
 
 def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
@@ -44,16 +40,3 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
 def env_var_name(source: str) -> str:
     """The variable a ``secret_env`` value names (``dg.EnvVar`` refuses ``str()``)."""
     return source.env_var_name if isinstance(source, dg.EnvVar) else str(source)
-
-
-class Redactor:
-    """Replaces known secret values in text that is about to be logged or shown."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        secrets = sorted(
-            {v for v in values if len(v) >= _MIN_REDACTED_LENGTH}, key=len, reverse=True
-        )
-        self._pattern = re.compile("|".join(re.escape(v) for v in secrets)) if secrets else None
-
-    def __call__(self, text: str) -> str:
-        return self._pattern.sub(_REDACTED, text) if self._pattern else text

@@ -1,6 +1,11 @@
 """``airo run``, ``airo logs``, ``airo cancel`` and ``airo images register``: commands that
 talk to a workspace. Without ``--host`` they use the databricks-sdk configuration chain
-(DATABRICKS_HOST / DATABRICKS_TOKEN, ~/.databrickscfg)."""
+(DATABRICKS_HOST / DATABRICKS_TOKEN, ~/.databrickscfg).
+
+What they print (log lines, state messages, failure messages, errors) goes through the
+client's ``Redactor``: the credentials airo holds (token, OAuth client secret, the Docker Hub
+login it would register a private image with) and their encodings never show. The values of a workload's Databricks secrets are not known here, so a
+workload printing those is shown as the platform serves its log."""
 
 from __future__ import annotations
 
@@ -89,21 +94,40 @@ def _client(args: argparse.Namespace) -> Any:
     return AirClient(args.host, token, user_agent_extra="airo-cli")
 
 
-def _fail(error: Exception) -> int:
-    print(f"error: {error}", file=sys.stderr)
+def _learn_registry_credentials(client: Any) -> None:
+    """The Docker Hub login of this machine (what a private image is registered with)."""
+    from air_runtime._images import find_docker_credentials
+
+    try:
+        credential = find_docker_credentials()
+    except Exception:  # a broken helper: registration reports it, if it gets that far
+        return
+    if credential is not None:
+        client.redactor.add(credential.password, credential.secret_value())
+
+
+def _fail(error: Exception, client: Any = None) -> int:
+    redact = client.redactor if client is not None else str
+    print(redact(f"error: {error}"), file=sys.stderr)
     return 1
 
 
-def _print_update(state: RunState) -> None:
-    print(f"state: {state.describe()}", file=sys.stderr)
+def _update_printer(client: Any) -> Any:
+    def print_update(state: RunState) -> None:
+        print(client.redactor(f"state: {state.describe()}"), file=sys.stderr)
+
+    return print_update
 
 
 def _run(args: argparse.Namespace) -> int:
     from air_runtime.workload import load_workload
 
+    client = None
     try:
         workload = load_workload(args.file, args.override or None)
         with _client(args) as client:
+            if workload.environment.docker_image is not None:
+                _learn_registry_credentials(client)
             submitted = client.submit_workload(workload)
             print(f"run {submitted.run_id}: {submitted.run_page_url}")
             if not (args.wait or args.follow_logs):
@@ -114,47 +138,52 @@ def _run(args: argparse.Namespace) -> int:
                     target=_print_logs, args=(client, submitted.run_id, 0), daemon=True
                 )
                 printer.start()
-            state = client.wait(submitted.run_id, on_update=_print_update)
+            state = client.wait(submitted.run_id, on_update=_update_printer(client))
             if args.follow_logs:
                 printer.join(timeout=30)
             client.raise_for_failure(state)
             print(f"run {submitted.run_id} succeeded")
             return 0
     except AirError as error:
-        return _fail(error)
+        return _fail(error, client)
 
 
 def _print_logs(client: Any, run_id: int, node: int) -> None:
     try:
         for record in client.iter_logs(run_id, node=node, follow=True):
-            print(record.body, flush=True)
+            print(client.redactor(record.body), flush=True)
     except AirError as error:
-        print(f"log streaming stopped: {error}", file=sys.stderr)
+        print(client.redactor(f"log streaming stopped: {error}"), file=sys.stderr)
 
 
 def _logs(args: argparse.Namespace) -> int:
+    client = None
     try:
         with _client(args) as client:
             for record in client.iter_logs(args.run_id, node=args.node, follow=args.follow):
-                print(record.body, flush=True)
+                print(client.redactor(record.body), flush=True)
         return 0
     except AirError as error:
-        return _fail(error)
+        return _fail(error, client)
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    client = None
     try:
         with _client(args) as client:
             client.cancel(args.run_id)
         print(f"cancellation of run {args.run_id} requested")
         return 0
     except AirError as error:
-        return _fail(error)
+        return _fail(error, client)
 
 
 def _register_image(args: argparse.Namespace) -> int:
+    client = None
     try:
         with _client(args) as client:
+            if args.scope is None:
+                _learn_registry_credentials(client)
             registration = client.register_image(
                 args.image,
                 credentials_scope=args.scope,
@@ -167,4 +196,4 @@ def _register_image(args: argparse.Namespace) -> int:
             print(f"{registration.docker_image_url} is AVAILABLE")
         return 0
     except AirError as error:
-        return _fail(error)
+        return _fail(error, client)

@@ -16,6 +16,7 @@ import httpx
 
 from .._auth import Credentials, resolve_credentials
 from .._docker_credentials import DockerCredential
+from .._redaction import Redactor
 from .._states import RunState
 from . import _identity, _images, _runs, _secrets, _submit
 from ._core import (
@@ -78,6 +79,12 @@ class _BaseClient:
     @property
     def credentials(self) -> Credentials:
         return self._core.credentials
+
+    @property
+    def redactor(self) -> Redactor:
+        """Redacts this client's credentials (token, client secret) from text; orchestrators
+        add the values they resolve with ``client.redactor.with_values(...)``."""
+        return self._core.redactor
 
     def _limits(self) -> httpx.Limits:
         return httpx.Limits(

@@ -10,12 +10,14 @@ retrying and every multi-step operation exist in exactly one place (like httpx's
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import logging
 import random
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -23,10 +25,12 @@ from .._auth import Credentials
 from .._errors import (
     AuthError,
     CapacityError,
+    InvalidResponse,
     NotFound,
     PlatformError,
     RateLimited,
 )
+from .._redaction import Redactor, credential_secrets
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -199,6 +203,70 @@ def _error_body(response: httpx.Response) -> tuple[str | None, str]:
     return (code if isinstance(code, str) else None), str(message)[:1000]
 
 
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _snippet(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def decode_answer(response: httpx.Response, what: str) -> Any:
+    """The JSON body of a successful answer (``{}`` when empty), or ``InvalidResponse``:
+    a body shorter than its ``Content-Length`` or cut off mid-document is ``truncated``
+    (retryable, like a dropped connection); any other non-JSON body is not."""
+    status = response.status_code
+    content = response.content
+    declared = response.headers.get("Content-Length", "")
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if (
+        declared.isdigit()
+        and encoding in ("", "identity")
+        and response.request.method != "HEAD"
+        and len(content) < int(declared)
+    ):
+        raise InvalidResponse(
+            f"{what}: HTTP {status} answer cut short ({len(content)} of {declared} bytes)",
+            status_code=status,
+            truncated=True,
+        )
+    if not content:
+        return {}
+    try:
+        return response.json()
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        content_type = response.headers.get("Content-Type") or "no content type"
+        text = content.decode("utf-8", "replace")
+        position = getattr(exc, "pos", None)
+        # Cut off mid-document: the parser ran out of input (inside a string, or at the end).
+        cut = position is not None and (
+            str(getattr(exc, "msg", "")).startswith("Unterminated string")
+            or position >= len(text.rstrip())
+        )
+        if "json" in content_type.lower() and cut:
+            raise InvalidResponse(
+                f"{what}: HTTP {status} answer ends in the middle of its JSON "
+                f"({len(content)} bytes): the connection was cut",
+                status_code=status,
+                truncated=True,
+            ) from None
+        raise InvalidResponse(
+            f"{what}: HTTP {status} answer is not JSON ({content_type}, {len(content)} bytes, "
+            f"starting {_snippet(text)!r}); is the host the workspace URL, and no proxy or "
+            "login page in between?",
+            status_code=status,
+        ) from None
+
+
 _CAPACITY_CODES = frozenset({"INSUFFICIENT_CAPACITY", "CAPACITY_UNAVAILABLE", "NO_CAPACITY"})
 
 
@@ -233,6 +301,30 @@ class ClientCore:
         self.max_concurrent_uploads = max(1, max_concurrent_uploads)
         self.rng = random.Random()
         self.identity: Identity | None = None
+        # Every credential value this client holds or sends, for error messages and for
+        # orchestrators that build their own redactor on top (``Redactor.with_values``).
+        self.redactor = Redactor(credential_secrets(credentials))
+        self._last_authorization: str | None = None
+        self._plain_http_checked = False
+
+    def note_auth(self, auth: dict[str, str]) -> None:
+        """Remember the token being sent (redacted from now on) and warn, once per client,
+        when a token is about to travel over plain http to a host that is not this machine."""
+        authorization = auth.get("Authorization")
+        if not authorization or authorization == self._last_authorization:
+            return
+        self._last_authorization = authorization
+        self.redactor.add(authorization.partition(" ")[2] or authorization)
+        if self._plain_http_checked:
+            return
+        self._plain_http_checked = True
+        parts = urlsplit(self.host)
+        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+            logger.warning(
+                "sending a token over plain http to %s: anyone on the network path can read "
+                "it; use https:// (plain http is only safe for a workspace on this machine)",
+                parts.hostname,
+            )
 
     def url(self, path: str) -> str:
         return f"{self.host}{path}"
@@ -307,8 +399,10 @@ class ClientCore:
         started = time.monotonic()
         attempts = 0
         refreshed = False
+        what = f"{method} {path} on {self.host}"
         while True:
             auth = yield AUTH_HEADERS
+            self.note_auth(auth)
             request = self.build_request(
                 method, path, auth, params=params, json=json, content=content
             )
@@ -318,28 +412,53 @@ class ClientCore:
                 response: httpx.Response = yield Transmit(request)
             except httpx.TransportError as exc:
                 error: Exception = PlatformError(
-                    f"{method} {path}: could not reach {self.host} ({type(exc).__name__}: {exc})"
+                    self.redactor(
+                        f"{method} {path}: could not reach {self.host} "
+                        f"({type(exc).__name__}: {exc})"
+                    )
                 )
                 may_retry = retry or isinstance(exc, httpx.ConnectError)
             else:
                 status = response.status_code
+                if 300 <= status < 400:
+                    # Never followed: a redirect would carry the token to another URL, and
+                    # the API does not redirect (a login page, a proxy or http->https does).
+                    raise InvalidResponse(
+                        self.redactor(
+                            f"{what}: HTTP {status} redirect to "
+                            f"{_location(response.headers.get('Location'))}; the client does not "
+                            "follow redirects: configure the workspace URL itself (https://...)"
+                        ),
+                        status_code=status,
+                    )
                 if status < 400:
                     logger.debug("%s %s -> %d", method, path, status)
-                    if raw:
-                        return response
-                    return response.json() if response.content else {}
-                if status == 401 and self.credentials.refreshable and not refreshed:
-                    # An OAuth token can expire between our expiry check and the server's.
-                    refreshed = True
-                    logger.info("%s: 401 from %s, renewing the OAuth token once", path, self.host)
-                    yield REFRESH_AUTH
-                    continue
-                error = self.error_for(response, method, path)
-                if not _retryable_status(status):
-                    logger.debug("%s %s -> %d (not retried)", method, path, status)
-                    raise error
-                may_retry = retry
-                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                    try:
+                        body = decode_answer(response, what)
+                    except InvalidResponse as invalid:
+                        if not invalid.truncated:
+                            raise InvalidResponse(
+                                self.redactor(str(invalid)), status_code=status
+                            ) from None
+                        # Cut short in transit: retried like a dropped connection.
+                        error, may_retry = invalid, retry
+                    else:
+                        return response if raw else body
+                else:
+                    if status == 401 and self.credentials.refreshable and not refreshed:
+                        # An OAuth token can expire between our expiry check and the server's.
+                        refreshed = True
+                        logger.info(
+                            "%s: 401 from %s, renewing the OAuth token once", path, self.host
+                        )
+                        yield REFRESH_AUTH
+                        continue
+                    error = self.error_for(response, method, path)
+                    if not _retryable_status(status):
+                        logger.debug("%s %s -> %d (not retried)", method, path, status)
+                        raise error
+                    may_retry = retry
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
             elapsed = time.monotonic() - started
             if retry_after is not None and retry_after > policy.max_retry_after_s:
                 raise error
@@ -356,6 +475,15 @@ class ClientCore:
                 f" (Retry-After {retry_after:g}s)" if retry_after is not None else "",
             )
             yield Sleep(delay)
+
+
+def _location(value: str | None) -> str:
+    """Where a redirect points, without its query (which may carry codes or tokens)."""
+    if not value:
+        return "(no Location)"
+    parts = urlsplit(value)
+    host = parts.netloc.rpartition("@")[2]  # never a user:password@ part
+    return f"{parts.scheme}://{host}{parts.path}" if host else parts.path
 
 
 def gather(flows: Sequence[Flow[Any]], limit: int) -> Flow[list[Any]]:

@@ -8,14 +8,18 @@ A reference names where the value is, never the value itself:
 
 Values are resolved only at execute time, registered with Airflow's secrets masker at once,
 written to a Databricks secret scope by the core client, and the workload carries only
-``scope/key`` references. They are never assigned to the operator, so they cannot reach
-rendered template fields or XCom.
+``scope/key`` references. They are never assigned to an operator field, so they cannot reach
+rendered template fields or XCom; the only copy kept is inside the try's
+``air_runtime.Redactor``, which removes them (and their base64, URL and JSON encodings) from
+failure messages and streamed log lines. The triggerer looks the same references up again
+(``asecret_values``): a trigger's serialized kwargs carry references, never values.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from airflow_air.exceptions import AirConfigurationError
 
@@ -50,6 +54,10 @@ def _connection_field(name: str, conn_id: str, field: str) -> str:
         raise AirConfigurationError(
             f"secret_env {name}: Airflow connection {conn_id!r} is not defined"
         ) from exc
+    return _field_of(conn, name, conn_id, field)
+
+
+def _field_of(conn: Any, name: str, conn_id: str, field: str) -> str:
     if field.startswith("extra."):
         value = (conn.extra_dejson or {}).get(field.removeprefix("extra."))
     elif field == "uri":
@@ -94,3 +102,64 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
         mask_secret(value, name)
         values[name] = value
     return values
+
+
+def secret_values(secret_env: Mapping[str, str]) -> list[str]:
+    """The values the references point to, for redaction; a reference that cannot be looked
+    up is skipped (the submit reports it; a reattaching try may never need it)."""
+    from airflow.sdk.log import mask_secret
+
+    values = []
+    for name, ref in secret_env.items():
+        try:
+            if not isinstance(ref, str):
+                continue
+            if ref.startswith("conn:"):
+                _, conn_id, field = ref.split(":", 2)
+                value = _connection_field(name, conn_id, field)
+            elif ref.startswith("var:"):
+                value = _variable(name, ref.removeprefix("var:"))
+            else:
+                continue
+        except Exception:
+            continue
+        mask_secret(value, name)
+        values.append(value)
+    return values
+
+
+async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
+    """``secret_values`` for the triggerer's event loop (async connection lookups; variables
+    have no async lookup, so theirs runs in a thread)."""
+    from airflow.sdk import BaseHook
+
+    values = []
+    for name, ref in secret_env.items():
+        try:
+            if not isinstance(ref, str):
+                continue
+            if ref.startswith("conn:"):
+                _, conn_id, field = ref.split(":", 2)
+                conn = await BaseHook.aget_connection(conn_id)
+                value = _field_of(conn, name, conn_id, field)
+            elif ref.startswith("var:"):
+                from asgiref.sync import sync_to_async
+
+                value = await sync_to_async(_variable)(name, ref.removeprefix("var:"))
+            else:
+                continue
+        except Exception:
+            continue
+        _mask(value, name)
+        values.append(value)
+    return values
+
+
+def _mask(value: str, name: str) -> None:
+    """Also tell the triggerer's own masker (best effort: it is the second line of defence)."""
+    try:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(value, name)
+    except Exception:
+        pass

@@ -52,6 +52,29 @@ class TaskLog(Protocol):
     def warning(self, event: str, *args: Any) -> Any: ...
 
 
+class RedactingLog:
+    """A ``TaskLog`` that formats each line and removes secret values before logging it:
+    Airflow's masker only knows plain values, and the triggerer's log has no masker at all
+    for values it never looked up."""
+
+    def __init__(self, log: TaskLog, redact: Callable[[str], str]) -> None:
+        self._log = log
+        self._redact = redact
+
+    def _text(self, event: str, args: tuple[Any, ...]) -> str:
+        try:
+            text = event % args if args else event
+        except (TypeError, ValueError):
+            text = " ".join([event, *map(str, args)])
+        return self._redact(text)
+
+    def info(self, event: str, *args: Any) -> Any:
+        return self._log.info("%s", self._text(event, args))
+
+    def warning(self, event: str, *args: Any) -> Any:
+        return self._log.warning("%s", self._text(event, args))
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """What a try remembers about the run it owns (stored in the task state store)."""

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from air_runtime import AirClient, DockerCredential, Workload
-    from airflow_air._submission import Outcome, RunRecord
+    from air_runtime import AirClient, DockerCredential, Redactor, Workload
+    from airflow_air._submission import Outcome, RedactingLog, RunRecord
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
@@ -39,15 +39,16 @@ def _default_deferrable() -> bool:
 
 
 @contextlib.contextmanager
-def _configuration_errors_fail_fast() -> Iterator[None]:
-    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException)."""
+def _configuration_errors_fail_fast(redact: Any = str) -> Iterator[None]:
+    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException);
+    ``redact`` cleans their message (an image registration's reason may echo credentials)."""
     from air_runtime._errors import AuthError, ConfigurationError, WorkloadError
     from airflow_air.exceptions import AirConfigurationError
 
     try:
         yield
     except (WorkloadError, ConfigurationError, AuthError) as exc:
-        raise AirConfigurationError(str(exc)) from exc
+        raise AirConfigurationError(redact(str(exc))) from exc
 
 
 def _deadline(task: BaseOperator, context: Context) -> float | None:
@@ -155,6 +156,9 @@ class AirRunOperator(BaseOperator):
         self.workflow_submit_task_id: str | None = None
         self.workflow_task_key: str | None = None
         self._run_id: int | None = None
+        # This try's redactor (see redactor()); holds the resolved secret values, so it
+        # is never a template field, never serialized and never pushed.
+        self._redactor: Redactor | None = None
 
     # --- templating -----------------------------------------------------------------------
 
@@ -221,11 +225,65 @@ class AirRunOperator(BaseOperator):
         if not references:
             return workload
         values = resolve_secret_env(references)
+        if self._redactor is not None:
+            self._redactor.add(*values.values())
         scope = (secret_scope if secret_env is not None else self.secret_scope) or (
             default_secret_scope()
         )
         refs = client.materialize_secrets(values, scope=scope, key_prefix=self.secret_key_prefix())
         return workload.with_secrets(refs)
+
+    def redaction_references(self) -> dict[str, str]:
+        """The ``secret_env`` references whose values must not show in this task's messages:
+        its own and, for a workflow stage, those of the other stages of its run (their
+        workloads share one run, and a stage's log can print a sibling's secret)."""
+        references: dict[str, str] = {}
+        if self.workflow_submit_task_id is not None and self.has_dag():
+            for task in self.dag.tasks:
+                if (
+                    isinstance(task, AirRunOperator)
+                    and task is not self
+                    and task.workflow_submit_task_id == self.workflow_submit_task_id
+                ):
+                    for name, ref in (task.secret_env or {}).items():
+                        if isinstance(ref, str) and "{{" not in ref:
+                            references[f"{task.task_id}.{name}"] = ref
+        references.update(self.secret_env or {})
+        return references
+
+    def redactor(self, client: AirClient | None = None) -> Redactor:
+        """This try's ``air_runtime.Redactor``: the workspace credentials and every value of
+        ``redaction_references()`` (looked up again, so a reattaching or resumed try that did
+        not submit redacts them too)."""
+        if self._redactor is None:
+            from air_runtime import Redactor
+            from air_runtime._redaction import credential_secrets
+            from airflow_air._secret_env import secret_values
+
+            values = secret_values(self.redaction_references())
+            if client is not None:
+                self._redactor = client.redactor.with_values(values)
+            else:
+                self._redactor = Redactor(values)
+                try:
+                    from airflow_air.hooks import AirHook
+
+                    access = AirHook(self.databricks_conn_id).workspace_access()
+                    self._redactor.add(*credential_secrets(access.credentials))
+                except Exception:  # the connection is checked where it is used
+                    pass
+            if self._redactor.ignored:
+                self.log.warning(
+                    "%d secret_env value(s) are shorter than 4 characters: they are not "
+                    "redacted from messages and logs (too short to tell from ordinary text)",
+                    self._redactor.ignored,
+                )
+        return self._redactor
+
+    def redacting_log(self, client: AirClient | None = None) -> RedactingLog:
+        from airflow_air._submission import RedactingLog
+
+        return RedactingLog(self.log, self.redactor(client))
 
     def effective_poll_interval(self) -> float:
         from airflow_air.hooks import default_poll_interval
@@ -245,10 +303,11 @@ class AirRunOperator(BaseOperator):
 
             check_references(self.secret_env)
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             workload = self.load_workload()
+            log = self.redacting_log(client)
             prepared: list[Workload] = []
 
             def submit(token: str) -> Any:
@@ -256,7 +315,7 @@ class AirRunOperator(BaseOperator):
                     prepared.append(self.with_orchestrator_secrets(client, workload))
                 return client.submit_workload(prepared[0], idempotency_token=token)
 
-            record, _ = own_run(context, self, client, submit, log=self.log)
+            record, _ = own_run(context, self, client, submit, log=log)
             self._run_id = record.run_id
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
@@ -283,9 +342,10 @@ class AirRunOperator(BaseOperator):
         push_run_xcoms(context, record.run_id, record.run_page_url)
         self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
+            self.redactor(client)
             return self._wait(context, client, record, self.workflow_task_key, 1)
 
     def _wait(
@@ -327,11 +387,12 @@ class AirRunOperator(BaseOperator):
         from airflow_air._submission import LogStreamer, finish_sync, wait_sync
 
         poll = self.effective_poll_interval()
+        log = self.redacting_log(client)
         if self.stream_logs and task_key is None:
-            with LogStreamer(client, record.run_id, nodes, self.log):
-                state = wait_sync(client, record, poll_interval=poll, log=self.log)
+            with LogStreamer(client, record.run_id, nodes, log):
+                state = wait_sync(client, record, poll_interval=poll, log=log)
         else:
-            state = wait_sync(client, record, poll_interval=poll, log=self.log, task_key=task_key)
+            state = wait_sync(client, record, poll_interval=poll, log=log, task_key=task_key)
         return self._complete(context, finish_sync(client, state, record, task_key))
 
     def _defer_until_done(self, context: Context, record: RunRecord, task_key: str | None) -> None:
@@ -348,6 +409,8 @@ class AirRunOperator(BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
                 task_key=task_key,
                 first_poll_at=_first_poll_at(),
+                # References only: the triggerer looks the values up itself to redact them.
+                secret_env=self.redaction_references() or None,
             ),
             method_name="execute_complete",
             timeout=_defer_timeout(deadline),
@@ -363,6 +426,8 @@ class AirRunOperator(BaseOperator):
         return self._complete(context, Outcome.from_event(event))
 
     def _complete(self, context: Context, outcome: Outcome) -> Any:
+        import dataclasses
+
         from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
         from airflow_air._submission import push_mlflow_link
@@ -370,6 +435,8 @@ class AirRunOperator(BaseOperator):
 
         self._run_id = outcome.run_id
         push_mlflow_link(context, outcome.mlflow_run_url)
+        redact = self.redactor()
+        outcome = dataclasses.replace(outcome, message=redact(outcome.message))
         if outcome.status == "success":
             self.log.info("Run %s succeeded: %s", outcome.run_id, outcome.run_page_url)
             return outcome.result()
@@ -395,7 +462,7 @@ class AirRunOperator(BaseOperator):
                 client.cancel(self._run_id)
             self.log.info("Cancelled run %s", self._run_id)
         except Exception as exc:
-            self.log.warning("Could not cancel run %s: %s", self._run_id, exc)
+            self.log.warning("Could not cancel run %s: %s", self._run_id, self.redactor()(str(exc)))
 
 
 class AirRegisterImageOperator(BaseOperator):
@@ -443,6 +510,24 @@ class AirRegisterImageOperator(BaseOperator):
         self.deferrable = _default_deferrable() if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.databricks_conn_id = databricks_conn_id
+        self._redactor: Redactor | None = None
+
+    def redactor(self) -> Redactor:
+        """The registry password (and its ``user:password`` forms) and the workspace token."""
+        if self._redactor is None:
+            from air_runtime import Redactor
+
+            self._redactor = Redactor()
+            if self.docker_conn_id is not None:
+                try:
+                    from airflow.sdk import BaseHook
+
+                    conn = BaseHook.get_connection(self.docker_conn_id)
+                    password = conn.password or (conn.extra_dejson or {}).get("token")
+                    self._redactor.add(password, f"{conn.login}:{password}")
+                except Exception:  # the connection is checked where it is used
+                    pass
+        return self._redactor
 
     def _poll_interval(self) -> float:
         from airflow_air.hooks import default_poll_interval
@@ -477,6 +562,7 @@ class AirRegisterImageOperator(BaseOperator):
             origin=f"airflow-{self.docker_conn_id}",
         )
         mask_secret(credential.secret_value())
+        self.redactor().add(password, credential.secret_value())
         return credential
 
     def execute(self, context: Context) -> Any:
@@ -484,9 +570,10 @@ class AirRegisterImageOperator(BaseOperator):
         from airflow_air.hooks import AirHook
 
         with (
-            _configuration_errors_fail_fast(),
+            _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
+            self.redactor().include(client.redactor)
             try:
                 image = normalize_docker_ref(self.image)
             except ValueError as exc:
@@ -562,7 +649,7 @@ class AirRegisterImageOperator(BaseOperator):
         if status == "success":
             self.log.info("%s is AVAILABLE (%s)", event.get("image"), event.get("digest"))
             return event.get("digest")
-        message = f"{event.get('image')}: {event.get('message') or status}"
+        message = self.redactor()(f"{event.get('image')}: {event.get('message') or status}")
         if status == "failed":
             raise AirConfigurationError(message)
         if status == "timeout":

@@ -22,6 +22,14 @@ scheduler has processed the deferral's exit. The worker's supervisor notices tha
 when it next wakes (up to ``[workers] min_heartbeat_interval`` later), so the default delay is
 twice that interval. After a triggerer restart the time has passed and the trigger polls at
 once.
+
+Secrets. The event's failure message carries the run's last log lines, and the event is
+stored in Airflow's database (and shown in the triggerer's log) before any task code sees it.
+So the trigger redacts it itself: its kwargs carry the task's ``secret_env`` *references*
+(never values), which it looks up again in the triggerer (connections and variables are
+readable there), and the workspace token comes from its client. Its own log lines go through
+the same ``air_runtime.Redactor``; the operator redacts the event message once more when the
+task resumes.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
 
 if TYPE_CHECKING:
-    from air_runtime import AsyncAirClient, RunState
+    from air_runtime import AsyncAirClient, Redactor, RunState
     from airflow_air._submission import Outcome
 
 _ON_KILL_TIMEOUT_S = 20.0
@@ -70,6 +78,8 @@ class AirRunTrigger(BaseTrigger):
     :param task_key: wait for this task of a multi-task run instead of the whole run.
     :param first_poll_at: wall-clock time before which the workspace is not asked (see the
         module docstring); None polls at once.
+    :param secret_env: the task's ``secret_env`` references (``conn:...``, ``var:...``),
+        looked up in the triggerer to redact their values from the event and the logs.
     """
 
     def __init__(
@@ -83,6 +93,7 @@ class AirRunTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         task_key: str | None = None,
         first_poll_at: float | None = None,
+        secret_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.run_id = int(run_id)
@@ -93,6 +104,8 @@ class AirRunTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self.task_key = task_key
         self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
+        self.secret_env = dict(secret_env) if secret_env else None
+        self._redact: Redactor | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -106,11 +119,21 @@ class AirRunTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "task_key": self.task_key,
                 "first_poll_at": self.first_poll_at,
+                "secret_env": self.secret_env,
             },
         )
 
     def _hook(self) -> AirHook:
         return AirHook(self.databricks_conn_id)
+
+    def redact(self, text: str) -> str:
+        return self._redact(text) if self._redact is not None else text
+
+    async def _redactor(self, client: AsyncAirClient) -> Redactor:
+        from airflow_air._secret_env import asecret_values
+
+        values = await asecret_values(self.secret_env) if self.secret_env else []
+        return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from air_runtime._errors import AirError, RunTimeout
@@ -119,6 +142,7 @@ class AirRunTrigger(BaseTrigger):
         try:
             await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
+            self._redact = await self._redactor(watcher.client)
             if self.task_key is None:
                 state = await watcher.wait(
                     self.run_id, deadline=self.deadline, on_update=self._log_update
@@ -156,19 +180,22 @@ class AirRunTrigger(BaseTrigger):
                 message=f"{type(exc).__name__}: {exc}",
                 task_key=self.task_key,
             )
-        yield TriggerEvent(outcome.to_event())
+        event = outcome.to_event()
+        if event.get("message"):
+            event["message"] = self.redact(event["message"])
+        yield TriggerEvent(event)
 
     def _log_update(self, state: RunState) -> None:
         capacity = " [waiting for GPU capacity]" if state.is_waiting_for_capacity else ""
-        self.log.info("Run %s: %s%s", self.run_id, state.describe(), capacity)
+        self.log.info("%s", self.redact(f"Run {self.run_id}: {state.describe()}{capacity}"))
 
     async def _wait_for_stage(self, watcher: Any) -> RunState:
         """A stage ends before its run does; the coalesced list view has no per-task states,
         so stages read ``runs/get`` themselves, within the watcher's request budget."""
         from air_runtime._errors import RunTimeout
-        from airflow_air._submission import StateLogger, has_ended
+        from airflow_air._submission import RedactingLog, StateLogger, has_ended
 
-        on_update = StateLogger(self.log, self.run_id, self.task_key)
+        on_update = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
         while True:
             await watcher.bucket.acquire()
             state = await watcher.client.get_run(self.run_id)
@@ -209,8 +236,9 @@ class AirRunTrigger(BaseTrigger):
             async with client:
                 await asyncio.wait_for(client.cancel(self.run_id), _ON_KILL_TIMEOUT_S)
         except Exception as exc:
-            self.log.warning("Could not cancel run %s (%s): %s", self.run_id, why, exc)
-            return f"; cancelling run {self.run_id} failed: {exc}"
+            error = self.redact(str(exc))
+            self.log.warning("Could not cancel run %s (%s): %s", self.run_id, why, error)
+            return f"; cancelling run {self.run_id} failed: {error}"
         self.log.info("Cancelled run %s: %s", self.run_id, why)
         return f"; run {self.run_id} was cancelled"
 

@@ -90,7 +90,7 @@ def test_secret_env_reaches_the_workload_but_no_dagster_record(
     run_id = _run_id(result, "uses_secret")
     # The workload's own log has it (the workload printed it); Dagster's records must not.
     assert secret in node_log(local_workspace, run_id)
-    assert "the workload prints its token: ****" in compute_logs(dagster_home, result.run_id)
+    assert "the workload prints its token: ***" in compute_logs(dagster_home, result.run_id)
     assert secret not in compute_logs(dagster_home, result.run_id)
     assert secret not in event_log_text(instance, result.run_id)
     (mat,) = result.asset_materializations_for_node("uses_secret")
@@ -125,7 +125,7 @@ def test_secret_in_a_failure_message_is_redacted(
     )
     assert not result.success
     failure = failure_data(result).user_failure_data
-    assert "key is ****" in failure.description
+    assert "key is ***" in failure.description
     assert secret not in event_log_text(instance, result.run_id)
 
 

@@ -81,3 +81,37 @@ with DAG("air_test_images", schedule=None, start_date=START) as images_dag:
         docker_conn_id="dockerhub_test",
         poll_interval=0.1,
     )
+
+# Redaction: failing workloads that print an Airflow secret, waited on in the worker (logs
+# streamed), in the triggerer, and as workflow stages (one of each).
+REDACTION_SECRET_ENV = {"HF_TOKEN": "conn:hf_redact:password", "API_KEY": "var:air_redact_key"}
+redaction_sync_dag = single_dag(
+    "air_test_redaction_sync",
+    deferrable=False,
+    secret_env=REDACTION_SECRET_ENV,
+    secret_scope="air-tests",
+)
+redaction_deferred_dag = single_dag(
+    "air_test_redaction_deferred",
+    deferrable=True,
+    secret_env=REDACTION_SECRET_ENV,
+    secret_scope="air-tests",
+)
+with (
+    DAG(
+        "air_test_redaction_workflow",
+        schedule=None,
+        start_date=START,
+        params={"command": "exit 1"},
+    ) as redaction_workflow_dag,
+    AirWorkflowTaskGroup("pipeline", run_name="air_test_redaction_workflow"),
+):
+    for _stage, _deferrable in (("stage_sync", False), ("stage_deferred", True)):
+        AirRunOperator(
+            task_id=_stage,
+            workload=workload(_stage),
+            poll_interval=0.2,
+            secret_env=REDACTION_SECRET_ENV,
+            secret_scope="air-tests",
+            deferrable=_deferrable,
+        )
