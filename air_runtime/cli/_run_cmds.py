@@ -96,7 +96,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def _learn_registry_credentials(client: Any) -> None:
     """The Docker Hub login of this machine (what a private image is registered with)."""
-    from air_runtime._images import find_docker_credentials
+    from air_runtime import find_docker_credentials
 
     try:
         credential = find_docker_credentials()
