@@ -127,6 +127,8 @@ def register_image(
         credential = yield from offload(find_docker_credentials)
     if credential is None:
         return (yield from _post_anonymous(core, url))
+    # The registry login is a secret like the token: out of every message this client makes.
+    core.redactor.add(credential.password, credential.secret_value())
     public = yield from check_image_access(core, url)
     if public is True:
         logger.info("%s is public: registering it without credentials", url)
