@@ -211,26 +211,45 @@ def two_workers(airflow_db) -> Iterator[list]:
             worker.stop()
 
 
-def test_concurrent_runs_see_their_own_secret_and_leave_no_key(workspace, two_workers, monkeypatch):
+def test_concurrent_runs_see_their_own_secret_and_leave_no_key(
+    workspace, two_workers, monkeypatch, tmp_path
+):
     dag = load_test_dag("air_test_secrets")
     monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", "api-key-shared")
+    # Each run's rank waits (up to five minutes) until both runs' ranks have started: the
+    # two runs are going at the same time.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     command = (
         "python3 -c 'import os, hashlib; "
         'print("seen", hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest())\'; '
-        "sleep 4"
+        f"touch {barrier}/$$; for i in $(seq 1500); do "
+        f'[ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done'
     )
-    for worker, value in zip(two_workers, HF_VALUES.values(), strict=True):
+    for started, (worker, value) in enumerate(zip(two_workers, HF_VALUES.values(), strict=True)):
         monkeypatch.setenv(
             "AIRFLOW_CONN_HF_TEST",
             json.dumps({"conn_type": "generic", "login": "hf", "password": value}),
         )
+        # One Dag run at a time through dag.test()'s start (it writes the Dag to the SQLite
+        # metadata database); the second starts while the first run is going.
+        _wait_until(lambda n=started: len(_running_runs(workspace)) == n, what="a RUNNING run")
         worker.start(dag.dag_id, {"command": command})  # the worker takes this environment
 
     # While both runs go, each has keys of its own in the scope.
     def both_running() -> bool:
         return len(_running_runs(workspace)) == 2
 
-    _wait_until(both_running, timeout=240, what="both runs to be RUNNING")
+    try:
+        _wait_until(both_running, timeout=240, what="both runs to be RUNNING")
+    except AssertionError:
+        with AirClient(workspace.host, workspace.token) as client:
+            runs, _ = client.list_runs(active_only=False)
+        details = [(r.run_id, r.life_cycle_state, r.result_state) for r in runs]
+        exits = [w.popen.poll() for w in two_workers]
+        raise AssertionError(
+            f"runs {details}, workers {exits}, keys {scope_keys(workspace, 'air-tests')}"
+        ) from None
     keys = scope_keys(workspace, "air-tests")
     values = [k for k in keys if k.endswith(".HF_TOKEN")]
     assert len(values) == 2, keys  # one key per Dag run, not one per (dag, task, NAME)
