@@ -139,8 +139,9 @@ def _scope_keys(local_workspace, scope: str = "dagster-air") -> list[str]:
 
 
 def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
-    local_workspace, dagster_home, tmp_path
+    local_workspace, dagster_home, instance, tmp_path
 ):
+    # (``instance`` creates the instance's storage first: the two run processes share it.)
     values = {"p1": "hf_ValueOfPartitionOne_51c0", "p2": "hf_ValueOfPartitionTwo_93ab"}
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -148,6 +149,7 @@ def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
         'echo "seen $(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)"\n'
         f"touch {barrier}/$$\n"
         f'for i in $(seq 1500); do [ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done\n'
+        "sleep 3\n"  # both going: long enough for the test to see it
     )
     procs = [
         _start(
@@ -162,7 +164,14 @@ def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
         for partition, value in values.items()
     ]
     try:
-        _wait_for(lambda: len(_running(local_workspace)) == 2, 240, "both runs to be RUNNING")
+        try:
+            _wait_for(lambda: len(_running(local_workspace)) == 2, 240, "both runs to be RUNNING")
+        except AssertionError:
+            outputs = []
+            for proc in procs:
+                if proc.poll() is not None:
+                    outputs.append(proc.communicate()[0][-3000:])
+            raise AssertionError("\n----\n".join(outputs)) from None
         keys = _scope_keys(local_workspace)
         assert len([k for k in keys if k.endswith(".HF_TOKEN")]) == 2, keys
         for proc in procs:
