@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "air_runtime.cli._workspace_cmd",  # workspace
     "air_runtime.cli._run_cmds",  # run, logs, cancel, images
     "air_runtime.cli._demo_cmd",  # demo
+    "air_runtime.cli._secrets_cmd",  # secrets prune
 )
 
 
