@@ -191,3 +191,16 @@ def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
     }
     assert seen == {hashlib.sha256(v.encode()).hexdigest() for v in values.values()}
     assert _scope_keys(local_workspace) == []  # deleted once the runs ended
+
+
+def test_the_namespace_is_made_once_per_instance(instance, tmp_path):
+    from dagster_air._identity import NAMESPACE_KEY, _insert_if_absent, deployment_namespace
+
+    made = deployment_namespace(instance)
+    assert made == deployment_namespace(instance)
+    # A second writer racing the first: its insert loses, everyone reads the first value.
+    assert _insert_if_absent(instance.run_storage, NAMESPACE_KEY, "a-later-candidate")
+    assert deployment_namespace(instance) == made
+    assert deployment_namespace(instance, "pinned-prod") == "pinned-prod"
+    with dg.DagsterInstance.from_config(str(_home(tmp_path / "other"))) as other:
+        assert deployment_namespace(other) not in ("", made)
