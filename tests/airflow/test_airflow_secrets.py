@@ -63,3 +63,15 @@ def test_secret_env_values_reach_the_workload_and_nowhere_else(workspace, task_l
     )
     # ... deleted once the run had ended.
     assert scope_keys(workspace, "air-tests") == []
+
+
+def test_a_deferred_task_deletes_its_keys_after_the_trigger_fired(workspace, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": HF_TOKEN}),
+    )
+    dag = load_test_dag("air_test_secrets_deferred")
+    command = 'test -n "$HF_TOKEN" && sleep 2'
+    dag_run = dag.test(run_conf={"command": command})
+    assert task_states(dag_run) == {"run": "success"}
+    assert scope_keys(workspace, "air-tests-deferred") == []
