@@ -89,6 +89,9 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
     poll_interval: float = 5.0
     request_budget: float = 10.0
     secret_scope: str = "dagster-air"
+    deployment_namespace: str | None = Field(
+        default=None, description="Pins this deployment's identity (default: made once)."
+    )
 
     def build(self) -> AirWorkspace:
         def env(name: str | None) -> Any:
@@ -102,6 +105,7 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
             poll_interval=self.poll_interval,
             request_budget=self.request_budget,
             secret_scope=self.secret_scope,
+            deployment_namespace=self.deployment_namespace,
         )
 
 

@@ -29,9 +29,11 @@ from air_runtime import (
     make_idempotency_token,
 )
 from air_runtime._errors import AirError, AuthError, ConfigurationError, RunFailed, WorkloadError
+from air_runtime.client import _secrets
+from air_runtime.client._secrets import SubmissionSecrets
 
 from ._config import AirRunConfig
-from ._identity import StepIdentity, terminal_failure_observation
+from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
 from ._resource import AirWorkspace
@@ -208,6 +210,7 @@ class StepRun:
         self.extra_overrides = extra_overrides
         self.identity = StepIdentity.of(context)
         self.redact = Redactor(())
+        self.secrets: SubmissionSecrets | None = None  # where secret_env values were written
 
     # --- preparing ------------------------------------------------------------------
 
@@ -239,8 +242,11 @@ class StepRun:
             ) from None
 
     def _with_secrets(
-        self, client: AirClient, workloads: dict[str, Workload]
+        self, client: AirClient, workloads: dict[str, Workload], namespace: str
     ) -> dict[str, Workload]:
+        """Write the secret_env values under keys of this step's submission alone (see
+        ``air_runtime.client._secrets``), after deleting what earlier runs of the step left
+        behind once their runs ended."""
         secret_env = {**self.workspace.secret_env, **(self.workflow.secret_env or {})}
         if not secret_env:
             return workloads
@@ -251,17 +257,57 @@ class StepRun:
                 f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
                 "are not redacted from messages and logs (too short to tell from ordinary text)"
             )
+        secrets = SubmissionSecrets.of(
+            self.workspace.secret_scope,
+            namespace=namespace,
+            orchestrator="dagster",
+            pipeline_id=self.identity.pipeline_id,
+            task_key=self.identity.step_key,
+            run_id=self.identity.run_id,
+            map_index=self.identity.partition,
+        )
+        self._secret_call(
+            client,
+            lambda core: _secrets.sweep_ended_submissions(core, secrets),
+            "delete the secret keys earlier runs left behind",
+        )
         try:
-            refs = client.materialize_secrets(
-                values,
-                scope=self.workspace.secret_scope,
-                key_prefix=f"dagster.{self.workflow.name}.",
+            refs = _secrets.run_with(
+                client, lambda core: _secrets.store_submission_secrets(core, secrets, values)
             )
-            return {key: w.with_secrets(refs) for key, w in workloads.items()}
         except _NOT_RETRYABLE as error:
             raise _config_failure(
                 self.redact(str(error)), "cannot store the orchestrator secrets"
             ) from None
+        self.secrets = secrets
+        return {key: w.with_secrets(refs) for key, w in workloads.items()}
+
+    def _secret_call(self, client: AirClient, flow: Any, what: str) -> None:
+        """Best effort housekeeping of secret keys: a failure is a warning."""
+        try:
+            _secrets.run_with(client, flow)
+        except AirError as error:
+            self.context.log.warning(f"could not {what}: {self.redact(str(error))}")
+
+    def _mark_secrets(self, client: AirClient, submitted: SubmittedRun) -> None:
+        secrets = self.secrets
+        if secrets is not None:
+            self._secret_call(
+                client,
+                lambda core: _secrets.mark_submission_run(core, secrets, submitted.run_id),
+                f"record run {submitted.run_id} next to its secret keys",
+            )
+
+    def _delete_secrets(self, client: AirClient) -> None:
+        """The run has ended: its secret keys are no longer read."""
+        secrets = self.secrets
+        if secrets is not None:
+            self._secret_call(
+                client,
+                lambda core: _secrets.delete_submission_secrets(core, secrets),
+                f"delete the secret keys of this run from scope {secrets.scope} (the next "
+                "run of the step retries)",
+            )
 
     def _submit(
         self,
@@ -383,7 +429,10 @@ class StepRun:
         workloads = self._workloads(selected)
         with self.workspace.get_client() as client:
             self.redact = client.redactor.with_values(())
-            workloads = self._with_secrets(client, workloads)
+            namespace = deployment_namespace(
+                self.context.instance, self.workspace.deployment_namespace
+            )
+            workloads = self._with_secrets(client, workloads, namespace)
             generation = self.identity.generation(self.context)
             token = make_idempotency_token(
                 "dagster",
@@ -392,6 +441,7 @@ class StepRun:
                 self.identity.step_key,
                 self.identity.partition,
                 generation,
+                namespace=namespace,
             )
             submitted: SubmittedRun | None = None
             try:
@@ -399,6 +449,7 @@ class StepRun:
                 # the run can still be cancelled.
                 with deferred_interrupts():
                     submitted = self._submit(client, selected, workloads, token)
+                self._mark_secrets(client, submitted)
                 self.context.log.info(
                     f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
                     f"{submitted.run_page_url} (generation {generation})"
@@ -407,12 +458,15 @@ class StepRun:
             except DagsterExecutionInterruptedError:
                 if submitted is not None:
                     ended = self._cancel_remote(client, submitted)
+                    if ended is not None:
+                        self._delete_secrets(client)
                     # A retry of this step (Dagster retries interrupted steps that have a
                     # retry policy) must not reattach to the run just cancelled.
                     yield terminal_failure_observation(
                         self.context, selected[0].asset_key, submitted, ended, generation
                     )
                 raise
+            self._delete_secrets(client)
             yield from self._results(client, selected, workloads, submitted, state, generation)
 
     def _results(

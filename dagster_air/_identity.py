@@ -1,8 +1,15 @@
 """Which remote run a Dagster step owns: the idempotency token's inputs.
 
 The token is ``make_idempotency_token("dagster", job, dagster run id, step key, partition,
-generation)``. Everything but the generation is fixed for a step of a Dagster run; a new
-materialization is a new Dagster run, hence a new remote run.
+generation, namespace=<deployment namespace>)``. Everything but the generation is fixed for a
+step of a Dagster run; a new materialization is a new Dagster run, hence a new remote run.
+
+The namespace names the Dagster instance (its run storage): two instances sharing a workspace
+(dev and prod, a wiped storage) must never get each other's runs, even for equal run ids
+(run ids are random, but a copied or re-created storage, or a test harness, may repeat
+them). It is ``AirWorkspace.deployment_namespace`` when set, otherwise a random value made
+once and kept in the instance's key-value store (``dagster_air/deployment_namespace``), where
+every run worker of the instance reads the same value.
 
 The generation is *not* Dagster's retry number. A step can be retried because its worker
 died (the multiprocess executor reports a crashed step process as a failure and applies
@@ -17,7 +24,10 @@ back: the count is deterministic and survives any crash of the worker.
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -25,6 +35,8 @@ from air_runtime import RunState, SubmittedRun
 
 from ._translator import META_PREFIX
 
+NAMESPACE_KEY = "dagster_air/deployment_namespace"
+_SETTLE_S = 1.0
 GENERATION_KEY = f"{META_PREFIX}generation"
 STEP_KEY_KEY = f"{META_PREFIX}step_key"
 
@@ -69,6 +81,42 @@ class StepIdentity:
             if value is not None and metadata.get(STEP_KEY_KEY) is not None:
                 seen = max(seen, int(value.value))
         return seen + 1
+
+
+def deployment_namespace(instance: dg.DagsterInstance, configured: str | None = None) -> str:
+    """The namespace of this Dagster instance (see the module docstring)."""
+    if configured and configured.strip():
+        return configured.strip()
+    storage = instance.run_storage
+    found = storage.get_cursor_values({NAMESPACE_KEY}).get(NAMESPACE_KEY)
+    if found:
+        return found
+    candidate = uuid.uuid4().hex
+    if not _insert_if_absent(storage, NAMESPACE_KEY, candidate):
+        # A storage without SQL access offers only an upsert: every writer waits, then uses
+        # what was stored last (a later writer read "no value" before the first write).
+        storage.set_cursor_values({NAMESPACE_KEY: candidate})
+        time.sleep(_SETTLE_S)
+    return storage.get_cursor_values({NAMESPACE_KEY}).get(NAMESPACE_KEY) or candidate
+
+
+def _insert_if_absent(storage: Any, key: str, value: str) -> bool:
+    """Create the key unless it exists, atomically (the key-value table's unique key makes
+    every writer but the first fail). False when this storage is not a SQL one."""
+    try:
+        from dagster._core.storage.runs.schema import KeyValueStoreTable
+        from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
+        from sqlalchemy.exc import IntegrityError
+    except ImportError:  # pragma: no cover - a Dagster without these internals
+        return False
+    if not isinstance(storage, SqlRunStorage):
+        return False
+    try:
+        with storage.connect() as conn:
+            conn.execute(KeyValueStoreTable.insert().values(key=key, value=value))
+    except IntegrityError:
+        pass  # another worker was first: its value is the namespace
+    return True
 
 
 def terminal_failure_observation(

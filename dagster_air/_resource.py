@@ -66,6 +66,13 @@ class AirWorkspace(dg.ConfigurableResource):
         default="dagster-air",
         description="Secret scope that orchestrator secrets (secret_env) are written to.",
     )
+    deployment_namespace: str | None = Field(
+        default=None,
+        description="Identity of this Dagster deployment in idempotency tokens and secret keys, "
+        "so deployments sharing a workspace never get each other's runs. Unset: a random "
+        "value made once and kept in the instance's storage. Set it to another instance's "
+        "value to take over its runs on purpose (a migration).",
+    )
     secret_env: dict[str, str] = Field(
         default_factory=dict,
         description="Workload secret NAME -> name of an environment variable of the Dagster "

@@ -460,12 +460,21 @@ def make_idempotency_token(
     task_key: str,
     map_index: int | str | None = None,
     generation: int | str = 0,
+    *,
+    namespace: str | None = None,
 ) -> str:
     """A deterministic token (64 hex characters) for one logical submission (workload.md §6).
 
     ``generation`` changes when a human clears/re-materializes or after a terminal failure;
     an automatic retry of a crashed worker keeps it, and so gets the same run back.
+
+    ``namespace`` names the orchestrator deployment (an Airflow metadata database, a Dagster
+    instance): two deployments sharing a workspace run the same pipeline with the same run
+    ids (``scheduled__<date>``), and without it would get each other's runs back. Without a
+    namespace the token is the one earlier versions computed.
     """
     parts = [orchestrator, pipeline_id, run_id, task_key, map_index, generation]
+    if namespace is not None:
+        parts.insert(1, namespace)
     key = json.dumps([None if p is None else str(p) for p in parts], separators=(",", ":"))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()

@@ -3,7 +3,9 @@
 Only imported from ``execute`` (it pulls in the core client).
 
 Generations (workload.md §6). The idempotency token is
-``make_idempotency_token("airflow", dag_id, run_id, task_id, map_index, "<clear>.<failure>")``:
+``make_idempotency_token("airflow", dag_id, run_id, task_id, map_index, "<clear>.<failure>",
+namespace=<deployment namespace>)`` (``airflow_air._deployment``: without it two deployments
+sharing a workspace would get each other's runs back):
 
 - ``clear`` is ``ti.max_tries - task.retries``. Airflow's ``clear_task_instances`` sets
   ``max_tries = try_number + retries`` when a human clears a finished task, while automatic
@@ -112,18 +114,25 @@ def clear_generation(context: Context, task: BaseOperator) -> int:
     return max(int(max_tries) - int(task.retries or 0), 0)
 
 
-def idempotency_token(context: Context, task_key: str, generation: str) -> str:
+def map_index_of(context: Context) -> int | None:
+    map_index = getattr(context["ti"], "map_index", -1)
+    return None if map_index is None or map_index < 0 else int(map_index)
+
+
+def idempotency_token(
+    context: Context, task_key: str, generation: str, *, namespace: str | None = None
+) -> str:
     from air_runtime import make_idempotency_token
 
     ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
     return make_idempotency_token(
         "airflow",
         ti.dag_id,
         ti.run_id,
         task_key,
-        None if map_index is None or map_index < 0 else map_index,
+        map_index_of(context),
         generation,
+        namespace=namespace,
     )
 
 
@@ -164,10 +173,12 @@ def own_run(
     submit: Callable[[str], SubmittedRun],
     *,
     log: TaskLog,
+    namespace: str | None = None,
 ) -> tuple[RunRecord, bool]:
     """Return the run this try owns and whether it reattached to an existing one.
 
-    ``submit(token)`` submits the workload with that idempotency token.
+    ``submit(token)`` submits the workload with that idempotency token; ``namespace`` is the
+    deployment's (``airflow_air._deployment``).
     """
     from air_runtime._errors import NotFound
 
@@ -197,7 +208,8 @@ def own_run(
     try_started_ms = int(time.time() * 1000)
     for _ in range(_MAX_FAILURE_GENERATIONS):
         record_generation = f"{clear}.{failure}"
-        submitted = submit(idempotency_token(context, task.task_id, record_generation))
+        token = idempotency_token(context, task.task_id, record_generation, namespace=namespace)
+        submitted = submit(token)
         record = RunRecord(submitted.run_id, submitted.run_page_url, clear, failure)
         if store is not None:
             store.set(RUN_RECORD_KEY, record.to_json())

@@ -81,6 +81,18 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "airflow-secrets",
                         "default": "airflow-air",
                     },
+                    "deployment_namespace": {
+                        "description": "Identity of this Airflow deployment in idempotency "
+                        "tokens and secret keys, so deployments sharing a workspace never get "
+                        "each other's runs. Unset: a random value made once and kept in the "
+                        "metadata database (variable airflow_air_deployment_namespace). Set it "
+                        "to that value of another metadata database to take over its runs "
+                        "on purpose (a migration).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "prod-eu",
+                        "default": None,
+                    },
                 },
             }
         },

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from air_runtime import AirClient, DockerCredential, Redactor, Workload
+    from air_runtime.client._secrets import SubmissionSecrets
     from airflow_air._submission import Outcome, RedactingLog, RunRecord
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
@@ -69,6 +70,21 @@ def _first_poll_at() -> float:
     from airflow_air.hooks import first_poll_delay
 
     return time.time() + max(first_poll_delay(), 0.0)
+
+
+def _run_has_ended(client: AirClient, run_id: int, wait_s: float = 10.0) -> bool:
+    """Whether the whole run has ended; waits a little when all its tasks have."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = client.get_run(run_id)
+        if state.is_terminal:
+            return True
+        tasks_done = bool(state.tasks) and all(t.is_terminal for t in state.tasks)
+        if not tasks_done or time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _defer_timeout(deadline: float | None) -> timedelta | None:
@@ -206,9 +222,10 @@ class AirRunOperator(BaseOperator):
             source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
         return load_workload(source, overrides or None, base_dir=base_dir)
 
-    def secret_key_prefix(self) -> str:
-        dag_id = self.dag_id if self.has_dag() else "dag"
-        return f"{dag_id}.{self.task_id}."
+    def secret_scope_name(self, secret_scope: str | None = None) -> str:
+        from airflow_air.hooks import default_secret_scope
+
+        return secret_scope or self.secret_scope or default_secret_scope()
 
     def with_orchestrator_secrets(
         self,
@@ -216,10 +233,20 @@ class AirRunOperator(BaseOperator):
         workload: Workload,
         secret_env: Mapping[str, str] | None = None,
         secret_scope: str | None = None,
+        *,
+        context: Context,
+        namespace: str,
+        submit_task_id: str | None = None,
+        stage: str | None = None,
+        written: list[SubmissionSecrets] | None = None,
     ) -> Workload:
-        """Write ``secret_env`` values to the workspace; the workload gets ``scope/key`` only."""
-        from airflow_air._secret_env import resolve_secret_env
-        from airflow_air.hooks import default_secret_scope
+        """Write ``secret_env`` values to the workspace under keys of this submission alone;
+        the workload gets ``scope/key`` only. The keys' location is appended to ``written``."""
+        from airflow_air._secret_env import (
+            resolve_secret_env,
+            store_submission_secrets,
+            submission_secrets,
+        )
 
         references = self.secret_env if secret_env is None else secret_env
         if not references:
@@ -227,10 +254,14 @@ class AirRunOperator(BaseOperator):
         values = resolve_secret_env(references)
         if self._redactor is not None:
             self._redactor.add(*values.values())
-        scope = (secret_scope if secret_env is not None else self.secret_scope) or (
-            default_secret_scope()
+        scope = self.secret_scope_name(secret_scope if secret_env is not None else None)
+        secrets = submission_secrets(context, scope, namespace, submit_task_id)
+        first_in_scope = written is None or all(w.scope != scope for w in written)
+        refs = store_submission_secrets(
+            client, secrets, values, stage=stage, sweep=first_in_scope, log=self.log
         )
-        refs = client.materialize_secrets(values, scope=scope, key_prefix=self.secret_key_prefix())
+        if written is not None and first_in_scope:
+            written.append(secrets)
         return workload.with_secrets(refs)
 
     def redaction_references(self) -> dict[str, str]:
@@ -293,6 +324,8 @@ class AirRunOperator(BaseOperator):
     # --- execution ----------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
+        from airflow_air._deployment import deployment_namespace
+        from airflow_air._secret_env import mark_submission_run
         from airflow_air._submission import own_run, push_run_xcoms
         from airflow_air.hooks import AirHook
 
@@ -302,6 +335,7 @@ class AirRunOperator(BaseOperator):
             from airflow_air._secret_env import check_references
 
             check_references(self.secret_env)
+        namespace = deployment_namespace()
         with (
             _configuration_errors_fail_fast(lambda text: self.redactor()(text)),
             AirHook(self.databricks_conn_id).get_client() as client,
@@ -309,13 +343,20 @@ class AirRunOperator(BaseOperator):
             workload = self.load_workload()
             log = self.redacting_log(client)
             prepared: list[Workload] = []
+            written: list[SubmissionSecrets] = []
 
             def submit(token: str) -> Any:
                 if not prepared:  # secrets are resolved once, and only when submitting
-                    prepared.append(self.with_orchestrator_secrets(client, workload))
-                return client.submit_workload(prepared[0], idempotency_token=token)
+                    prepared.append(
+                        self.with_orchestrator_secrets(
+                            client, workload, context=context, namespace=namespace, written=written
+                        )
+                    )
+                submitted = client.submit_workload(prepared[0], idempotency_token=token)
+                mark_submission_run(client, written, submitted.run_id, self.log)
+                return submitted
 
-            record, _ = own_run(context, self, client, submit, log=log)
+            record, _ = own_run(context, self, client, submit, log=log, namespace=namespace)
             self._run_id = record.run_id
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
@@ -437,6 +478,8 @@ class AirRunOperator(BaseOperator):
         push_mlflow_link(context, outcome.mlflow_run_url)
         redact = self.redactor()
         outcome = dataclasses.replace(outcome, message=redact(outcome.message))
+        if self.secret_env and outcome.status in ("success", "failed"):
+            self._delete_orchestrator_secrets(context, outcome)
         if outcome.status == "success":
             self.log.info("Run %s succeeded: %s", outcome.run_id, outcome.run_page_url)
             return outcome.result()
@@ -450,6 +493,29 @@ class AirRunOperator(BaseOperator):
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    def _delete_orchestrator_secrets(self, context: Context, outcome: Outcome) -> None:
+        """The run has ended (for a stage: once its whole run has): delete the keys its
+        ``secret_env`` values were written to. Best effort; never fails the task."""
+        from airflow_air._deployment import deployment_namespace
+        from airflow_air._secret_env import delete_submission_secrets, submission_secrets
+        from airflow_air.hooks import AirHook
+
+        try:
+            secrets = submission_secrets(
+                context,
+                self.secret_scope_name(),
+                deployment_namespace(),
+                self.workflow_submit_task_id,
+            )
+            with AirHook(self.databricks_conn_id).get_client() as client:
+                if self.workflow_submit_task_id is not None and not _run_has_ended(
+                    client, outcome.run_id
+                ):
+                    return  # other stages may still start containers; a later one deletes
+                delete_submission_secrets(client, secrets, self.log)
+        except Exception as exc:
+            self.log.warning("Could not delete the secret keys of run %s: %s", outcome.run_id, exc)
 
     def on_kill(self) -> None:
         """Cancel the run (the whole multi-task run for a workflow stage)."""

@@ -200,11 +200,14 @@ class AirWorkflowSubmitOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         import dataclasses
 
+        from airflow_air._deployment import deployment_namespace
+        from airflow_air._secret_env import mark_submission_run
         from airflow_air._submission import own_run, push_run_xcoms
         from airflow_air.hooks import AirHook
         from airflow_air.operators import _configuration_errors_fail_fast
 
         group = self._group()
+        namespace = deployment_namespace()
         with (
             _configuration_errors_fail_fast(),
             AirHook(self.databricks_conn_id).get_client() as client,
@@ -224,6 +227,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                 ),
             )
             prepared: list[Any] = []
+            written: list[Any] = []  # one SubmissionSecrets per scope the stages write to
 
             def submit(token: str) -> Any:
                 if not prepared:  # secrets are resolved once, and only when submitting
@@ -235,15 +239,22 @@ class AirWorkflowSubmitOperator(BaseOperator):
                                 stage.workload,
                                 rendered["secret_env"] or {},
                                 rendered["secret_scope"],
+                                context=context,
+                                namespace=namespace,
+                                submit_task_id=self.task_id,
+                                stage=stage.task_key,
+                                written=written,
                             ),
                         )
                         for op, rendered, stage in planned
                     )
-                return client.submit_workload(
+                submitted = client.submit_workload(
                     prepared, idempotency_token=token, run_name=group.run_name or group.group_id
                 )
+                mark_submission_run(client, written, submitted.run_id, self.log)
+                return submitted
 
-            record, _ = own_run(context, self, client, submit, log=self.log)
+            record, _ = own_run(context, self, client, submit, log=self.log, namespace=namespace)
             push_run_xcoms(context, record.run_id, record.run_page_url)
             return {"run_id": record.run_id, "run_page_url": record.run_page_url}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from airflow_runs import repo_dag, task_states, xcom
+from airflow_runs import repo_dag, scope_keys, task_states, xcom
 
 
 def test_scheduled_training(workspace, task_log):
@@ -35,3 +35,6 @@ def test_rl_pipeline(workspace, task_log, monkeypatch, tmp_path):
     outputs = list(tmp_path.rglob("metrics.json"))
     assert len(outputs) == 1 and dag.dag_id in str(outputs[0])  # per-run output folder
     assert "hf_local_demo_token" not in task_log.text()
+    # The stage's secret keys were deleted once the whole multi-task run had ended.
+    assert "secret keys of the ended run" in task_log.text()
+    assert scope_keys(workspace, "airflow-air") == []

@@ -26,6 +26,7 @@ def test_provider_info_matches_airflow_schema():
         "trigger_first_poll_delay",
         "workspace_request_budget",
         "default_secret_scope",
+        "deployment_namespace",
     }
 
 

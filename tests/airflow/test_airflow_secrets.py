@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
-from airflow_runs import all_xcom_text, load_test_dag, rendered_fields_text, task_states
+from airflow_runs import (
+    all_xcom_text,
+    load_test_dag,
+    rendered_fields_text,
+    scope_keys,
+    task_states,
+)
 
 HF_TOKEN = "hf_S3cr3tValueThatMustNotLeak_9c1f"
 API_KEY = "api-S3cr3t-0b7e-only-in-the-vault"
@@ -50,5 +57,21 @@ def test_secret_env_values_reach_the_workload_and_nowhere_else(workspace, task_l
     for where, text in places.items():
         assert HF_TOKEN not in text, f"HF_TOKEN leaked into {where}"
         assert API_KEY not in text, f"API_KEY leaked into {where}"
-    # The workload carried references only.
-    assert "air-tests/air_test_secrets.run.HF_TOKEN" in places["workspace files"]
+    # The workload carried references only, to keys of this submission.
+    assert re.search(
+        r"air-tests/airo\.run\.[0-9a-f]{12}\.[0-9a-f]{12}\.HF_TOKEN", places["workspace files"]
+    )
+    # ... deleted once the run had ended.
+    assert scope_keys(workspace, "air-tests") == []
+
+
+def test_a_deferred_task_deletes_its_keys_after_the_trigger_fired(workspace, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": HF_TOKEN}),
+    )
+    dag = load_test_dag("air_test_secrets_deferred")
+    command = 'test -n "$HF_TOKEN" && sleep 2'
+    dag_run = dag.test(run_conf={"command": command})
+    assert task_states(dag_run) == {"run": "success"}
+    assert scope_keys(workspace, "air-tests-deferred") == []

@@ -1,6 +1,9 @@
 """A job run in its own process by the termination and crash tests, the way a Dagster run
 worker runs it: ``python remote_jobs.py <executor>`` with DAGSTER_HOME, AIRO_HOST,
-AIRO_TOKEN, AIR_TEST_COMMAND and AIR_TEST_RETRIES in the environment."""
+AIRO_TOKEN, AIR_TEST_COMMAND and AIR_TEST_RETRIES in the environment. Optional:
+AIR_TEST_RUN_ID (the Dagster run id, e.g. the same in two instances), AIR_TEST_PARTITIONS
+and AIR_TEST_PARTITION (a static partitions definition and the partition to run),
+AIR_TEST_SECRET (secret_env HF_TOKEN from the variable TEST_HF_TOKEN)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from dagster_air import AirStage, AirWorkspace, build_air_assets
 
 
 def _definitions() -> dg.Definitions:
+    partitions = os.environ.get("AIR_TEST_PARTITIONS")
     assets = build_air_assets(
         AirStage(
             key="long_step",
@@ -24,6 +28,10 @@ def _definitions() -> dg.Definitions:
             },
         ),
         retry_policy=dg.RetryPolicy(max_retries=int(os.environ.get("AIR_TEST_RETRIES", "0"))),
+        partitions_def=dg.StaticPartitionsDefinition(partitions.split(",")) if partitions else None,
+        secret_env={"HF_TOKEN": dg.EnvVar("TEST_HF_TOKEN")}
+        if os.environ.get("AIR_TEST_SECRET")
+        else None,
     )
     workspace = AirWorkspace(
         host=dg.EnvVar("AIRO_HOST"),
@@ -45,10 +53,24 @@ def long_job() -> dg.JobDefinition:
 
 if __name__ == "__main__":
     executor = sys.argv[1]  # "in_process" or "multiprocess"
+    run_config = {"execution": {"config": {executor: {}}}}
+    run_id = os.environ.get("AIR_TEST_RUN_ID")
+    partition = os.environ.get("AIR_TEST_PARTITION")
     with dg.DagsterInstance.get() as instance:
-        result = dg.execute_job(
-            dg.reconstructable(long_job),
-            instance=instance,
-            run_config={"execution": {"config": {executor: {}}}},
-        )
+        if run_id or partition:
+            from dagster._core.execution.api import execute_run
+
+            job = dg.reconstructable(long_job)
+            dagster_run = instance.create_run_for_job(
+                job.get_definition(),
+                run_id=run_id,
+                run_config=run_config,
+                tags={"dagster/partition": partition} if partition else None,
+                job_code_origin=job.get_python_origin(),
+            )
+            result = execute_run(job, dagster_run, instance)
+        else:
+            result = dg.execute_job(
+                dg.reconstructable(long_job), instance=instance, run_config=run_config
+            )
     sys.exit(0 if result.success else 1)

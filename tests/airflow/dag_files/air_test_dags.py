@@ -46,6 +46,12 @@ secret_dag = single_dag(
     secret_env={"HF_TOKEN": "conn:hf_test:password", "API_KEY": "var:air_test_api_key"},
     secret_scope="air-tests",
 )
+deferred_secret_dag = single_dag(
+    "air_test_secrets_deferred",
+    deferrable=True,
+    secret_env={"HF_TOKEN": "conn:hf_test:password"},
+    secret_scope="air-tests-deferred",
+)
 
 with (
     DAG(
