@@ -31,7 +31,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
-from air_runtime._redaction import Redactor
+from air_runtime._redaction import Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
     CodeSnapshot,
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from air_runtime._auth import OAuthM2M as OAuthM2M
     from air_runtime._auth import SdkConfigCredentials as SdkConfigCredentials
     from air_runtime._auth import StaticToken as StaticToken
+    from air_runtime._auth import normalize_host as normalize_host
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
@@ -83,6 +84,7 @@ _LAZY = {
     "OAuthM2M": "air_runtime._auth",
     "SdkConfigCredentials": "air_runtime._auth",
     "StaticToken": "air_runtime._auth",
+    "normalize_host": "air_runtime._auth",
 }
 
 
@@ -128,6 +130,7 @@ __all__ = [
     "WorkloadError",
     "build_plan",
     "build_workflow_plan",
+    "credential_secrets",
     "failure_message",
     "mlflow_ids",
     "mlflow_run_url",
@@ -136,6 +139,7 @@ __all__ = [
     "make_idempotency_token",
     "find_docker_credentials",
     "normalize_docker_ref",
+    "normalize_host",
     "parse_docker_ref",
     "workload_json_schema",
     *_LAZY,

@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime._errors import WorkloadError
+from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
 from ._execution import AirWorkflow, LoadedStage, StepRun

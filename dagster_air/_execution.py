@@ -11,7 +11,7 @@ import concurrent.futures
 import queue
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,17 +20,20 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 
 from air_runtime import (
     AirClient,
+    AirError,
+    AuthError,
+    ConfigurationError,
     Redactor,
+    RunFailed,
     RunState,
     Stage,
     SubmittedRun,
     TaskState,
     Workload,
+    WorkloadError,
     make_idempotency_token,
 )
-from air_runtime._errors import AirError, AuthError, ConfigurationError, RunFailed, WorkloadError
-from air_runtime.client import _secrets
-from air_runtime.client._secrets import SubmissionSecrets
+from air_runtime.client import SubmissionSecrets
 
 from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
@@ -267,14 +270,11 @@ class StepRun:
             map_index=self.identity.partition,
         )
         self._secret_call(
-            client,
-            lambda core: _secrets.sweep_ended_submissions(core, secrets),
+            lambda: client.sweep_ended_submissions(secrets),
             "delete the secret keys earlier runs left behind",
         )
         try:
-            refs = _secrets.run_with(
-                client, lambda core: _secrets.store_submission_secrets(core, secrets, values)
-            )
+            refs = client.store_submission_secrets(secrets, values)
         except _NOT_RETRYABLE as error:
             raise _config_failure(
                 self.redact(str(error)), "cannot store the orchestrator secrets"
@@ -282,10 +282,10 @@ class StepRun:
         self.secrets = secrets
         return {key: w.with_secrets(refs) for key, w in workloads.items()}
 
-    def _secret_call(self, client: AirClient, flow: Any, what: str) -> None:
+    def _secret_call(self, call: Callable[[], object], what: str) -> None:
         """Best effort housekeeping of secret keys: a failure is a warning."""
         try:
-            _secrets.run_with(client, flow)
+            call()
         except AirError as error:
             self.context.log.warning(f"could not {what}: {self.redact(str(error))}")
 
@@ -293,8 +293,7 @@ class StepRun:
         secrets = self.secrets
         if secrets is not None:
             self._secret_call(
-                client,
-                lambda core: _secrets.mark_submission_run(core, secrets, submitted.run_id),
+                lambda: client.mark_submission_run(secrets, submitted.run_id),
                 f"record run {submitted.run_id} next to its secret keys",
             )
 
@@ -303,8 +302,7 @@ class StepRun:
         secrets = self.secrets
         if secrets is not None:
             self._secret_call(
-                client,
-                lambda core: _secrets.delete_submission_secrets(core, secrets),
+                lambda: client.delete_submission_secrets(secrets),
                 f"delete the secret keys of this run from scope {secrets.scope} (the next "
                 "run of the step retries)",
             )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from air_runtime._errors import AirError, ConfigurationError, WorkloadError
+from air_runtime import AirError, ConfigurationError, WorkloadError
 
 from ._translator import META_PREFIX
 

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 import dagster as dg
 from pydantic import Field
 
-from air_runtime import AirClient, AsyncAirClient, Credentials, OAuthM2M
-from air_runtime._auth import normalize_host
+from air_runtime import AirClient, AsyncAirClient, Credentials, OAuthM2M, normalize_host
 
 from ._loop import background_loop
 

@@ -9,8 +9,7 @@ import contextlib
 import queue
 from typing import TYPE_CHECKING, Any
 
-from air_runtime import RunState, RunWatcher
-from air_runtime._errors import AirError
+from air_runtime import AirError, RunState, RunWatcher
 
 if TYPE_CHECKING:
     from ._resource import AirWorkspace

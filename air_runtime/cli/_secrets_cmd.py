@@ -58,19 +58,14 @@ def register(subparsers: Any) -> None:
 
 def _prune(args: argparse.Namespace) -> int:
     from air_runtime.client import AirClient
-    from air_runtime.client._secrets import prune_submission_secrets, run_with
 
     try:
         with AirClient(args.host, args.token, user_agent_extra="airo-cli") as client:
-            result = run_with(
-                client,
-                lambda core: prune_submission_secrets(
-                    core,
-                    args.scope,
-                    older_than_s=args.older_than,
-                    now_ms=int(time.time() * 1000),
-                    dry_run=args.dry_run,
-                ),
+            result = client.prune_submission_secrets(
+                args.scope,
+                older_than_s=args.older_than,
+                now_ms=int(time.time() * 1000),
+                dry_run=args.dry_run,
             )
     except AirError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -6,7 +6,7 @@
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
 from ._runs import RunResult
-from ._secrets import secret_key_name
+from ._secrets import PruneResult, SubmissionSecrets, secret_key_name
 
 __all__ = [
     "AirClient",
@@ -14,8 +14,10 @@ __all__ = [
     "Identity",
     "ImageRegistration",
     "LogRecord",
+    "PruneResult",
     "RetryPolicy",
     "RunResult",
+    "SubmissionSecrets",
     "SubmittedRun",
     "secret_key_name",
 ]

@@ -37,6 +37,7 @@ from ._core import (
     Transmit,
 )
 from ._runs import RunResult
+from ._secrets import PruneResult, SubmissionSecrets
 
 if TYPE_CHECKING:
     from ..plan import Stage, SubmissionPlan
@@ -263,6 +264,37 @@ class AirClient(_BaseClient):
     ) -> dict[str, str]:
         return self._run(
             _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
+        )
+
+    # --- orchestrator secrets under keys of one logical submission ---------------------
+
+    def store_submission_secrets(
+        self, secrets: SubmissionSecrets, values: Mapping[str, str], stage: str | None = None
+    ) -> dict[str, str]:
+        """Write one submission's values (one stage of it); ``{NAME: "scope/key"}``."""
+        return self._run(_secrets.store_submission_secrets(self._core, secrets, values, stage))
+
+    def mark_submission_run(self, secrets: SubmissionSecrets, run_id: int) -> None:
+        """Record which run reads the submission's keys, so they go once it has ended."""
+        self._run(_secrets.mark_submission_run(self._core, secrets, run_id))
+
+    def delete_submission_secrets(self, secrets: SubmissionSecrets) -> int:
+        """Delete every key of the submission; the number deleted."""
+        return self._run(_secrets.delete_submission_secrets(self._core, secrets))
+
+    def sweep_ended_submissions(self, secrets: SubmissionSecrets) -> int:
+        """Delete what earlier submissions of the same task left behind once their runs
+        ended; the number deleted."""
+        return self._run(_secrets.sweep_ended_submissions(self._core, secrets))
+
+    def prune_submission_secrets(
+        self, scope: str, *, older_than_s: float, now_ms: int, dry_run: bool = False
+    ) -> PruneResult:
+        """``airo secrets prune``: keys of ended submissions older than ``older_than_s``."""
+        return self._run(
+            _secrets.prune_submission_secrets(
+                self._core, scope, older_than_s=older_than_s, now_ms=now_ms, dry_run=dry_run
+            )
         )
 
     def register_image(

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from .._errors import AuthError, ConfigurationError, NotFound, PlatformError
 from ._core import ClientCore, Flow, gather
@@ -363,10 +363,3 @@ def prune_submission_secrets(
         yield from _delete_keys(core, scope, values)
         yield from _delete_keys(core, scope, markers)
     return PruneResult(deleted=values + markers, kept_active=sorted(kept))
-
-
-def run_with(client: Any, flow: Callable[[ClientCore], Flow[T]]) -> T:
-    """Run one of this module's flows with a synchronous ``AirClient``:
-    ``run_with(client, lambda core: delete_submission_secrets(core, secrets))``."""
-    result: T = client._run(flow(client._core))
-    return result

@@ -26,7 +26,7 @@ from airflow_air.exceptions import AirConfigurationError
 
 if TYPE_CHECKING:
     from air_runtime import AirClient
-    from air_runtime.client._secrets import SubmissionSecrets
+    from air_runtime.client import SubmissionSecrets
 
 _CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -173,7 +173,7 @@ def _mask(value: str, name: str) -> None:
 # --- where the values go: keys of one logical submission ----------------------------------
 #
 # Every (deployment, Dag run, task, map index) writes its values under keys of its own
-# (``air_runtime.client._secrets.SubmissionSecrets``), so concurrent runs and deployments
+# (``air_runtime.client.SubmissionSecrets``), so concurrent runs and deployments
 # never overwrite each other's. After the submit a marker names the run; once the run has
 # ended the task deletes the keys (best effort: the platform reads them when containers
 # start, including platform retries, so never before the run ended). Keys a crash left
@@ -185,7 +185,7 @@ def submission_secrets(
 ) -> SubmissionSecrets:
     """The keys of this task instance's submission (``task_id``: the submitting task of a
     workflow, whose run the stages share)."""
-    from air_runtime.client._secrets import SubmissionSecrets
+    from air_runtime.client import SubmissionSecrets
     from airflow_air._submission import map_index_of
 
     ti = context["ti"]
@@ -211,53 +211,38 @@ def store_submission_secrets(
 ) -> dict[str, str]:
     """Delete what earlier runs of the task left behind (``sweep``), then write ``values``;
     ``{NAME: "scope/key"}`` for ``Workload.with_secrets``."""
-    from air_runtime._errors import AirError
-    from air_runtime.client import _secrets
+    from air_runtime import AirError
 
     if sweep:
         try:
-            swept = _secrets.run_with(
-                client, lambda core: _secrets.sweep_ended_submissions(core, secrets)
-            )
+            swept = client.sweep_ended_submissions(secrets)
             if swept and log is not None:
                 log.info("Deleted %s secret keys left by earlier runs that ended", swept)
         except AirError as exc:
             if log is not None:
                 log.warning("Could not delete secret keys of earlier runs: %s", exc)
-    return _secrets.run_with(
-        client, lambda core: _secrets.store_submission_secrets(core, secrets, values, stage)
-    )
+    return client.store_submission_secrets(secrets, values, stage)
 
 
 def mark_submission_run(
     client: AirClient, secrets: Iterable[SubmissionSecrets], run_id: int, log: Any
 ) -> None:
     """Record which run reads the keys, so whoever sees it ended can delete them."""
-    from air_runtime._errors import AirError
-    from air_runtime.client import _secrets
+    from air_runtime import AirError
 
     for group in secrets:
         try:
-            _secrets.run_with(client, _marker_flow(group, run_id))
+            client.mark_submission_run(group, run_id)
         except AirError as exc:
             log.warning("Could not record run %s next to its secret keys: %s", run_id, exc)
 
 
-def _marker_flow(group: SubmissionSecrets, run_id: int) -> Any:
-    from air_runtime.client import _secrets
-
-    return lambda core: _secrets.mark_submission_run(core, group, run_id)
-
-
 def delete_submission_secrets(client: AirClient, secrets: SubmissionSecrets, log: Any) -> None:
     """Best effort: the run has ended, its keys are no longer needed."""
-    from air_runtime._errors import AirError
-    from air_runtime.client import _secrets
+    from air_runtime import AirError
 
     try:
-        deleted = _secrets.run_with(
-            client, lambda core: _secrets.delete_submission_secrets(core, secrets)
-        )
+        deleted = client.delete_submission_secrets(secrets)
     except AirError as exc:
         log.warning(
             "Could not delete the secret keys of this run from scope %s (the next run of the "

@@ -180,7 +180,7 @@ def own_run(
     ``submit(token)`` submits the workload with that idempotency token; ``namespace`` is the
     deployment's (``airflow_air._deployment``).
     """
-    from air_runtime._errors import NotFound
+    from air_runtime import NotFound
 
     clear = clear_generation(context, task)
     failure = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from air_runtime._errors import RunFailed
+from air_runtime import RunFailed
 
 
 class AirConfigurationError(AirflowFailException):

@@ -28,8 +28,7 @@ from airflow_air.exceptions import AirConfigurationError
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from air_runtime import AirClient, AsyncAirClient, RunWatcher
-    from air_runtime._auth import Credentials
+    from air_runtime import AirClient, AsyncAirClient, Credentials, RunWatcher
 
 DEFAULT_CONN_ID = "databricks_default"
 
@@ -106,8 +105,7 @@ def _host_of(conn: Connection) -> str | None:
 def access_from_connection(conn: Connection) -> WorkspaceAccess:
     """Map a ``databricks`` connection to the core's credentials, in the order the
     Databricks provider checks them, so both providers agree on what a connection means."""
-    from air_runtime._auth import OAuthM2M, SdkConfigCredentials, StaticToken
-    from air_runtime._errors import ConfigurationError
+    from air_runtime import ConfigurationError, OAuthM2M, SdkConfigCredentials, StaticToken
 
     extra = conn.extra_dejson or {}
     host = _host_of(conn)

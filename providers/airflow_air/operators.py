@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from air_runtime import AirClient, DockerCredential, Redactor, Workload
-    from air_runtime.client._secrets import SubmissionSecrets
+    from air_runtime.client import SubmissionSecrets
     from airflow_air._submission import Outcome, RedactingLog, RunRecord
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
@@ -43,7 +43,7 @@ def _default_deferrable() -> bool:
 def _configuration_errors_fail_fast(redact: Any = str) -> Iterator[None]:
     """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException);
     ``redact`` cleans their message (an image registration's reason may echo credentials)."""
-    from air_runtime._errors import AuthError, ConfigurationError, WorkloadError
+    from air_runtime import AuthError, ConfigurationError, WorkloadError
     from airflow_air.exceptions import AirConfigurationError
 
     try:
@@ -287,8 +287,7 @@ class AirRunOperator(BaseOperator):
         ``redaction_references()`` (looked up again, so a reattaching or resumed try that did
         not submit redacts them too)."""
         if self._redactor is None:
-            from air_runtime import Redactor
-            from air_runtime._redaction import credential_secrets
+            from air_runtime import Redactor, credential_secrets
             from airflow_air._secret_env import secret_values
 
             values = secret_values(self.redaction_references())
@@ -643,7 +642,7 @@ class AirRegisterImageOperator(BaseOperator):
             try:
                 image = normalize_docker_ref(self.image)
             except ValueError as exc:
-                from air_runtime._errors import ConfigurationError
+                from air_runtime import ConfigurationError
 
                 raise ConfigurationError(str(exc)) from exc
             context["ti"].xcom_push(key="image", value=image)

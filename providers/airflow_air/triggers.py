@@ -136,7 +136,7 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime._errors import AirError, RunTimeout
+        from air_runtime import AirError, RunTimeout
         from airflow_air._submission import Outcome
 
         try:
@@ -192,7 +192,7 @@ class AirRunTrigger(BaseTrigger):
     async def _wait_for_stage(self, watcher: Any) -> RunState:
         """A stage ends before its run does; the coalesced list view has no per-task states,
         so stages read ``runs/get`` themselves, within the watcher's request budget."""
-        from air_runtime._errors import RunTimeout
+        from air_runtime import RunTimeout
         from airflow_air._submission import RedactingLog, StateLogger, has_ended
 
         on_update = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
@@ -289,7 +289,7 @@ class AirImageTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime._errors import AirError
+        from air_runtime import AirError
 
         payload: dict[str, Any] = {"image": self.image}
         try:
