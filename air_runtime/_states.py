@@ -1,4 +1,4 @@
-"""Run-state normalization (workload.md §8) and the failure message both orchestrators show.
+"""Run-state normalization (docs/spec/workload.md §8) and the failure message both orchestrators show.
 
 The platform adds life-cycle states over time, so anything not known here counts as still in
 flight (with ``unknown_state`` set so callers can warn once) instead of failing a run that is

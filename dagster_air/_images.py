@@ -1,4 +1,4 @@
-"""An asset that registers Docker Hub images with the workspace (rest-api.md §4), so the
+"""An asset that registers Docker Hub images with the workspace (docs/spec/rest-api.md §4), so the
 workloads that use them can be submitted."""
 
 # No `from __future__ import annotations`: Dagster reads the op signature at runtime.

@@ -1,4 +1,4 @@
-"""Orchestrator secrets (workload.md §6): values held by the Dagster process, handed to the
+"""Orchestrator secrets (docs/spec/workload.md §6): values held by the Dagster process, handed to the
 workload as Databricks secrets, never shown (``air_runtime.Redactor`` removes them, and their
 encodings, from every message and log line of the step).
 

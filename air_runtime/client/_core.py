@@ -37,7 +37,7 @@ logger = logging.getLogger("air_runtime.client")
 T = TypeVar("T")
 
 
-# --- steps a flow yields; the drivers in _sync.py / _async.py perform them -----------------
+# --- steps a flow yields; the drivers in _client.py (AirClient, AsyncAirClient) perform them -----------------
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Docker image registration (rest-api.md §4): the flows the client runs.
+"""Docker image registration (docs/spec/rest-api.md §4): the flows the client runs.
 
 A public image is registered without credentials. A private one needs the registry user's
 credentials stored as a workspace secret first (found by ``air_runtime._docker_credentials``).

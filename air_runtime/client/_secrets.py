@@ -1,4 +1,4 @@
-"""Flows for secret scopes and secrets (rest-api.md §3). Values travel only in the body of
+"""Flows for secret scopes and secrets (docs/spec/rest-api.md §3). Values travel only in the body of
 ``secrets/put``, which is never logged."""
 
 from __future__ import annotations

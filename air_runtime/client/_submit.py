@@ -1,6 +1,6 @@
 """The submit flow: identity, preflight, launch directory, uploads, runs/submit, permissions.
 
-Round trips on the critical path (design/targets.md P3): the identity; then preflight,
+Round trips on the critical path (docs/spec/targets.md P3): the identity; then preflight,
 folder creation, image checks (and re-registration of ``tag_policy: latest`` images) and
 code archives all at once; then every upload at once; then the submit. Permissions follow
 the submit and never fail it.

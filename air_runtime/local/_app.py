@@ -1,4 +1,4 @@
-"""The HTTP surface of the local workspace (rest-api.md), plus `/api/2.0/airo-admin/`."""
+"""The HTTP surface of the local workspace (docs/spec/rest-api.md), plus `/api/2.0/airo-admin/`."""
 
 from __future__ import annotations
 
@@ -885,7 +885,7 @@ async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
     if params.get("to"):
         end_ns = (_int_param(params["to"], "to") + 1) * 1_000_000_000 - 1
     # A bound past the int64 nanoseconds (e.g. nanoseconds sent as seconds) is the far
-    # future: no record is that late (cli-conformance.md item 4).
+    # future: no record is that late (docs/cli-conformance.md item 4).
     start_ns = None if start_ns is None else max(0, min(start_ns, 2**63 - 1))
     end_ns = None if end_ns is None else max(-1, min(end_ns, 2**63 - 1))
     ascending = params.get("ascending", "true").lower() != "false"

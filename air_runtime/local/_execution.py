@@ -1,5 +1,5 @@
 """Running one task attempt on this machine: one `bash command.sh` process group per node
-rank, with the environment the platform's launcher would give it (workload.md §7)."""
+rank, with the environment the platform's launcher would give it (docs/spec/workload.md §7)."""
 
 from __future__ import annotations
 

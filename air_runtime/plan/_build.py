@@ -1,6 +1,6 @@
 """Workload(s) -> SubmissionPlan. Pure: no I/O, deterministic given the inputs.
 
-The launch directory layout and file names are part of the platform contract (workload.md
+The launch directory layout and file names are part of the platform contract (docs/spec/workload.md
 §4): the server-side launcher finds the side files next to each command path.
 """
 
@@ -43,7 +43,7 @@ def launch_dir(home: str, workload: Workload, suffix: str) -> str:
 
 
 def environment_spec(environment: Environment) -> dict[str, Any]:
-    """``environments[].spec`` of the submit body (workload.md §5)."""
+    """``environments[].spec`` of the submit body (docs/spec/workload.md §5)."""
     spec: dict[str, Any]
     if environment.is_base_environment:
         spec = {"base_environment": f"workspace-base-environments/{environment.version}"}
@@ -385,7 +385,7 @@ def build_plan(
     launch_suffix: str | None = None,
     home: str | None = None,
 ) -> SubmissionPlan:
-    """The plan of a single-workload run (workload.md §4-§5). ``home`` replaces the user's
+    """The plan of a single-workload run (docs/spec/workload.md §4-§5). ``home`` replaces the user's
     workspace folder (the CLI's DATABRICKS_INTERNAL_USER_WORKSPACE_DIR, runlaunch.go)."""
     if not isinstance(workload, Workload):
         raise WorkloadError(
@@ -423,7 +423,7 @@ def build_workflow_plan(
     launch_suffix: str | None = None,
     home: str | None = None,
 ) -> SubmissionPlan:
-    """One runs/submit with a task per stage (workload.md §6).
+    """One runs/submit with a task per stage (docs/spec/workload.md §6).
 
     Each stage gets its own launch directory; its suffix is derived from the run's suffix and
     the task key, so two stages of the same experiment never share a folder.
@@ -463,7 +463,7 @@ def make_idempotency_token(
     *,
     namespace: str | None = None,
 ) -> str:
-    """A deterministic token (64 hex characters) for one logical submission (workload.md §6).
+    """A deterministic token (64 hex characters) for one logical submission (docs/spec/workload.md §6).
 
     ``generation`` changes when a human clears/re-materializes or after a terminal failure;
     an automatic retry of a crashed worker keeps it, and so gets the same run back.

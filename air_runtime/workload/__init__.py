@@ -1,4 +1,4 @@
-"""The workload: YAML loading, the validated model and every rule of workload.md §1-§3."""
+"""The workload: YAML loading, the validated model and every rule of docs/spec/workload.md §1-§3."""
 
 from air_runtime.workload._load import lint_workload, load_workload
 from air_runtime.workload._models import (

@@ -1,4 +1,4 @@
-"""The validator's shared part: the keys and patterns of workload.md §1-§3, the limits, and
+"""The validator's shared part: the keys and patterns of docs/spec/workload.md §1-§3, the limits, and
 the machinery every section uses (problems with their source positions, typed reads)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``code_source``: the folder to pack, its include paths and git revision (workload.md §1)."""
+"""``code_source``: the folder to pack, its include paths and git revision (docs/spec/workload.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``compute``: accelerators, nodes, pools and priority (workload.md §1)."""
+"""``compute``: accelerators, nodes, pools and priority (docs/spec/workload.md §1)."""
 
 from __future__ import annotations
 

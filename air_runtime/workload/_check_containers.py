@@ -1,4 +1,4 @@
-"""``containers``: rank-partitioned images, their commands and variables (workload.md §3)."""
+"""``containers``: rank-partitioned images, their commands and variables (docs/spec/workload.md §3)."""
 
 from __future__ import annotations
 

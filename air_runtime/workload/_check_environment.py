@@ -1,4 +1,4 @@
-"""``environment``: runtime version, dependencies, Docker and Unity Catalog images (workload.md §2)."""
+"""``environment``: runtime version, dependencies, Docker and Unity Catalog images (docs/spec/workload.md §2)."""
 
 from __future__ import annotations
 

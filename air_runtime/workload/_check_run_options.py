@@ -1,4 +1,4 @@
-"""MLflow fields, permissions and usage policies (workload.md §1)."""
+"""MLflow fields, permissions and usage policies (docs/spec/workload.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plain environment variables and secret references (workload.md §1, §3)."""
+"""Plain environment variables and secret references (docs/spec/workload.md §1, §3)."""
 
 from __future__ import annotations
 

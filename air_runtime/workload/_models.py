@@ -1,4 +1,4 @@
-"""The validated workload (workload.md §1-§3), already in normal form.
+"""The validated workload (docs/spec/workload.md §1-§3), already in normal form.
 
 Instances come from ``load_workload``, which applies every rule and reports all problems at
 once; the models themselves only fix the shape and keep the result immutable.
@@ -161,7 +161,7 @@ class Workload(_Frozen):
         raise KeyError(f"no container named {name!r}")
 
     def container_env(self, name: str) -> tuple[dict[str, str], dict[str, SecretRef]]:
-        """Plain and secret variables of one container after the merge of workload.md §3."""
+        """Plain and secret variables of one container after the merge of docs/spec/workload.md §3."""
         container = self.container(name)
         own = set(container.env_variables) | set(container.secrets)
         plain = {k: v for k, v in self.env_variables.items() if k not in own}

@@ -1,4 +1,4 @@
-"""Every validation rule of workload.md §1-§3, applied to the raw mapping.
+"""Every validation rule of docs/spec/workload.md §1-§3, applied to the raw mapping.
 
 The checker walks the whole mapping and keeps going after a problem, so the user sees every
 mistake at once, each with its dotted path and a hint. It returns the normalized data the

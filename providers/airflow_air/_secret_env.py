@@ -1,4 +1,4 @@
-"""``secret_env``: environment variables whose values live in Airflow (workload.md §6).
+"""``secret_env``: environment variables whose values live in Airflow (docs/spec/workload.md §6).
 
 A reference names where the value is, never the value itself:
 

@@ -2,7 +2,7 @@
 
 Only imported from ``execute`` (it pulls in the core client).
 
-Generations (workload.md §6). The idempotency token is
+Generations (docs/spec/workload.md §6). The idempotency token is
 ``make_idempotency_token("airflow", dag_id, run_id, task_id, map_index, "<clear>.<failure>",
 namespace=<deployment namespace>)`` (``airflow_air._deployment``: without it two deployments
 sharing a workspace would get each other's runs back):

@@ -1,6 +1,6 @@
 """Jinja settings for workload templates.
 
-Workloads may hold secret references of the form ``{{secrets/<scope>/<key>}}`` (workload.md §3).
+Workloads may hold secret references of the form ``{{secrets/<scope>/<key>}}`` (docs/spec/workload.md §3).
 Jinja would read them as expressions and fail, so they are passed through verbatim; every
 other ``{{ ... }}`` is rendered as usual. Absolute workload paths are also allowed (Airflow's
 loader only searches the Dag folder and ``template_searchpath``).

@@ -100,7 +100,7 @@ class AirRunOperator(BaseOperator):
 
     :param workload: a YAML file path (``.yaml``/``.yml``, relative to the Dag folder or
         ``template_searchpath``, or absolute; Jinja-rendered), YAML text, or a dict of the same
-        structure (workload.md). ``{{secrets/<scope>/<key>}}`` references are kept verbatim.
+        structure (docs/spec/workload.md). ``{{secrets/<scope>/<key>}}`` references are kept verbatim.
     :param overrides: dotted-path overrides applied before validation, e.g.
         ``{"compute.num_accelerators": 16, "env_variables.OUT": "/tmp/{{ run_id }}"}``.
     :param secret_env: env vars whose values come from Airflow, as references:
@@ -116,7 +116,7 @@ class AirRunOperator(BaseOperator):
     :param stream_logs: copy the nodes' logs into the task log while waiting in the worker.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
-    Retries and clears (workload.md §6): an automatic retry after a worker crash reattaches
+    Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
     to the run the crashed try started (or returns its success); a retry after the run
     failed, and a manual clear, start a new run. See ``airflow_air._submission``.
 

@@ -1,7 +1,7 @@
 """``AirWorkflowTaskGroup``: several ``AirRunOperator`` stages submitted as ONE multi-task run.
 
 A multi-stage pipeline (generate → train → evaluate) then runs on the platform without a round
-trip to Airflow between stages (workload.md §6), yet every stage is still its own Airflow task
+trip to Airflow between stages (docs/spec/workload.md §6), yet every stage is still its own Airflow task
 with its own state, logs and links::
 
     with AirWorkflowTaskGroup("rl", run_name="rl_pipeline") as rl:

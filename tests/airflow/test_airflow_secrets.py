@@ -1,4 +1,4 @@
-"""Orchestrator secrets (workload.md §6, target R5): the value reaches the workload as a
+"""Orchestrator secrets (docs/spec/workload.md §6, target R5): the value reaches the workload as a
 Databricks secret and appears nowhere else."""
 
 from __future__ import annotations

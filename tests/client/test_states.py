@@ -1,4 +1,4 @@
-"""Run-state normalization (workload.md §8) and failure messages."""
+"""Run-state normalization (docs/spec/workload.md §8) and failure messages."""
 
 from __future__ import annotations
 

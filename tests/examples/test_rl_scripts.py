@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 def platform_env(rank: int, port: int, output_dir: Path, **extra: str) -> dict[str, str]:
-    """What workload.md §7 promises every container of a 2-node run (plus RL_OUTPUT_DIR)."""
+    """What docs/spec/workload.md §7 promises every container of a 2-node run (plus RL_OUTPUT_DIR)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RL_"))}
     env.update(
         NUM_NODES="2",

@@ -1,4 +1,4 @@
-"""Fixtures that upload launch directories and submit bodies by hand (workload.md §4-§5)."""
+"""Fixtures that upload launch directories and submit bodies by hand (docs/spec/workload.md §4-§5)."""
 
 from __future__ import annotations
 

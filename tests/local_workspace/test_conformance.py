@@ -1,5 +1,5 @@
 """The local workspace follows what the `databricks air` CLI shows of the real service
-(shared/spec/cli-conformance.md): snapshot layout, usage policies, experiment permissions,
+(docs/cli-conformance.md): snapshot layout, usage policies, experiment permissions,
 the MLflow experiment directory, the image access probe, log paging."""
 
 from __future__ import annotations

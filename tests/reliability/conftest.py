@@ -1,4 +1,4 @@
-"""Reliability campaigns (design/targets.md R1-R7): seeded, bounded, each reporting counts.
+"""Reliability campaigns (docs/spec/targets.md R1-R7): seeded, bounded, each reporting counts.
 
 Small trial counts by default (``make test``); full size with ``AIRO_RELIABILITY_FULL=1``
 (``make reliability``). Counts are printed, and merged into
@@ -155,7 +155,7 @@ def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "row(id): the targets.md row a reliability test measures")
+    config.addinivalue_line("markers", "row(id): the docs/spec/targets.md row a reliability test measures")
 
 
 # --- workspaces ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Plans: launch directory, uploaded files, preflight and submit bodies (workload.md §4-§6)."""
+"""Plans: launch directory, uploaded files, preflight and submit bodies (docs/spec/workload.md §4-§6)."""
 
 from __future__ import annotations
 

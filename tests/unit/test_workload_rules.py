@@ -1,4 +1,4 @@
-"""Every rule of workload.md §1-§3: one valid and one invalid case at least."""
+"""Every rule of docs/spec/workload.md §1-§3: one valid and one invalid case at least."""
 
 from __future__ import annotations
 
