@@ -21,8 +21,6 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from air_runtime import (
     AirClient,
     AirError,
-    AuthError,
-    ConfigurationError,
     Redactor,
     RunFailed,
     RunState,
@@ -46,7 +44,6 @@ from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
 # Errors the user must fix before a retry can help.
-_NOT_RETRYABLE = (WorkloadError, ConfigurationError, AuthError)
 
 
 @dataclass(frozen=True)
@@ -275,7 +272,9 @@ class StepRun:
         )
         try:
             refs = client.store_submission_secrets(secrets, values)
-        except _NOT_RETRYABLE as error:
+        except AirError as error:
+            if error.retryable:
+                raise
             raise _config_failure(
                 self.redact(str(error)), "cannot store the orchestrator secrets"
             ) from None
@@ -332,11 +331,11 @@ class StepRun:
             return client.submit_workload(
                 stages, idempotency_token=token, run_name=self.workflow.name
             )
-        except _NOT_RETRYABLE as error:
-            raise _config_failure(
-                self.redact(str(error)), "the workspace refused the workload"
-            ) from None
         except AirError as error:
+            if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
+                raise _config_failure(
+                    self.redact(str(error)), "the workspace refused the workload"
+                ) from None
             raise dg.Failure(
                 description=f"submitting the run failed: {self.redact(str(error))}"
             ) from None
