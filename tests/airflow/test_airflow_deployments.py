@@ -224,7 +224,8 @@ def test_concurrent_runs_see_their_own_secret_and_leave_no_key(
         "python3 -c 'import os, hashlib; "
         'print("seen", hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest())\'; '
         f"touch {barrier}/$$; for i in $(seq 1500); do "
-        f'[ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done'
+        f'[ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done; '
+        "sleep 3"  # both going: long enough for the test to see it
     )
     for started, (worker, value) in enumerate(zip(two_workers, HF_VALUES.values(), strict=True)):
         monkeypatch.setenv(
