@@ -6,7 +6,7 @@
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
 from ._runs import RunResult
-from ._secrets import PruneResult, SubmissionSecrets, secret_key_name
+from ._secrets import PruneResult, SecretInfo, SubmissionSecrets, secret_key_name
 
 __all__ = [
     "AirClient",
@@ -17,6 +17,7 @@ __all__ = [
     "PruneResult",
     "RetryPolicy",
     "RunResult",
+    "SecretInfo",
     "SubmissionSecrets",
     "SubmittedRun",
     "secret_key_name",

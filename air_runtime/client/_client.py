@@ -37,7 +37,7 @@ from ._core import (
     Transmit,
 )
 from ._runs import RunResult
-from ._secrets import PruneResult, SubmissionSecrets
+from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
 
 if TYPE_CHECKING:
     from ..plan import Stage, SubmissionPlan
@@ -265,6 +265,10 @@ class AirClient(_BaseClient):
         return self._run(
             _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
         )
+
+    def list_secrets(self, scope: str) -> list[SecretInfo]:
+        """The keys of ``scope`` (never values) with their last update times."""
+        return self._run(_secrets.list_secrets(self._core, scope))
 
     # --- orchestrator secrets under keys of one logical submission ---------------------
 

@@ -80,10 +80,9 @@ def all_xcom_text(dag_id: str) -> str:
 def scope_keys(workspace: Any, scope: str) -> list[str]:
     """The key names of a secret scope (``secrets/list``; empty when there is no scope)."""
     from air_runtime import AirClient
-    from air_runtime.client._secrets import list_secrets, run_with
 
     with AirClient(workspace.host, workspace.token) as client:
-        return [s.key for s in run_with(client, lambda core: list_secrets(core, scope))]
+        return [s.key for s in client.list_secrets(scope)]
 
 
 def rendered_fields_text(dag_id: str) -> str:

@@ -14,7 +14,6 @@ from air_runtime.client import _secrets
 from air_runtime.client._secrets import (
     SubmissionSecrets,
     parse_submission_key,
-    run_with,
 )
 
 
@@ -94,15 +93,13 @@ def _run(client: AirClient, command: str) -> int:
 
 
 def _keys(client: AirClient, scope: str = "orch") -> set[str]:
-    return {s.key for s in run_with(client, lambda core: _secrets.list_secrets(core, scope))}
+    return {s.key for s in client.list_secrets(scope)}
 
 
 def _store(client: AirClient, group: SubmissionSecrets, run_id: int | None) -> None:
-    run_with(
-        client, lambda core: _secrets.store_submission_secrets(core, group, {"A": "1", "B": "2"})
-    )
+    client.store_submission_secrets(group, {"A": "1", "B": "2"})
     if run_id is not None:
-        run_with(client, lambda core: _secrets.mark_submission_run(core, group, run_id))
+        client.mark_submission_run(group, run_id)
 
 
 def test_delete_sweep_and_prune(local_workspace, capsys):
@@ -116,11 +113,11 @@ def test_delete_sweep_and_prune(local_workspace, capsys):
         _store(client, active, going)
         _store(client, unmarked, None)
         _store(client, other_task, ended)
-        run_with(client, lambda core: _secrets.put_secret(core, "orch", "someone-else", "x"))
+        client.put_secret("orch", "someone-else", "x")
 
         # The next run of "train" deletes what earlier runs of "train" left once they ended.
         current = _group("r4")
-        swept = run_with(client, lambda core: _secrets.sweep_ended_submissions(core, current))
+        swept = client.sweep_ended_submissions(current)
         assert swept == 3  # finished: A, B and its marker
         left = _keys(client)
         assert not any(k.startswith(finished.prefix) for k in left)
@@ -129,7 +126,7 @@ def test_delete_sweep_and_prune(local_workspace, capsys):
 
         # A task deleting its own keys once its run ended.
         assert (
-            run_with(client, lambda core: _secrets.delete_submission_secrets(core, other_task)) == 3
+            client.delete_submission_secrets(other_task) == 3
         )
 
         # Prune: nothing is old enough yet.

@@ -18,7 +18,6 @@ import psutil
 from dagster_checks import counters, node_log
 
 from air_runtime import AirClient
-from air_runtime.client._secrets import list_secrets, run_with
 
 REMOTE_JOBS = Path(__file__).with_name("remote_jobs.py")
 
@@ -135,7 +134,7 @@ def test_two_instances_same_run_id_get_their_own_runs_and_reattach_to_their_own(
 
 def _scope_keys(local_workspace, scope: str = "dagster-air") -> list[str]:
     with AirClient(local_workspace.host, local_workspace.token) as client:
-        return [s.key for s in run_with(client, lambda core: list_secrets(core, scope))]
+        return [s.key for s in client.list_secrets(scope)]
 
 
 def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
