@@ -30,6 +30,7 @@ from air_runtime import (
     Workload,
     WorkloadError,
     make_idempotency_token,
+    mlflow_ids,
 )
 from air_runtime.client import SubmissionSecrets
 
@@ -116,13 +117,6 @@ def _partition_overrides(
         raise _config_failure(error, "cannot map the partition to parameters") from None
 
 
-def _task_for(state: RunState, task_key: str) -> TaskState | None:
-    for task in state.tasks:
-        if task.task_key == task_key:
-            return task
-    return state.tasks[0] if len(state.tasks) == 1 else None
-
-
 def _duration_s(state: RunState, task: TaskState | None) -> float | None:
     start = (task.start_time if task else None) or state.start_time
     end = (task.end_time if task else None) or state.end_time
@@ -138,14 +132,9 @@ def _mlflow_ids(client: AirClient, task: TaskState | None) -> dict[str, str]:
         output = client.get_output(task.run_id)
     except AirError:
         return {}
-    runtime = output.get("ai_runtime_task_output")
-    if not isinstance(runtime, Mapping):
-        return {}
-    return {
-        f"{META_PREFIX}{name}": str(runtime[name])
-        for name in ("mlflow_experiment_id", "mlflow_run_id")
-        if runtime.get(name)
-    }
+    experiment, run = mlflow_ids(output)
+    found = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
+    return {f"{META_PREFIX}{name}": value for name, value in found.items() if value}
 
 
 def run_metadata(submitted: SubmittedRun, state: RunState | None = None) -> dict[str, Any]:
@@ -477,7 +466,7 @@ class StepRun:
     ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         single = len(selected) == 1 and not self.workflow.always_workflow
         for loaded in selected:
-            task = _task_for(state, loaded.workload.experiment_name if single else loaded.key)
+            task = state.task(loaded.workload.experiment_name if single else loaded.key)
             if task.is_success if task is not None else state.is_success:
                 yield dg.MaterializeResult(
                     asset_key=loaded.asset_key,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_air.links import MLFLOW_URL_KEY, RUN_ID_KEY, RUN_PAGE_URL_KEY, mlflow_run_url
+from airflow_air.links import MLFLOW_URL_KEY, RUN_ID_KEY, RUN_PAGE_URL_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -245,7 +245,7 @@ class StateLogger:
         self._seen: tuple[Any, ...] | None = None
 
     def __call__(self, state: RunState) -> None:
-        task = find_task(state, self.task_key) if self.task_key else None
+        task = state.task(self.task_key) if self.task_key else None
         key: tuple[Any, ...] = (state.life_cycle_state, state.result_state, state.state_message)
         if task is not None:
             key += (task.life_cycle_state, task.result_state, task.state_message)
@@ -264,22 +264,6 @@ class StateLogger:
             self.log.warning("%s (state unknown to this version; still waiting)", text)
         else:
             self.log.info("%s", text)
-
-
-def find_task(state: RunState, task_key: str | None) -> Any:
-    if task_key is None:
-        return None
-    for task in state.tasks:
-        if task.task_key == task_key:
-            return task
-    return None
-
-
-def has_ended(state: RunState, task_key: str | None) -> bool:
-    """Whether the run, or for a workflow stage its task, has ended (a stage ends before its
-    run does; a run that ended without starting the stage's task ends the stage too)."""
-    task = find_task(state, task_key)
-    return state.is_terminal or (task is not None and task.is_terminal)
 
 
 class LogStreamer:
@@ -336,7 +320,7 @@ def wait_sync(
     while True:
         state = client.get_run(record.run_id)
         on_update(state)
-        if has_ended(state, task_key):
+        if state.has_ended(task_key):
             return state
         time.sleep(poll_interval)
 
@@ -378,32 +362,6 @@ class Outcome:
         return out
 
 
-def stage_view(state: RunState, task_key: str | None) -> RunState:
-    """The run as one workflow stage sees it: its task's state stands for the run's, so the
-    core's failure message and output lookups describe that stage."""
-    import dataclasses
-
-    task = find_task(state, task_key)
-    if task is None:
-        return state
-    return dataclasses.replace(
-        state,
-        run_id=task.run_id or state.run_id,
-        life_cycle_state=task.life_cycle_state,
-        result_state=task.result_state,
-        state_message=task.state_message or state.state_message,
-        tasks=(task,),
-    )
-
-
-def mlflow_ids(output: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    runtime = output.get("ai_runtime_task_output")
-    if not isinstance(runtime, Mapping):
-        return None, None
-    exp, run = runtime.get("mlflow_experiment_id"), runtime.get("mlflow_run_id")
-    return (str(exp) if exp else None), (str(run) if run else None)
-
-
 def make_outcome(
     view: RunState,
     *,
@@ -416,6 +374,8 @@ def make_outcome(
 ) -> Outcome:
     """``failure`` is the core's ``RunFailed`` (its message has the error, log tail, trace and
     MLflow ids) or ``None``; ``output`` is ``runs/get-output`` of the task, or empty."""
+    from air_runtime import mlflow_ids, mlflow_run_url
+
     exp, mlflow_run = mlflow_ids(output)
     return Outcome(
         status="success" if failure is None else "failed",
@@ -434,7 +394,7 @@ def finish_sync(
     client: AirClient, state: RunState, record: RunRecord, task_key: str | None
 ) -> Outcome:
     """The outcome of a terminal run (or stage), with the failure message or MLflow ids."""
-    view = stage_view(state, task_key) if task_key else state
+    view = state.stage(task_key)
     result = client.run_result(view)
     return make_outcome(
         view,

@@ -45,8 +45,3 @@ class AirMlflowRunLink(BaseOperatorLink):
         return _xcom(ti_key, MLFLOW_URL_KEY)
 
 
-def mlflow_run_url(host: str, experiment_id: str | None, run_id: str | None) -> str | None:
-    """The workspace's MLflow page of a run (``<host>/ml/experiments/<exp>/runs/<run>``)."""
-    if not experiment_id or not run_id:
-        return None
-    return f"{host.rstrip('/')}/ml/experiments/{experiment_id}/runs/{run_id}"

@@ -403,10 +403,10 @@ class AirRunOperator(BaseOperator):
         a trigger firing at once is what Airflow 3.3 can mistake for a killed task.
         """
         if self.deferrable:
-            from airflow_air._submission import finish_sync, has_ended
+            from airflow_air._submission import finish_sync
 
             state = client.get_run(record.run_id)
-            if has_ended(state, task_key):
+            if state.has_ended(task_key):
                 self.log.info(
                     "Run %s%s has already ended; finishing without deferring",
                     record.run_id,

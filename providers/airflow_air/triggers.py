@@ -190,34 +190,18 @@ class AirRunTrigger(BaseTrigger):
         self.log.info("%s", self.redact(f"Run {self.run_id}: {state.describe()}{capacity}"))
 
     async def _wait_for_stage(self, watcher: Any) -> RunState:
-        """A stage ends before its run does; the coalesced list view has no per-task states,
-        so stages read ``runs/get`` themselves, within the watcher's request budget."""
-        from air_runtime import RunTimeout
-        from airflow_air._submission import RedactingLog, StateLogger, has_ended
+        """A stage ends before its run does: the watcher reads its task within its budget."""
+        from airflow_air._submission import RedactingLog, StateLogger
 
         on_update = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
-        while True:
-            await watcher.bucket.acquire()
-            state = await watcher.client.get_run(self.run_id)
-            on_update(state)
-            if has_ended(state, self.task_key):
-                return state
-            pause = self.poll_interval
-            if self.deadline is not None:
-                remaining = self.deadline - time.time()
-                if remaining <= 0:
-                    raise RunTimeout(
-                        f"stage {self.task_key} of run {self.run_id} is still "
-                        f"{state.describe()} at the deadline",
-                        run_id=self.run_id,
-                    )
-                pause = min(pause, remaining)
-            await asyncio.sleep(pause)
+        return await watcher.wait(
+            self.run_id, deadline=self.deadline, on_update=on_update, task_key=self.task_key
+        )
 
     async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
-        from airflow_air._submission import make_outcome, stage_view
+        from airflow_air._submission import make_outcome
 
-        view = stage_view(state, self.task_key) if self.task_key else state
+        view = state.stage(self.task_key)
         result = await client.run_result(view)
         return make_outcome(
             view,
