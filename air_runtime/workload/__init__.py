@@ -3,6 +3,8 @@
 from air_runtime.workload._load import lint_workload, load_workload
 from air_runtime.workload._models import (
     GPUS_PER_NODE,
+    PERMISSION_LEVELS,
+    PRINCIPAL_FIELDS,
     CodeSource,
     Compute,
     Container,
@@ -17,6 +19,8 @@ from air_runtime.workload._schema import workload_json_schema
 
 __all__ = [
     "GPUS_PER_NODE",
+    "PERMISSION_LEVELS",
+    "PRINCIPAL_FIELDS",
     "CodeSource",
     "Compute",
     "Container",
