@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Start (if stopped) and prepare the local PostgreSQL and Redis that the deployment tests use.
+# A service that is not installed is left out (its tests skip, see tests/deployment_services.py).
 set -uo pipefail
 
-if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+if command -v pg_ctlcluster >/dev/null && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
   for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
 fi
-if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+if command -v redis-server >/dev/null && ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployment_services import summary_line
 
 from air_runtime.local import LocalWorkspace, start_local_workspace
 
@@ -15,6 +16,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "reliability" in item.path.parts or "packaging" in item.path.parts:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One loud line when deployment tests were skipped for a missing PostgreSQL or Redis."""
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reasons.append(str(report.longrepr[2]))
+    line = summary_line(reasons)
+    if line:
+        terminalreporter.write_line(line, red=True, bold=True)
 
 
 @pytest.fixture

@@ -14,9 +14,13 @@ from .._errors import AuthError, ConfigurationError, NotFound, PlatformError
 from ._core import ClientCore, Flow, gather
 
 SECRETS_API = "/api/2.0/secrets"
-_KEY_FORBIDDEN = re.compile(r"[^A-Za-z0-9_.-]")
-_SCOPE_FORBIDDEN = re.compile(r"[^A-Za-z0-9_.@-]")
+# What the secrets API accepts in a key and in a scope name (both at most 128 characters);
+# the local workspace checks its names with the same classes.
+SECRET_KEY_CHARACTERS = "A-Za-z0-9_.-"
+SECRET_SCOPE_CHARACTERS = "A-Za-z0-9_.@-"
 MAX_KEY_LENGTH = 128
+_KEY_FORBIDDEN = re.compile(f"[^{SECRET_KEY_CHARACTERS}]")
+_SCOPE_FORBIDDEN = re.compile(f"[^{SECRET_SCOPE_CHARACTERS}]")
 T = TypeVar("T")
 _PARALLEL_PUTS = 8
 

@@ -24,18 +24,7 @@ from air_runtime.local._errors import ApiError
 from air_runtime.local._files import VolumeTree, WorkspaceTree
 from air_runtime.local._logs import LogBook, NodeLog
 from air_runtime.local._security import private_dir, restrict_tree
-
-_KNOWN_GPUS_PER_NODE = {"GPU_1xA10": 1, "GPU_1xH100": 1, "GPU_8xH100": 8, "GPU_8xB300": 8}
-
-
-def gpus_per_node() -> dict[str, int]:
-    """Accelerator type -> GPUs per node; the workload model owns the table."""
-    try:
-        from air_runtime.workload import GPUS_PER_NODE
-    except ImportError:
-        return dict(_KNOWN_GPUS_PER_NODE)
-    return dict(GPUS_PER_NODE)
-
+from air_runtime.workload import GPUS_PER_NODE
 
 # Set in every rank so a restarted workspace can recognise (and stop) its orphans: the
 # task run and the workspace's own random id (another workspace's ranks are never touched).
@@ -89,7 +78,7 @@ class AttemptContext:
 def topology(task: dict[str, Any]) -> tuple[int, int, int]:
     """(nodes, GPUs per node, total GPUs) of a validated ai_runtime_task."""
     compute = task["ai_runtime_task"]["deployments"][0]["compute"]
-    per_node = gpus_per_node()[compute["accelerator_type"]]
+    per_node = GPUS_PER_NODE[compute["accelerator_type"]]
     total = int(compute.get("accelerator_count") or per_node)
     return total // per_node, per_node, total
 

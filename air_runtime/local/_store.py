@@ -224,16 +224,35 @@ class Store:
         self.execute(f"UPDATE {table} SET {columns} WHERE {key} = ?", (*values, ident))
 
     def list_runs(
-        self, *, active_only: bool, completed_only: bool, limit: int, offset: int
+        self,
+        *,
+        active_only: bool,
+        completed_only: bool,
+        before_run_id: int | None,
+        start_time_from: int | None,
+        start_time_to: int | None,
+        limit: int,
     ) -> tuple[list[sqlite3.Row], bool]:
-        where = ""
+        """Runs newest first (below `before_run_id` when given), at most `limit` of them, and
+        whether more are left."""
+        clauses: list[str] = []
+        values: list[Any] = []
         if active_only:
-            where = "WHERE active = 1"
+            clauses.append("active = 1")
         elif completed_only:
-            where = "WHERE active = 0"
+            clauses.append("active = 0")
+        if before_run_id is not None:
+            clauses.append("run_id < ?")
+            values.append(before_run_id)
+        if start_time_from is not None:
+            clauses.append("start_time >= ?")
+            values.append(start_time_from)
+        if start_time_to is not None:
+            clauses.append("start_time <= ?")
+            values.append(start_time_to)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.query(
-            f"SELECT * FROM runs {where} ORDER BY run_id DESC LIMIT ? OFFSET ?",
-            (limit + 1, offset),
+            f"SELECT * FROM runs {where} ORDER BY run_id DESC LIMIT ?", (*values, limit + 1)
         )
         return rows[:limit], len(rows) > limit
 
@@ -242,11 +261,14 @@ class Store:
 
     # --- tokens -----------------------------------------------------------------------
 
-    def is_revoked(self, token: str) -> bool:
-        return bool(self.query("SELECT 1 FROM revoked_tokens WHERE token = ?", (token,)))
+    def revoked_tokens(self) -> set[str]:
+        return {str(r["token"]) for r in self.query("SELECT token FROM revoked_tokens")}
 
     def revoke(self, token: str) -> None:
         self.execute("INSERT OR IGNORE INTO revoked_tokens (token) VALUES (?)", (token,))
+
+    def unrevoke(self, token: str) -> None:
+        self.execute("DELETE FROM revoked_tokens WHERE token = ?", (token,))
 
     def add_access_token(self, token: str, principal: str, expires_at: float) -> None:
         self.execute(

@@ -2,29 +2,20 @@
 
 Workload rules (accelerator types, GPU counts, container ranks, env names, run options) are
 owned by `air_runtime.workload`: the wire body is mapped back to a workload mapping and
-checked there, so there is one implementation of each rule. Only the wire-level shape
-(deployments, command paths, task graph) is checked here. Until the workload package can be
-imported, a small built-in subset of its rules is used instead.
+checked there, so there is one implementation of each rule; task keys and `run_if` values
+are `air_runtime.plan`'s. Only the wire-level shape (deployments, command paths, task graph)
+is checked here.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import Any
 
-from air_runtime.local._execution import gpus_per_node
+from air_runtime._errors import WorkloadError
+from air_runtime.plan import RUN_IF_VALUES, TASK_KEY_RE
+from air_runtime.workload import MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
 
 Errors = list[dict[str, str]]
-RUN_IF_VALUES = (
-    "ALL_SUCCESS",
-    "ALL_DONE",
-    "NONE_FAILED",
-    "AT_LEAST_ONE_SUCCESS",
-    "ALL_FAILED",
-    "AT_LEAST_ONE_FAILED",
-)
-_TASK_KEY_RE = re.compile(r"^[\w\-.]{1,100}$")
 _CODE = "INVALID_PARAMETER_VALUE"
 _DEPLOYMENT = "task.deployments[0]"
 
@@ -146,77 +137,15 @@ def _wire_path(path: str) -> str:
     return path
 
 
-def _workload_rules() -> Callable[[dict[str, Any]], Errors] | None:
+def _workload_errors(mapping: dict[str, Any]) -> Errors:
     try:
-        from air_runtime.workload import load_workload
-    except ImportError:
-        return None
-
-    def check(mapping: dict[str, Any]) -> Errors:
-        from air_runtime._errors import WorkloadError
-
-        try:
-            load_workload(mapping)
-        except WorkloadError as exc:
-            return [
-                _error(_wire_path(p.path), f"{p.message} {p.hint}" if p.hint else p.message)
-                for p in exc.problems
-            ]
-        return []
-
-    return check
-
-
-def _builtin_rules(mapping: dict[str, Any]) -> Errors:
-    """The few workload rules checked when the workload package is not importable."""
-    errors: Errors = []
-    table = gpus_per_node()
-    compute = mapping["compute"]
-    kind, count = compute["accelerator_type"], compute["num_accelerators"]
-    if kind not in table:
-        errors.append(
-            _error(
-                f"{_DEPLOYMENT}.compute.accelerator_type",
-                f"unknown accelerator type {kind!r}; valid: {', '.join(table)}",
-            )
-        )
-        return errors
-    per_node = table[kind]
-    if not _is_int(count) or count <= 0 or count % per_node:
-        errors.append(
-            _error(
-                f"{_DEPLOYMENT}.compute.accelerator_count",
-                f"for {kind} must be a positive multiple of {per_node}, got {count!r}",
-            )
-        )
-        return errors
-    nodes = count // per_node
-    containers = mapping.get("containers") or []
-    owner: dict[int, str] = {}
-    for i, container in enumerate(containers):
-        ranks = container.get("ranks", list(range(nodes)) if len(containers) == 1 else None)
-        path = f"{_DEPLOYMENT}.containers[{i}]"
-        if not isinstance(ranks, list):
-            errors.append(_error(f"{path}.ranks", "ranks are required with several containers"))
-            continue
-        for rank in ranks:
-            if not _is_int(rank) or not 0 <= rank < nodes:
-                errors.append(_error(f"{path}.ranks", f"rank {rank!r} is not in 0..{nodes - 1}"))
-            elif rank in owner:
-                errors.append(
-                    _error(f"{path}.ranks", f"rank {rank} is also assigned to {owner[rank]}")
-                )
-            else:
-                owner[rank] = str(container.get("name"))
-    if containers:
-        for rank in range(nodes):
-            if rank not in owner:
-                errors.append(
-                    _error(
-                        f"{_DEPLOYMENT}.containers", f"rank {rank} is not assigned to a container"
-                    )
-                )
-    return errors
+        load_workload(mapping)
+    except WorkloadError as exc:
+        return [
+            _error(_wire_path(p.path), f"{p.message} {p.hint}" if p.hint else p.message)
+            for p in exc.problems
+        ]
+    return []
 
 
 def validate_config(body: Any) -> Errors:
@@ -226,10 +155,7 @@ def validate_config(body: Any) -> Errors:
     errors, deployment = _wire_shape(body.get("task"))
     if deployment is None:
         return errors
-    mapping = _as_workload(body, deployment)
-    rules = _workload_rules()
-    errors += rules(mapping) if rules is not None else _builtin_rules(mapping)
-    return errors
+    return errors + _workload_errors(_as_workload(body, deployment))
 
 
 def validate_submit(body: Any) -> Errors:
@@ -238,8 +164,15 @@ def validate_submit(body: Any) -> Errors:
         return [_error("", "the body must be a JSON object")]
     errors: Errors = []
     token = body.get("idempotency_token")
-    if token is not None and (not isinstance(token, str) or len(token.strip()) > 64):
-        errors.append(_error("idempotency_token", "must be a string of at most 64 characters"))
+    if token is not None and (
+        not isinstance(token, str) or len(token.strip()) > MAX_IDEMPOTENCY_TOKEN_LENGTH
+    ):
+        errors.append(
+            _error(
+                "idempotency_token",
+                f"must be a string of at most {MAX_IDEMPOTENCY_TOKEN_LENGTH} characters",
+            )
+        )
     timeout = body.get("timeout_seconds")
     if timeout is not None and (not _is_int(timeout) or timeout < 0):
         errors.append(_error("timeout_seconds", f"must be an integer >= 0, got {timeout!r}"))
@@ -256,9 +189,9 @@ def validate_submit(body: Any) -> Errors:
             keys.append("")
             continue
         key = task.get("task_key")
-        if not isinstance(key, str) or not _TASK_KEY_RE.match(key):
+        if not isinstance(key, str) or not TASK_KEY_RE.match(key):
             errors.append(
-                _error(f"{path}.task_key", f"must match {_TASK_KEY_RE.pattern}, got {key!r}")
+                _error(f"{path}.task_key", f"must match {TASK_KEY_RE.pattern}, got {key!r}")
             )
         elif key in keys:
             errors.append(_error(f"{path}.task_key", f"duplicate task key {key!r}"))

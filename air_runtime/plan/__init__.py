@@ -19,6 +19,7 @@ from air_runtime.plan._workflow import (
     TASK_KEY_HINT,
     TASK_KEY_RE,
     check_stages,
+    task_key_for,
     task_key_problem,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "default_launch_suffix",
     "environment_spec",
     "make_idempotency_token",
+    "task_key_for",
     "task_key_problem",
 ]

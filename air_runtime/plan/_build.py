@@ -23,7 +23,13 @@ from air_runtime.plan._models import (
 )
 from air_runtime.plan._workflow import check_stages
 from air_runtime.plan._writers import command_script, go_json, hyperparameters_yaml
-from air_runtime.workload import DockerImage, Environment, SecretRef, Workload
+from air_runtime.workload import (
+    MAX_IDEMPOTENCY_TOKEN_LENGTH,
+    DockerImage,
+    Environment,
+    SecretRef,
+    Workload,
+)
 
 _SUFFIX_RE = re.compile(r"^[0-9a-f]{16}$")
 
@@ -337,12 +343,13 @@ def _merge_image(known: ImageRequirement | None, image: DockerImage) -> ImageReq
 
 def _check_token(token: str) -> str:
     token = token.strip()
-    if not token or len(token) > 64:
+    if not token or len(token) > MAX_IDEMPOTENCY_TOKEN_LENGTH:
         raise WorkloadError(
             [
                 Problem(
                     "idempotency_token",
-                    f"idempotency token must be 1-64 characters, got {len(token)}",
+                    f"idempotency token must be 1-{MAX_IDEMPOTENCY_TOKEN_LENGTH} characters, "
+                    f"got {len(token)}",
                     "use make_idempotency_token(...) or a short unique string",
                 )
             ]

@@ -8,13 +8,15 @@ from collections.abc import Sequence
 from air_runtime._errors import Problem, WorkloadError
 from air_runtime.plan._models import Stage
 from air_runtime.workload import Workload
+from air_runtime.workload._check_base import MAX_TASK_KEY_LENGTH, TASK_KEY_CHARACTERS
+from air_runtime.workload._check_base import NAME_RE as TASK_KEY_RE
 
 RUN_IF_VALUES = (
     "ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE",
     "AT_LEAST_ONE_FAILED", "ALL_FAILED",
 )  # fmt: skip
-TASK_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
-TASK_KEY_HINT = "use 1-100 characters of A-Z a-z 0-9 _ -"
+TASK_KEY_HINT = f"use 1-{MAX_TASK_KEY_LENGTH} characters of A-Z a-z 0-9 _ -"
+_TASK_KEY_FORBIDDEN = re.compile(f"[^{TASK_KEY_CHARACTERS}]")
 
 
 def task_key_problem(key: object, path: str) -> Problem | None:
@@ -22,6 +24,12 @@ def task_key_problem(key: object, path: str) -> Problem | None:
     if isinstance(key, str) and TASK_KEY_RE.match(key):
         return None
     return Problem(path, f"task_key {key!r} is invalid", TASK_KEY_HINT)
+
+
+def task_key_for(name: str) -> str:
+    """A task key made from ``name`` (an orchestrator's task id): each character a task key
+    cannot hold becomes '_', and the key is cut at its length limit."""
+    return _TASK_KEY_FORBIDDEN.sub("_", name)[:MAX_TASK_KEY_LENGTH]
 
 
 def check_stages(stages: Sequence[Stage]) -> None:

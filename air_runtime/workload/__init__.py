@@ -1,8 +1,11 @@
 """The workload: YAML loading, the validated model and every rule of docs/spec/workload.md §1-§3."""
 
+from air_runtime.workload._check_base import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH
 from air_runtime.workload._load import lint_workload, load_workload
 from air_runtime.workload._models import (
     GPUS_PER_NODE,
+    PERMISSION_LEVELS,
+    PRINCIPAL_FIELDS,
     CodeSource,
     Compute,
     Container,
@@ -16,7 +19,11 @@ from air_runtime.workload._models import (
 from air_runtime.workload._schema import workload_json_schema
 
 __all__ = [
+    "ENV_NAME_RE",
     "GPUS_PER_NODE",
+    "MAX_IDEMPOTENCY_TOKEN_LENGTH",
+    "PERMISSION_LEVELS",
+    "PRINCIPAL_FIELDS",
     "CodeSource",
     "Compute",
     "Container",

@@ -28,7 +28,12 @@ CODE_SOURCE_KEYS = ("root_path", "remote_volume", "include_paths", "git")
 GIT_KEYS = ("branch", "commit")
 PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+# The Jobs API's task_key: ASCII letters, digits, '_' and '-', at most 100 characters
+# (runconfig.go taskKeyRe, validateExperimentName). experiment_name becomes the run's task key;
+# mlflow_run_name follows the same rule; `air_runtime.plan` checks stage keys with it.
+TASK_KEY_CHARACTERS = "A-Za-z0-9_-"
+MAX_TASK_KEY_LENGTH = 100
+NAME_RE = re.compile(rf"^[{TASK_KEY_CHARACTERS}]{{1,{MAX_TASK_KEY_LENGTH}}}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UC_IMAGE_RE = re.compile(
@@ -40,6 +45,7 @@ UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 MAX_COMMAND_LINES = 1000
+MAX_IDEMPOTENCY_TOKEN_LENGTH = 64  # the Jobs API's limit
 # Far above any AI Runtime allocation: a guard against a typo (GPUs per node multiplied in
 # twice, a missing unit) that would otherwise build a submit body listing millions of ranks.
 MAX_NODES = 2048

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from air_runtime.workload._check_base import (
+    MAX_IDEMPOTENCY_TOKEN_LENGTH,
     NAME_RE,
     TOP_LEVEL_KEYS,
     _short,
@@ -123,11 +124,13 @@ class Checker(RunOptionRules):
             token = self.string(data["idempotency_token"], "idempotency_token")
             if token is not None:
                 token = token.strip()
-                if len(token) > 64:
+                if len(token) > MAX_IDEMPOTENCY_TOKEN_LENGTH:
                     self.add(
                         "idempotency_token",
-                        f"idempotency_token is {len(token)} characters, more than 64",
-                        "use a token of at most 64 characters (e.g. a hash)",
+                        f"idempotency_token is {len(token)} characters, more than "
+                        f"{MAX_IDEMPOTENCY_TOKEN_LENGTH}",
+                        f"use a token of at most {MAX_IDEMPOTENCY_TOKEN_LENGTH} characters "
+                        "(e.g. a hash)",
                     )
                 else:
                     out["idempotency_token"] = token

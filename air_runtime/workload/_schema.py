@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from air_runtime.workload._check_base import CONTAINER_NAME_RE, ENV_NAME_RE, NAME_RE, UC_IMAGE_RE
+from air_runtime.workload._check_base import (
+    CONTAINER_NAME_RE,
+    ENV_NAME_RE,
+    MAX_IDEMPOTENCY_TOKEN_LENGTH,
+    NAME_RE,
+    UC_IMAGE_RE,
+)
 from air_runtime.workload._models import GPUS_PER_NODE, PERMISSION_LEVELS, PRIORITY_CLASSES
 
 # The patterns are the validator's own (one rule, two readers).
@@ -161,7 +167,11 @@ def workload_json_schema() -> dict[str, Any]:
                 },
                 "max_retries": {"type": "integer", "minimum": 0, "default": 3},
                 "timeout_minutes": {"type": "integer", "minimum": 1},
-                "idempotency_token": {"type": "string", "minLength": 1, "maxLength": 64},
+                "idempotency_token": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_IDEMPOTENCY_TOKEN_LENGTH,
+                },
                 "parameters": {"type": "object"},
                 "mlflow_run_name": _NAME,
                 "mlflow_experiment_directory": {"type": "string", "pattern": "^/Workspace"},

@@ -18,7 +18,6 @@ never values.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,14 +28,15 @@ if TYPE_CHECKING:
     from air_runtime.client import SubmissionSecrets
 
 _CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def check_references(secret_env: Mapping[str, str]) -> None:
     """Reject malformed references early, with what to write instead (no lookups)."""
+    from air_runtime.workload import ENV_NAME_RE
+
     problems = []
     for name, ref in secret_env.items():
-        if not _ENV_NAME.match(str(name)):
+        if not ENV_NAME_RE.match(str(name)):
             problems.append(f"{name!r}: not a valid environment variable name")
         if not isinstance(ref, str) or not (ref.startswith("conn:") or ref.startswith("var:")):
             problems.append(

@@ -24,7 +24,6 @@ not single tasks).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +47,6 @@ RUN_IF_BY_TRIGGER_RULE = {
     "one_failed": "AT_LEAST_ONE_FAILED",
     "all_failed": "ALL_FAILED",
 }
-_TASK_KEY_FORBIDDEN = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def _rule_name(rule: Any) -> str:
@@ -83,9 +81,10 @@ class AirWorkflowTaskGroup(TaskGroup):
 
     def task_key_of(self, task: BaseOperator) -> str:
         """The stage's task key in the run: its task id without the group prefix."""
+        from air_runtime.plan import task_key_for
+
         prefix = f"{self.group_id}." if self.group_id and self.prefix_group_id else ""
-        local = task.task_id.removeprefix(prefix)
-        return _TASK_KEY_FORBIDDEN.sub("_", local)[:100]
+        return task_key_for(task.task_id.removeprefix(prefix))
 
     def __exit__(self, _type: Any, _value: Any, _tb: Any) -> None:
         if _type is None:

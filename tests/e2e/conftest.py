@@ -6,32 +6,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from managed_process import postgres_reachable, require_services
+from deployment_services import POSTGRES_URL, POSTGRESQL, REDIS, REDIS_URL, require_services
 
 from air_runtime.client import AirClient
 from air_runtime.local import LocalWorkspace, start_local_workspace
 from demo.pipeline import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
 
-POSTGRES = "postgresql://postgres@127.0.0.1:5432"
-REDIS = "redis://127.0.0.1:6379"
-
-
-def _redis_up() -> None:
-    import redis
-
-    redis.Redis.from_url(f"{REDIS}/0", socket_connect_timeout=3).ping()
-
 
 @pytest.fixture
 def postgres() -> str:
-    require_services(("PostgreSQL at 127.0.0.1:5432", lambda: postgres_reachable(POSTGRES)))
-    return POSTGRES
+    require_services(POSTGRESQL)
+    return POSTGRES_URL
 
 
 @pytest.fixture
 def redis_url() -> str:
-    require_services(("Redis at 127.0.0.1:6379", _redis_up))
-    return REDIS
+    require_services(REDIS)
+    return REDIS_URL
 
 
 @pytest.fixture

@@ -166,20 +166,3 @@ def reset_postgres_database(dsn: str) -> None:
         conn.close()
 
 
-def postgres_reachable(server: str) -> None:
-    """Raise unless PostgreSQL at ``server`` (``postgresql://user@host:port``) answers."""
-    import psycopg2
-
-    psycopg2.connect(f"{server}/postgres", connect_timeout=3).close()
-
-
-def require_services(*checks: tuple[str, Callable[[], object]]) -> None:
-    """Skip when a local service is missing on a developer machine; fail in CI."""
-    for name, check in checks:
-        try:
-            check()
-        except Exception as exc:
-            message = f"{name} is not reachable ({exc!r}); run .ci/services.sh"
-            if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(message)

@@ -150,7 +150,14 @@ def test_run_if_variants_on_success(workloads: Workloads) -> None:
     assert run["state"]["result_state"] == "SUCCESS"
 
 
-def test_submit_rejects_cycles_and_unknown_dependencies(workloads: Workloads) -> None:
+def test_submit_rejects_bad_task_keys_cycles_and_unknown_dependencies(
+    workloads: Workloads,
+) -> None:
+    # The Jobs API's task_key: ASCII letters, digits, '_' and '-' (runconfig.go taskKeyRe).
+    for key in ("train.v2", "trainé"):
+        bad = workloads.command_task("true", key=key)
+        response = workloads.client.post("/api/2.2/jobs/runs/submit", json={"tasks": [bad]})
+        assert response.status_code == 400 and "task_key" in response.json()["message"]
     a = workloads.command_task("true", key="a", depends_on=[{"task_key": "b"}])
     b = workloads.command_task("true", key="b", depends_on=[{"task_key": "a"}])
     response = workloads.client.post("/api/2.2/jobs/runs/submit", json={"tasks": [a, b]})

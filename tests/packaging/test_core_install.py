@@ -31,6 +31,13 @@ def test_core_without_extras(tmp_path: Path) -> None:
     ).stdout.lower()
     for heavy in ("fastapi", "uvicorn", "apache-airflow", "dagster", "tenacity"):
         assert f"\n{heavy} " not in listed, listed
+    # What `pip install air-orchestration` costs (40 MB and 24 packages on Linux x86_64 with
+    # Python 3.11; databricks-sdk and the cryptography it pulls in are most of it).
+    site_packages = next((venv / "lib").glob("python3*/site-packages"))
+    size_mb = sum(f.stat().st_size for f in site_packages.rglob("*") if f.is_file()) / 2**20
+    packages = len(listed.strip().splitlines()) - 2  # less the header and its rule
+    print(f"core install: {size_mb:.0f} MB in site-packages, {packages} packages")
+    assert size_mb < 64 and packages < 32, listed
 
     airo = venv / "bin" / "airo"
     valid = subprocess.run(

@@ -50,11 +50,11 @@ from air_runtime.local import LocalWorkspace, start_local_workspace
 # The deployment harness of the end-to-end tests.
 sys.path.insert(0, str(HERE.parent / "e2e"))
 from airflow_deployment import AirflowDeployment, airflow_connection_env
-from managed_process import postgres_reachable, require_services, wait_for
+from deployment_services import POSTGRES_URL, POSTGRESQL, require_services
+from managed_process import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
-POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 DAGS = HERE / "deployment_dags"
 SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG = "daemon_task_sigkill", "daemon_deferred", "daemon_sync"
 SECRETS_DAG = "daemon_secrets"
@@ -85,11 +85,11 @@ def daemon_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
 def deployment(
     daemon_workspace: LocalWorkspace, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AirflowDeployment]:
-    require_services(("PostgreSQL at 127.0.0.1:5432", lambda: postgres_reachable(POSTGRES)))
+    require_services(POSTGRESQL)
     airflow = AirflowDeployment(
         tmp_path_factory.mktemp("airflow"),
         executor="LocalExecutor",
-        database_dsn=f"{POSTGRES}/airo_airflow_reliability",
+        database_dsn=f"{POSTGRES_URL}/airo_airflow_reliability",
         dag_folders={"daemon-faults": DAGS},
         extra_env={
             **airflow_connection_env(daemon_workspace),

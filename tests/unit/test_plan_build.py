@@ -17,6 +17,8 @@ from air_runtime.plan import (
     build_plan,
     build_workflow_plan,
     make_idempotency_token,
+    task_key_for,
+    task_key_problem,
 )
 from air_runtime.workload import load_workload
 
@@ -370,6 +372,15 @@ def test_workflow_dag_errors(stages: list[tuple[str, tuple[str, ...]]], text: st
     with pytest.raises(WorkloadError) as info:
         build_workflow_plan([Stage(k, w, d) for k, d in stages], run_name="r", user_name=USER)
     assert any(text in p.message for p in info.value.problems), str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, key",
+    [("train", "train"), ("rl.grpo", "rl_grpo"), ("trainé v2", "train__v2"), ("a" * 120, "a" * 100)],
+)
+def test_task_key_for_makes_keys_the_rule_accepts(name: str, key: str) -> None:
+    assert task_key_for(name) == key
+    assert task_key_problem(key, "key") is None
 
 
 def test_workflow_run_if_and_policy_conflicts() -> None:

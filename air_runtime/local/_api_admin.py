@@ -1,0 +1,106 @@
+"""The workspace's own admin API under `/api/2.0/airo-admin/` (not part of the Databricks
+API): health, injected faults, request counters and log, tokens, usage policies and the
+simulate-mode script. `AdminClient` (`_server.py`) is its client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from air_runtime.local._api_usage_policies import add_usage_policy
+from air_runtime.local._errors import invalid
+from air_runtime.local._faults import FaultInjector, normalize_faults
+from air_runtime.local._request_params import get_params, int_param, json_body, required_str
+from air_runtime.local._workspace_state import workspace_state
+
+ADMIN_PREFIX = "/api/2.0/airo-admin"
+router = APIRouter(prefix=ADMIN_PREFIX)
+public_router = APIRouter()
+
+
+@public_router.get(f"{ADMIN_PREFIX}/health")
+async def admin_health(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    return {"status": "ok", "mode": state.options.mode, "active_runs": state.engine.active_drivers}
+
+
+def _injector(request: Request) -> FaultInjector:
+    injector = workspace_state(request).faults
+    assert injector is not None
+    return injector
+
+
+@router.get("/faults")
+async def admin_faults_get(request: Request) -> dict[str, Any]:
+    return _injector(request).faults
+
+
+@router.put("/faults")
+@router.post("/faults")
+async def admin_faults_set(request: Request) -> dict[str, Any]:
+    body = await json_body(request)
+    try:
+        normalize_faults(body)
+    except (TypeError, ValueError) as exc:
+        raise invalid(str(exc)) from None
+    injector = _injector(request)
+    injector.set_faults(body)
+    return injector.faults
+
+
+@router.get("/counters")
+async def admin_counters(request: Request) -> dict[str, Any]:
+    return workspace_state(request).counters.snapshot()
+
+
+@router.post("/counters/reset")
+async def admin_counters_reset(request: Request) -> dict[str, Any]:
+    workspace_state(request).counters.reset()
+    return {}
+
+
+@router.post("/tokens/revoke")
+async def admin_revoke(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    token = required_str(await json_body(request), "token")
+    state.store.revoke(token)
+    state.revoked.add(token)
+    return {}
+
+
+@router.post("/tokens/add")
+async def admin_add_token(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    token = required_str(await json_body(request), "token")
+    state.tokens.add(token)
+    state.revoked.discard(token)
+    state.store.unrevoke(token)
+    return {}
+
+
+@router.get("/request-log")
+async def admin_request_log(request: Request) -> dict[str, Any]:
+    limit = int_param((await get_params(request)).get("limit") or 1000, "limit")
+    entries = list(workspace_state(request).request_log.entries)
+    return {"entries": entries[-limit:]}
+
+
+@router.post("/usage-policies")
+async def admin_add_usage_policy(request: Request) -> dict[str, Any]:
+    body = await json_body(request)
+    return add_usage_policy(
+        workspace_state(request).store, body.get("policy_name"), body.get("policy_id")
+    )
+
+
+@router.get("/simulate")
+async def admin_simulate_get(request: Request) -> dict[str, Any]:
+    return dict(workspace_state(request).options.simulate)
+
+
+@router.put("/simulate")
+async def admin_simulate_set(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    state.options.simulate.update(await json_body(request))
+    return dict(state.options.simulate)
