@@ -156,7 +156,7 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
     monkeypatch.setenv("AIRO_TOKEN", local_workspace.token)
     monkeypatch.setenv("HF_TOKEN", "hf_example_token_value")
     monkeypatch.setenv("RL_OUTPUT_ROOT", str(tmp_path / "rl"))
-    monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT / "src"))
+    monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT))
     import air_examples.definitions
 
     defs = air_examples.definitions.defs()

@@ -25,7 +25,7 @@ def test_rl_assets_launched_through_graphql(
         code_location={
             "python_module": {
                 "module_name": DAGSTER_MODULE,
-                "working_directory": str(DAGSTER_PROJECT / "src"),
+                "working_directory": str(DAGSTER_PROJECT),
                 "location_name": LOCATION,
             }
         },

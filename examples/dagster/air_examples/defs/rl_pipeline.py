@@ -14,7 +14,7 @@ from dagster_air import (
     build_image_registration_asset,
 )
 
-RL_EXAMPLES = Path(__file__).resolve().parents[4] / "rl"
+RL_EXAMPLES = Path(__file__).resolve().parents[3] / "rl"
 OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT", "/tmp/airo-rl/dagster")
 HF_TOKEN = {"HF_TOKEN": dg.EnvVar("HF_TOKEN")}
 
