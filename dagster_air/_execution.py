@@ -38,13 +38,14 @@ from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
+from ._pipes import StepPipes
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage, workload_hash
 from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
-# Errors the user must fix before a retry can help.
+AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ class StepRun:
         self.identity = StepIdentity.of(context)
         self.redact = Redactor(())
         self.secrets: SubmissionSecrets | None = None  # where secret_env values were written
+        self.pipes: StepPipes | None = None
 
     # --- preparing ------------------------------------------------------------------
 
@@ -269,6 +271,19 @@ class StepRun:
             ) from None
         self.secrets = secrets
         return {key: w.with_secrets(refs) for key, w in workloads.items()}
+
+    def _with_pipes(
+        self, selected: list[LoadedStage], workloads: dict[str, Workload]
+    ) -> dict[str, Workload]:
+        """Each stage's Dagster Pipes context in its environment (see ``_pipes``)."""
+        assert self.pipes is not None
+        result = {}
+        for s in selected:
+            env = self.pipes.env_for(s.asset_key, s.key)
+            result[s.key] = workloads[s.key].with_overrides(
+                {f"env_variables.{name}": value for name, value in env.items()}
+            )
+        return result
 
     def _secret_call(self, call: Callable[[], object], what: str) -> None:
         """Best effort housekeeping of secret keys: a failure is a warning."""
@@ -342,8 +357,13 @@ class StepRun:
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
-            sys.stdout.write(self.redact(str(value)) + "\n")
-            sys.stdout.flush()
+            label, line = value
+            line = self.redact(line)
+            if self.pipes is not None and self.pipes.reader.handle_line(line):
+                return
+            if self.workspace.stream_logs:
+                sys.stdout.write(f"[{label}] {line}\n")
+                sys.stdout.flush()
 
     def _wait(self, submitted: SubmittedRun) -> RunState:
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -357,7 +377,7 @@ class StepRun:
                 self.workspace,
                 submitted.run_id,
                 events,
-                node if self.workspace.stream_logs else None,
+                node,
             )
         )
         try:
@@ -408,17 +428,19 @@ class StepRun:
 
     # --- the whole step -------------------------------------------------------------
 
-    def execute(self) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    def execute(self) -> Iterator[AirEvent]:
         selected = self.workflow.selected(self.context)
         if not selected:
             return
         workloads = self._workloads(selected)
-        with self.workspace.get_client() as client:
+        self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
+        with self.pipes.open(), self.workspace.get_client() as client:
             self.redact = client.redactor.with_values(())
             namespace = deployment_namespace(
                 self.context.instance, self.workspace.deployment_namespace
             )
             workloads = self._with_secrets(client, workloads, namespace)
+            submitted_workloads = self._with_pipes(selected, workloads)
             generation = self.identity.generation(self.context)
             token = make_idempotency_token(
                 "dagster",
@@ -434,7 +456,7 @@ class StepRun:
                 # An interrupt during the submit is held until the run id is known, so
                 # the run can still be cancelled.
                 with deferred_interrupts():
-                    submitted = self._submit(client, selected, workloads, token)
+                    submitted = self._submit(client, selected, submitted_workloads, token)
                 self._mark_secrets(client, submitted)
                 self.context.log.info(
                     f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
@@ -455,6 +477,33 @@ class StepRun:
             self._delete_secrets(client)
             yield from self._results(client, selected, workloads, submitted, state, generation)
 
+    def _check_results(
+        self, checks: list[dg.AssetCheckResult], materialized: set[dg.AssetKey]
+    ) -> Iterator[AirEvent]:
+        """The check results the workload reported, for the checks this step runs; a
+        declared check the workload did not report fails (it cannot pass unseen)."""
+        selected = self.context.selected_asset_check_keys
+        seen = set()
+        for check in checks:
+            key = dg.AssetCheckKey(check.asset_key, check.check_name)  # type: ignore[arg-type]
+            if key not in selected or key in seen:
+                self.context.log.warning(
+                    f"the workload reported check {check.check_name} of "
+                    f"{key.asset_key.to_user_string()}, which this step does not run: ignored"
+                )
+                continue
+            seen.add(key)
+            yield check
+        for key in sorted(selected - seen, key=str):
+            if key.asset_key not in materialized:
+                continue
+            yield dg.AssetCheckResult(
+                asset_key=key.asset_key,
+                check_name=key.name,
+                passed=False,
+                metadata={"reason": "the workload did not report this check (dagster-pipes)"},
+            )
+
     def _results(
         self,
         client: AirClient,
@@ -463,20 +512,34 @@ class StepRun:
         submitted: SubmittedRun,
         state: RunState,
         generation: int,
-    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    ) -> Iterator[AirEvent]:
         single = len(selected) == 1 and not self.workflow.always_workflow
+        reported, checks = self.pipes.reported() if self.pipes is not None else ({}, [])
+        failed_asset = selected[0].asset_key
+        failed_task = state.failed_task
+        materialized: set[dg.AssetKey] = set()
         for loaded in selected:
             task = state.task(loaded.workload.experiment_name if single else loaded.key)
+            if (
+                task is not None
+                and failed_task is not None
+                and task.task_key == failed_task.task_key
+            ):
+                failed_asset = loaded.asset_key
             if task.is_success if task is not None else state.is_success:
+                metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
+                from_pipes = reported.get(loaded.asset_key)
+                materialized.add(loaded.asset_key)
                 yield dg.MaterializeResult(
                     asset_key=loaded.asset_key,
-                    metadata=stage_metadata(client, submitted, state, task, workloads[loaded.key]),
+                    # What the workload reports adds to, never replaces, what the run says.
+                    metadata={**(from_pipes.metadata or {} if from_pipes else {}), **metadata},
+                    data_version=from_pipes.data_version if from_pipes else None,
                 )
+        yield from self._check_results(checks, materialized)
         if state.is_success:
             return
-        yield terminal_failure_observation(
-            self.context, selected[0].asset_key, submitted, state, generation
-        )
+        yield terminal_failure_observation(self.context, failed_asset, submitted, state, generation)
         try:
             client.raise_for_failure(state)
             message = f"run {submitted.run_id} ended {state.describe()}"

@@ -45,8 +45,9 @@ async def _follow_logs(
         async for record in watcher.client.iter_logs(
             run_id, node=node, follow=True, until=ended.is_set
         ):
+            label = f"run {run_id} node {record.node_index}"
             for line in record.body.splitlines() or [""]:
-                events.put(("log", f"[run {run_id} node {record.node_index}] {line}"))
+                events.put(("log", (label, line)))
     except AirError as error:
         events.put(("warning", f"stopped streaming logs of run {run_id}: {error}"))
 
