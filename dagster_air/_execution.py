@@ -21,6 +21,8 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from air_runtime import (
     AirClient,
     AirError,
+    AuthError,
+    ConfigurationError,
     Redactor,
     RunFailed,
     RunState,
@@ -83,6 +85,15 @@ class AirWorkflow:
 
 def _config_failure(error: Exception | str, what: str) -> dg.Failure:
     return dg.Failure(description=f"{what}: {error}", allow_retries=False)
+
+
+def _refusal(error: AirError, otherwise: str) -> str:
+    """What a non-retryable error is about: the credentials, the setup, or the request."""
+    if isinstance(error, AuthError):
+        return "the workspace refused the credentials of the air_workspace resource"
+    if isinstance(error, ConfigurationError):
+        return "the workspace setup needs a change"
+    return otherwise
 
 
 def _apply_overrides(
@@ -267,7 +278,7 @@ class StepRun:
             if error.retryable:
                 raise
             raise _config_failure(
-                self.redact(str(error)), "cannot store the orchestrator secrets"
+                self.redact(str(error)), _refusal(error, "cannot store the orchestrator secrets")
             ) from None
         self.secrets = secrets
         return {key: w.with_secrets(refs) for key, w in workloads.items()}
@@ -338,7 +349,7 @@ class StepRun:
         except AirError as error:
             if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
                 raise _config_failure(
-                    self.redact(str(error)), "the workspace refused the workload"
+                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
                 ) from None
             raise dg.Failure(
                 description=f"submitting the run failed: {self.redact(str(error))}"

@@ -39,8 +39,9 @@ class AirStage:
         deps: upstream assets outside the workflow (keys or specs).
         asset_attributes: ``AssetSpec`` attributes that win over what the translator derives
             (``key``, ``group_name``, ``description``, ``tags``, ``kinds``, ``owners``...).
-        check_specs: asset checks of this stage's asset: ``dg.AssetCheckSpec`` or a check
-            name (its asset is the stage's). The workload reports their results through
+        check_specs: asset checks of this stage's asset: ``dg.AssetCheckSpec``, a check
+            name, or ``{"name": ..., "blocking": True, "description": ...}`` (the asset is the
+            stage's). The workload reports their results through
             Dagster Pipes (``report_asset_check``); ``blocking=True`` keeps downstream assets
             of the same run from materializing when the check fails.
     """
@@ -52,7 +53,7 @@ class AirStage:
     overrides: Overrides | None = None
     deps: Sequence[dg.AssetKey | str | Sequence[str] | dg.AssetSpec | dg.AssetsDefinition] = ()
     asset_attributes: Mapping[str, Any] = field(default_factory=dict)
-    check_specs: Sequence[dg.AssetCheckSpec | str] = ()
+    check_specs: Sequence[dg.AssetCheckSpec | str | Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         # The task key rule of the plan, so a bad key fails at `dg check defs`, not mid-run.
@@ -75,10 +76,14 @@ class AirStage:
 
     def asset_check_specs(self, asset_key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
         """The stage's checks, check names bound to its asset."""
-        return [
-            dg.AssetCheckSpec(spec, asset=asset_key) if isinstance(spec, str) else spec
-            for spec in self.check_specs
-        ]
+        specs = []
+        for spec in self.check_specs:
+            if isinstance(spec, str):
+                spec = dg.AssetCheckSpec(spec, asset=asset_key)
+            elif isinstance(spec, Mapping):
+                spec = dg.AssetCheckSpec(asset=asset_key, **spec)
+            specs.append(spec)
+        return specs
 
     def load(self, base_dir: str | os.PathLike[str] | None = None) -> Workload:
         """Validate the workload (with this stage's overrides); raises ``WorkloadError``.

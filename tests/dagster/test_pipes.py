@@ -75,9 +75,7 @@ def test_rank_zero_reports_metadata_and_checks_and_a_failing_blocking_check_stop
     assert "evaluate" not in {
         m.asset_key.path[-1] for m in result.get_asset_materialization_events()
     }
-    logs = "\n".join(
-        e.user_message for e in instance.all_logs(result.run_id) if e.user_message
-    )
+    logs = "\n".join(e.user_message for e in instance.all_logs(result.run_id) if e.user_message)
     assert "reward computed on rank 0 for run " + result.run_id in logs
     # Ordinary lines stay in the compute logs, labelled; Pipes messages do not.
     stdout = compute_logs(dagster_home, result.run_id)

@@ -114,6 +114,13 @@ def test_a_failed_stage_fails_the_step_after_recording_the_stages_that_succeeded
     failure = failure_data(result).user_failure_data
     assert "Failed task: second" in failure.description
     assert "exit code 4" in failure.description
+    # The observation that says the remote run ended badly is on the failed stage's asset.
+    (observation,) = [
+        e.asset_observation_data.asset_observation
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert observation.asset_key == dg.AssetKey("second")
 
 
 def _raw_run(local_workspace, run_id):
