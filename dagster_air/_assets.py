@@ -220,7 +220,8 @@ def build_air_assets(
             (``dg.EnvVar("HF_TOKEN")`` or its name); stored as Databricks secrets at submit
             time, values never logged.
         resource_key: the key of the :class:`AirWorkspace` resource.
-        log_node: the node whose logs are streamed (default: the resource's ``log_node``).
+        log_node: print only this node's log lines (default: the resource's ``log_node``;
+            unset there too: every node's). Pipes messages are read from every node.
         run_env: environment variables set per materialization, formatted with
             ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
             ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.

@@ -11,7 +11,7 @@ import concurrent.futures
 import queue
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from air_runtime import (
     WorkloadError,
     make_idempotency_token,
     mlflow_ids,
+    mlflow_run_url,
 )
 from air_runtime.client import SubmissionSecrets
 
@@ -145,7 +146,10 @@ def _mlflow_ids(client: AirClient, task: TaskState | None) -> dict[str, str]:
     except AirError:
         return {}
     experiment, run = mlflow_ids(output)
-    found = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
+    found: dict[str, Any] = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
+    url = mlflow_run_url(client.host, experiment, run)
+    if url:
+        found["mlflow_run"] = dg.MetadataValue.url(url)
     return {f"{META_PREFIX}{name}": value for name, value in found.items() if value}
 
 
@@ -184,6 +188,9 @@ def stage_metadata(
         metadata[f"{META_PREFIX}container/{row['name']}"] = (
             f"ranks {row['ranks']}, image {row['image']}"
         )
+    # Every attempt of the stage's task: what the platform held, retries included.
+    gpu_hours = state.gpu_hours(task.task_key if task is not None else None)
+    metadata[f"{META_PREFIX}gpu_hours"] = dg.MetadataValue.float(round(gpu_hours, 6))
     duration = _duration_s(state, task)
     if duration is not None:
         metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
@@ -213,6 +220,8 @@ class StepRun:
         self.redact = Redactor(())
         self.secrets: SubmissionSecrets | None = None  # where secret_env values were written
         self.pipes: StepPipes | None = None
+        self._selected: list[LoadedStage] = []
+        self._attempts_seen: set[tuple[str, int]] = set()
 
     # --- preparing ------------------------------------------------------------------
 
@@ -357,7 +366,7 @@ class StepRun:
 
     # --- waiting --------------------------------------------------------------------
 
-    def _show(self, item: tuple[str, Any], run_id: int) -> None:
+    def _show(self, item: tuple[str, Any], run_id: int) -> Iterator[AirEvent]:
         kind, value = item
         if kind == "state":
             state: RunState = value
@@ -365,53 +374,95 @@ class StepRun:
             if state.is_waiting_for_capacity:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
+            yield from self._attempt_ends(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
-            label, line = value
+            record, line = value
             line = self.redact(line)
+            # Pipes messages of every node; printed lines of every node or the chosen one.
             if self.pipes is not None and self.pipes.reader.handle_line(line):
                 return
-            if self.workspace.stream_logs:
-                sys.stdout.write(f"[{label}] {line}\n")
+            node = self._log_node()
+            if self.workspace.stream_logs and (node is None or record.node_index == node):
+                sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
                 sys.stdout.flush()
 
-    def _wait(self, submitted: SubmittedRun) -> RunState:
-        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        node = (
-            self.workflow.log_node
-            if self.workflow.log_node is not None
-            else self.workspace.log_node
-        )
-        future = self.workspace.run_in_background(
-            watch_run(
-                self.workspace,
-                submitted.run_id,
-                events,
-                node,
+    def _log_node(self) -> int | None:
+        if self.workflow.log_node is not None:
+            return self.workflow.log_node
+        return self.workspace.log_node
+
+    def _attempt_ends(self, state: RunState) -> Iterator[AirEvent]:
+        """One observation per attempt of a selected stage that ended (platform retries
+        included), on that stage's asset, as soon as the step sees it."""
+        for attempt in state.attempts:
+            key = (attempt.task_key, attempt.attempt_number)
+            if not attempt.is_terminal or key in self._attempts_seen:
+                continue
+            self._attempts_seen.add(key)
+            asset_key = self._asset_of_task(attempt.task_key)
+            if asset_key is None:
+                continue
+            final = attempt.result_state or attempt.life_cycle_state
+            metadata: dict[str, Any] = {
+                f"{META_PREFIX}run_id": dg.MetadataValue.int(state.run_id),
+                f"{META_PREFIX}attempt": attempt.attempt_number + 1,
+                f"{META_PREFIX}attempt_state": final,
+                f"{META_PREFIX}gpu_hours": dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
+            }
+            if attempt.state_message:
+                metadata[f"{META_PREFIX}state_message"] = self.redact(attempt.state_message)
+            if attempt.run_id is not None:
+                metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(attempt.run_id)
+            self.context.log.info(
+                f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number + 1} "
+                f"ended {final}"
             )
+            yield dg.AssetObservation(
+                asset_key=asset_key,
+                partition=self.context.partition_key if self.context.has_partition_key else None,
+                metadata=metadata,
+            )
+
+    def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
+        selected = self._selected
+        if len(selected) == 1 and not self.workflow.always_workflow:
+            return selected[0].asset_key  # a single-task run's task is the workload's
+        for loaded in selected:
+            if loaded.key == task_key:
+                return loaded.asset_key
+        return None
+
+    def _wait(self, submitted: SubmittedRun) -> Generator[AirEvent, None, RunState]:
+        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        # Every node is followed (Pipes messages may come from any rank); log_node only
+        # narrows what is printed.
+        future = self.workspace.run_in_background(
+            watch_run(self.workspace, submitted.run_id, events, None)
         )
         try:
             while True:
-                self._drain(events, submitted.run_id)
+                yield from self._drain(events, submitted.run_id)
                 try:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
                     continue
-            self._drain(events, submitted.run_id)
+            yield from self._drain(events, submitted.run_id)
+            yield from self._attempt_ends(state)
             return state
         except BaseException:
             future.cancel()  # stop following this run on the background loop
             raise
 
-    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> None:
+    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
         while True:
             try:
                 item = events.get_nowait()
             except queue.Empty:
                 return
-            self._show(item, run_id)
+            yield from self._show(item, run_id)
 
     def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> RunState | None:
         """The Dagster run was terminated: stop the GPU run too, and wait a little for it
@@ -443,6 +494,7 @@ class StepRun:
         selected = self.workflow.selected(self.context)
         if not selected:
             return
+        self._selected = selected
         workloads = self._workloads(selected)
         self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
         with self.pipes.open(), self.workspace.get_client() as client:
@@ -473,7 +525,7 @@ class StepRun:
                     f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
                     f"{submitted.run_page_url} (generation {generation})"
                 )
-                state = self._wait(submitted)
+                state = yield from self._wait(submitted)
             except DagsterExecutionInterruptedError:
                 if submitted is not None:
                     ended = self._cancel_remote(client, submitted)

@@ -56,7 +56,11 @@ class AirWorkspace(dg.ConfigurableResource):
     stream_logs: bool = Field(
         default=True, description="Copy the run's node logs into the step's stdout while waiting."
     )
-    log_node: int = Field(default=0, description="The node (rank) whose logs are streamed.")
+    log_node: int | None = Field(
+        default=None,
+        description="Print only this node's (rank's) log lines; unset: every node's, each "
+        "labelled with its task, node and attempt.",
+    )
     cancel_wait: float = Field(
         default=30.0,
         description="Seconds to wait for a cancelled run to end when a Dagster run is terminated.",

@@ -23,6 +23,10 @@ with open_dagster_pipes() as pipes:
     pipes.report_asset_check("reward_above_half", passed=True, metadata={"reward": 0.82})
     pipes.report_asset_check("loss_below_tenth", passed=False, metadata={"loss": 0.41})
 PY
+else
+python -c 'from dagster_pipes import open_dagster_pipes
+with open_dagster_pipes() as pipes:
+    pipes.log.info("rank 1 checked its shard")'
 fi
 """
 
@@ -77,7 +81,10 @@ def test_rank_zero_reports_metadata_and_checks_and_a_failing_blocking_check_stop
     }
     logs = "\n".join(e.user_message for e in instance.all_logs(result.run_id) if e.user_message)
     assert "reward computed on rank 0 for run " + result.run_id in logs
+    assert "rank 1 checked its shard" in logs
+    assert mat.metadata["dagster-air/gpu_hours"].value > 0
     # Ordinary lines stay in the compute logs, labelled; Pipes messages do not.
     stdout = compute_logs(dagster_home, result.run_id)
-    assert "node 0] rank 0 of 2 up" in stdout
+    assert "node 0 attempt 1] rank 0 of 2 up" in stdout
+    assert "node 1 attempt 1] rank 1 of 2 up" in stdout
     assert "__dagster_pipes_version" not in stdout
