@@ -120,6 +120,7 @@ def _workflow_and_specs(
     log_node: int | None,
     run_env: Mapping[str, str] | None = None,
     check_specs: Sequence[dg.AssetCheckSpec] = (),
+    output_env: str | None = None,
 ) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
     _check_partition_coverage(partitions_def, partition_parameters)
     check_env_vars_set(secret_env or {}, "secret_env")
@@ -136,6 +137,7 @@ def _workflow_and_specs(
         log_node=log_node,
         run_env=dict(run_env or {}),
         always_workflow=len(loaded) > 1,
+        output_env=output_env,
     )
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
@@ -195,6 +197,7 @@ def build_air_assets(
     check_specs: Sequence[dg.AssetCheckSpec] = (),
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
+    output_env: str | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -234,6 +237,10 @@ def build_air_assets(
         backfill_policy: how backfills of partitioned stages are split into runs.
         io_manager_key: the IO manager that loads a stage for a downstream asset taking it
             as an input (the stages store nothing themselves).
+        output_env: the environment variable naming where the stages write (e.g. an
+            ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
+            stage materialized without an upstream stage it depends on gets, in that
+            variable, the location the upstream stage last recorded.
     """
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
     op_name = name or "__".join(s.key for s in stage_list)
@@ -250,6 +257,7 @@ def build_air_assets(
         log_node=log_node,
         run_env=run_env,
         check_specs=check_specs,
+        output_env=output_env,
     )
 
     @_multi_asset(
@@ -322,6 +330,7 @@ def air_workload_asset(
     check_specs: Sequence[dg.AssetCheckSpec | str] = (),
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
+    output_env: str | None = None,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -377,6 +386,7 @@ def air_workload_asset(
             log_node=log_node,
             run_env=run_env,
             check_specs=stage_checks,
+            output_env=output_env,
         )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]

@@ -265,6 +265,11 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         default=None, description="Dagster concurrency pool of the step (limits GPU runs)."
     )
     backfill_policy: AirBackfillPolicyArgs | None = None
+    output_env: str | None = Field(
+        default=None,
+        description="Env var naming where the stages write: recorded as dagster/uri; a stage "
+        "run without its upstream stage gets the upstream's last location in it.",
+    )
     io_manager_key: str | None = Field(
         default=None,
         description="IO manager that loads a stage for downstream assets taking it as input.",
@@ -331,6 +336,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             pool=self.pool,
             backfill_policy=self.backfill_policy.build() if self.backfill_policy else None,
             io_manager_key=self.io_manager_key,
+            output_env=self.output_env,
         )
         if self.workspace is not None:
             check_env_vars_set(self.workspace.env_vars(), f"{context.path}: workspace")

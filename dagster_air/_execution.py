@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import queue
+import re
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -48,6 +49,9 @@ from ._stage import AirStage, workload_hash
 from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
+OUTPUT_URI_KEY = "dagster/uri"
+_LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
+
 AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
 
 
@@ -78,6 +82,8 @@ class AirWorkflow:
     # Env vars whose values are formatted per step: {run_id}, {partition_key}, {stage}.
     run_env: Mapping[str, str] | None = None
     always_workflow: bool = False  # several stages: always a multi-task run, even one selected
+    # The environment variable that names where the stages write (recorded as dagster/uri).
+    output_env: str | None = None
 
     def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
         keys = context.selected_asset_keys
@@ -233,8 +239,45 @@ class StepRun:
             run_env = self._run_env(s.key)
             if run_env:
                 workload = workload.with_overrides(run_env)
+            upstream = self._upstream_output(s, selected)
+            if upstream:
+                workload = workload.with_overrides(upstream)
             workloads[s.key] = workload
         return workloads
+
+    def _upstream_output(self, loaded: LoadedStage, selected: list[LoadedStage]) -> dict[str, str]:
+        """A stage run without an upstream stage of its workflow reads where that stage
+        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri``."""
+        name = self.workflow.output_env
+        keys = {s.key for s in selected}
+        missing = [d for d in loaded.stage.depends_on if d not in keys]
+        if not name or not missing:
+            return {}
+        by_key = {s.key: s for s in self.workflow.stages}
+        for dependency in missing:
+            uri = self._latest_uri(by_key[dependency].asset_key)
+            if uri:
+                self.context.log.info(
+                    f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
+                )
+                return {f"env_variables.{name}": uri}
+        raise _config_failure(
+            f"no materialization of {', '.join(missing)} records an output location "
+            f"({OUTPUT_URI_KEY})",
+            f"stage {loaded.key} runs without its upstream stage",
+        )
+
+    def _latest_uri(self, asset_key: dg.AssetKey) -> str | None:
+        partitions = [self.context.partition_key] if self.context.has_partition_key else None
+        records = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
+        ).records
+        for record in records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
+            if value is not None:
+                return str(value.value)
+        return None
 
     def _run_env(self, stage_key: str) -> dict[str, str]:
         fields = {
@@ -540,6 +583,16 @@ class StepRun:
             self._delete_secrets(client)
             yield from self._results(client, selected, workloads, submitted, state, generation)
 
+    def _output_metadata(self, workload: Workload) -> dict[str, Any]:
+        name = self.workflow.output_env
+        value = workload.env_variables.get(name) if name else None
+        if not value:
+            return {}
+        metadata: dict[str, Any] = {f"{META_PREFIX}output/{name}": value}
+        if _LOCATION.match(value):  # a path or a URL, not some other kind of value
+            metadata[OUTPUT_URI_KEY] = value
+        return metadata
+
     def _check_results(
         self, checks: list[dg.AssetCheckResult], materialized: set[dg.AssetKey]
     ) -> Iterator[AirEvent]:
@@ -591,6 +644,7 @@ class StepRun:
                 failed_asset = loaded.asset_key
             if task.is_success if task is not None else state.is_success:
                 metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
+                metadata.update(self._output_metadata(workloads[loaded.key]))
                 from_pipes = reported.get(loaded.asset_key)
                 materialized.add(loaded.asset_key)
                 yield dg.MaterializeResult(
