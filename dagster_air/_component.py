@@ -217,6 +217,67 @@ class AirWorkloadScaffolder(dg.Scaffolder[AirWorkloadScaffoldParams]):
         (Path(request.target_path) / "workload.yaml").write_text(workload)
 
 
+def _structured_type(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str | None:
+    if "$ref" in schema:
+        schema = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    kind = schema.get("type")
+    return kind if kind in ("object", "array") else None
+
+
+def _discriminator(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str | None:
+    if "$ref" in schema:
+        schema = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    kind = (schema.get("properties") or {}).get("type") or {}
+    value = kind.get("const", kind.get("default"))
+    return value if isinstance(value, str) else None
+
+
+def _branch(alternatives: list[dict[str, Any]], defs: Mapping[str, Any]) -> dict[str, Any]:
+    """One structured schema, or several objects told apart by their ``type`` field."""
+    if len(alternatives) == 1:
+        return alternatives[0]
+    chain: dict[str, Any] = {"anyOf": alternatives}  # no `type` given: the plain union
+    for alternative in reversed(alternatives):
+        value = _discriminator(alternative, defs)
+        if value is None:
+            return {"anyOf": alternatives}
+        chain = {
+            "if": {"properties": {"type": {"const": value}}, "required": ["type"]},
+            "then": alternative,
+            "else": chain,
+        }
+    return chain
+
+
+def schema_naming_nested_keys(schema: Any, defs: Mapping[str, Any] | None = None) -> Any:
+    """The same schema, with each union of a structured value (object or list) and scalars
+    (Dagster adds a template string to every field) written as if/then/else: a validator
+    then reports the nested problem itself (``'group_nam' was unexpected``) instead of
+    "is not valid under any of the given schemas" at the top of the union."""
+    if defs is None and isinstance(schema, dict):
+        defs = schema.get("$defs", {})
+    if isinstance(schema, list):
+        return [schema_naming_nested_keys(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {k: schema_naming_nested_keys(v, defs) for k, v in schema.items()}
+    alternatives = result.get("anyOf")
+    if isinstance(alternatives, list):
+        structured = [a for a in alternatives if _structured_type(a, defs or {})]
+        scalars = [a for a in alternatives if not _structured_type(a, defs or {})]
+        kinds = {_structured_type(a, defs or {}) for a in structured}
+        if structured and scalars and len(kinds) == 1:
+            del result["anyOf"]
+            result.update(
+                {
+                    "if": {"type": kinds.pop()},
+                    "then": _branch(structured, defs or {}),
+                    "else": {"anyOf": scalars},
+                }
+            )
+    return result
+
+
 @dg.scaffold_with(AirWorkloadScaffolder)
 class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
     """Databricks AI Runtime workloads as Dagster assets, declared in YAML.
@@ -279,6 +340,26 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         description="Asset checks of the single workload's asset ({name, blocking, "
         "description}), reported by the workload through Dagster Pipes.",
     )
+
+    @classmethod
+    def get_model_cls(cls) -> type[BaseModel] | None:
+        """The attributes model, whose JSON schema (what ``dg check yaml`` validates with)
+        names the nested key at fault."""
+        base = super().get_model_cls()
+        if base is None:
+            return None
+        cached = cls.__dict__.get("_model_naming_keys")
+        if cached is not None and cached.__bases__[0] is base:
+            return cached
+
+        class Model(base):  # type: ignore[valid-type,misc]
+            @classmethod
+            def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+                return schema_naming_nested_keys(super().model_json_schema(*args, **kwargs))
+
+        Model.__name__ = Model.__qualname__ = base.__name__
+        cls._model_naming_keys = Model  # type: ignore[attr-defined]
+        return Model
 
     @property
     def translator(self) -> DagsterAirTranslator:

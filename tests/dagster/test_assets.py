@@ -54,6 +54,11 @@ def test_success_records_metadata_and_streams_node_logs(
     ]
     assert md["dagster-air/mlflow_run_id"].value
     assert md["dagster-air/mlflow_experiment_id"].value
+    assert md["dagster-air/mlflow_run"].url == (
+        f"{local_workspace.host}/ml/experiments/{md['dagster-air/mlflow_experiment_id'].value}"
+        f"/runs/{md['dagster-air/mlflow_run_id'].value}"
+    )
+    assert md["dagster-air/gpu_hours"].value > 0
     assert len(md["dagster-air/workload_hash"].value) == 16
 
     # The asset definition carries the derived fields of the translator.

@@ -149,3 +149,42 @@ def test_a_wrong_token_is_reported_as_the_token_with_and_without_secrets(
         assert "refused the credentials" in description, description
         assert "secret scope" not in description and "refused the workload" not in description
     assert counters(local_workspace)["runs_created"] == 0
+
+
+def test_yaml_schema_errors_name_the_nested_key():
+    """The JSON schema `dg check yaml` validates with: a nested mistake is named, templates
+    and valid attributes still pass."""
+    import jsonschema
+
+    from dagster_air import AirWorkloadComponent
+
+    validator = jsonschema.Draft202012Validator(
+        AirWorkloadComponent.get_model_cls().model_json_schema()
+    )
+    good = {
+        "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_name": "g"}}],
+        "partitions_def": {"type": "static", "partition_keys": ["x"]},
+        "checks": [{"name": "c", "blocking": True}],
+        "retry_policy": {"max_retries": 2},
+    }
+    assert [e.message for e in validator.iter_errors(good)] == []
+    assert [e.message for e in validator.iter_errors({**good, "asset": "{{ asset }}"})] == []
+    bad = {
+        "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_nam": "g"}}],
+        "partitions_def": {"type": "static", "partition_keyz": ["x"]},
+        "retry_policy": {"max_retrys": 2},
+    }
+    errors = [(tuple(e.absolute_path), e.message) for e in validator.iter_errors(bad)]
+    assert (
+        ("stages", 0, "asset"),
+        "Additional properties are not allowed ('group_nam' was unexpected)",
+    ) in errors
+    assert (
+        ("retry_policy",),
+        "Additional properties are not allowed ('max_retrys' was unexpected)",
+    ) in errors
+    assert (
+        ("partitions_def",),
+        "Additional properties are not allowed ('partition_keyz' was unexpected)",
+    ) in errors
+    assert not any("any of the given schemas" in m for _, m in errors)

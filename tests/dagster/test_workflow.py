@@ -140,10 +140,10 @@ def test_every_node_and_attempt_reaches_the_compute_logs_and_each_attempt_end_is
 ):
     marks = tmp_path / "marks"
     marks.mkdir()
-    # The first attempt of each rank fails, the platform retries the task once.
+    # The first attempt fails (both ranks print first), the platform retries the task once.
     flaky = (
         f'echo "rank $NODE_RANK try"\n'
-        f'if [ ! -f "{marks}/$NODE_RANK" ]; then touch "{marks}/$NODE_RANK"; exit 3; fi\n'
+        f'if [ ! -f "{marks}/failed" ]; then sleep 0.5; touch "{marks}/failed"; exit 3; fi\n'
     )
     assets = build_air_assets(
         [
