@@ -8,6 +8,7 @@ Dagster events.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import re
 import sys
@@ -482,7 +483,13 @@ class StepRun:
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed.
         future = self.workspace.run_in_background(
-            watch_run(self.workspace, submitted.run_id, events, None)
+            watch_run(
+                self.workspace,
+                submitted.run_id,
+                events,
+                None,
+                follow_logs=self.workspace.stream_logs or self.pipes is not None,
+            )
         )
         try:
             while True:
@@ -539,14 +546,20 @@ class StepRun:
             return
         self._selected = selected
         workloads = self._workloads(selected)
-        self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
-        with self.pipes.open(), self.workspace.get_client() as client:
+        if self.workspace.pipes:
+            self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
+        with (
+            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
+            self.workspace.get_client() as client,
+        ):
             self.redact = client.redactor.with_values(())
             namespace = deployment_namespace(
                 self.context.instance, self.workspace.deployment_namespace
             )
             workloads = self._with_secrets(client, workloads, namespace)
-            submitted_workloads = self._with_pipes(selected, workloads)
+            submitted_workloads = (
+                self._with_pipes(selected, workloads) if self.pipes is not None else workloads
+            )
             generation = self.identity.generation(self.context)
             token = make_idempotency_token(
                 "dagster",
