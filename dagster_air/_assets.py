@@ -12,9 +12,10 @@ import dagster as dg
 from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._execution import AirWorkflow, LoadedStage, StepRun
+from ._execution import AirEvent, AirWorkflow, LoadedStage, StepRun
 from ._partitions import PartitionParameters
 from ._resource import AirWorkspace
+from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
 from ._translator import DagsterAirTranslator, stage_asset_key
 
@@ -63,6 +64,48 @@ def _load_stages(
     return loaded, specs
 
 
+def _check_partition_coverage(
+    partitions_def: dg.PartitionsDefinition | None,
+    partition_parameters: PartitionParameters | None,
+) -> None:
+    """A static partition without parameters (or parameters of no partition) is a
+    definition error, found by ``dg check defs`` instead of by the run of that partition."""
+    if partitions_def is None or not isinstance(partition_parameters, Mapping):
+        return
+    if isinstance(partitions_def, dg.DynamicPartitionsDefinition):
+        return  # keys are added later: checked when a run maps its key
+    try:
+        keys = set(partitions_def.get_partition_keys())
+    except Exception:
+        return
+    missing = sorted(keys - set(partition_parameters))
+    unknown = sorted(set(partition_parameters) - keys)
+    problems = []
+    if missing:
+        problems.append(
+            f"partitions without an entry in partition_parameters: {', '.join(missing)}"
+        )
+    if unknown:
+        problems.append(f"partition_parameters entries of no partition: {', '.join(unknown)}")
+    if problems:
+        raise dg.DagsterInvalidDefinitionError("; ".join(problems))
+
+
+def check_env_vars_set(names: Mapping[str, str], what: str) -> None:
+    """Environment variables the runs will read, named at definition time: unset ones are a
+    definition error (``dg check defs`` reports it), not a failure in the middle of a run."""
+    missing = sorted(
+        f"{env_var_name(source)} ({name})"
+        for name, source in names.items()
+        if not os.environ.get(env_var_name(source))
+    )
+    if missing:
+        raise dg.DagsterInvalidDefinitionError(
+            f"{what}: environment variable(s) not set in this process: {', '.join(missing)}. "
+            "Set them where the code location runs (e.g. a .env file next to dg.toml)."
+        )
+
+
 def _workflow_and_specs(
     *,
     name: str,
@@ -76,7 +119,11 @@ def _workflow_and_specs(
     partition_env: str | None,
     log_node: int | None,
     run_env: Mapping[str, str] | None = None,
-) -> tuple[AirWorkflow, list[dg.AssetSpec]]:
+    check_specs: Sequence[dg.AssetCheckSpec] = (),
+    output_env: str | None = None,
+) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
+    _check_partition_coverage(partitions_def, partition_parameters)
+    check_env_vars_set(secret_env or {}, "secret_env")
     loaded, specs = _load_stages(
         stages, translator or DagsterAirTranslator(), base_dir, partitions_def
     )
@@ -90,8 +137,45 @@ def _workflow_and_specs(
         log_node=log_node,
         run_env=dict(run_env or {}),
         always_workflow=len(loaded) > 1,
+        output_env=output_env,
     )
-    return workflow, specs
+    checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
+    checks.extend(check_specs)
+    return workflow, specs, checks
+
+
+def _multi_asset(
+    *,
+    name: str,
+    specs: list[dg.AssetSpec],
+    check_specs: list[dg.AssetCheckSpec],
+    resource_key: str,
+    retry_policy: dg.RetryPolicy | None,
+    pool: str | None,
+    op_tags: Mapping[str, Any] | None,
+    backfill_policy: dg.BackfillPolicy | None,
+    io_manager_key: str | None,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """The multi-asset decorator every factory uses. With ``io_manager_key`` the stages are
+    outputs (so a downstream asset taking one as an input loads it through that IO manager,
+    e.g. from the ``dagster/uri`` a stage records); without, plain specs."""
+    common: dict[str, Any] = {
+        "name": name,
+        "check_specs": check_specs or None,
+        "can_subset": len(specs) > 1,
+        "required_resource_keys": {resource_key},
+        "retry_policy": retry_policy,
+        "pool": pool,
+        "op_tags": op_tags,
+        "backfill_policy": backfill_policy,
+    }
+    if io_manager_key is None:
+        return dg.multi_asset(specs=specs, **common)
+    outs = {
+        "__".join(spec.key.path): dg.AssetOut.from_spec(spec, io_manager_key=io_manager_key)
+        for spec in specs
+    }
+    return dg.multi_asset(outs=outs, **common)
 
 
 def build_air_assets(
@@ -110,6 +194,10 @@ def build_air_assets(
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec] = (),
+    backfill_policy: dg.BackfillPolicy | None = None,
+    io_manager_key: str | None = None,
+    output_env: str | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -135,16 +223,28 @@ def build_air_assets(
             (``dg.EnvVar("HF_TOKEN")`` or its name); stored as Databricks secrets at submit
             time, values never logged.
         resource_key: the key of the :class:`AirWorkspace` resource.
-        log_node: the node whose logs are streamed (default: the resource's ``log_node``).
+        log_node: print only this node's log lines (default: the resource's ``log_node``;
+            unset there too: every node's). Pipes messages are read from every node.
         run_env: environment variables set per materialization, formatted with
             ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
             ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.
         retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
             a retry after a failed remote run starts a new one.
+        pool: the Dagster concurrency pool of the step (limits concurrent GPU runs).
+        op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
+        check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
+            the workload reports their results through Dagster Pipes.
+        backfill_policy: how backfills of partitioned stages are split into runs.
+        io_manager_key: the IO manager that loads a stage for a downstream asset taking it
+            as an input (the stages store nothing themselves).
+        output_env: the environment variable naming where the stages write (e.g. an
+            ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
+            stage materialized without an upstream stage it depends on gets, in that
+            variable, the location the upstream stage last recorded.
     """
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
     op_name = name or "__".join(s.key for s in stage_list)
-    workflow, specs = _workflow_and_specs(
+    workflow, specs, checks = _workflow_and_specs(
         name=op_name,
         stages=stage_list,
         translator=translator,
@@ -156,20 +256,22 @@ def build_air_assets(
         partition_env=partition_env,
         log_node=log_node,
         run_env=run_env,
+        check_specs=check_specs,
+        output_env=output_env,
     )
 
-    @dg.multi_asset(
+    @_multi_asset(
         name=op_name,
         specs=specs,
-        can_subset=len(specs) > 1,
-        required_resource_keys={resource_key},
+        check_specs=checks,
+        resource_key=resource_key,
         retry_policy=retry_policy,
         pool=pool,
         op_tags=op_tags,
+        backfill_policy=backfill_policy,
+        io_manager_key=io_manager_key,
     )
-    def _air_assets(
-        context: dg.AssetExecutionContext, config: AirRunConfig
-    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
         workspace = getattr(context.resources, resource_key)
         yield from StepRun(context, workflow, workspace, config).execute()
 
@@ -195,9 +297,7 @@ class AirInvocation:
     def stages(self) -> tuple[LoadedStage, ...]:
         return self.workflow.stages
 
-    def run(
-        self, overrides: Overrides | None = None
-    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    def run(self, overrides: Overrides | None = None) -> Iterator[AirEvent]:
         """Submit the selected stages, wait, and yield one ``MaterializeResult`` per stage.
 
         ``overrides`` are applied after the run config's, e.g. values computed from
@@ -227,6 +327,10 @@ def air_workload_asset(
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec | str] = (),
+    backfill_policy: dg.BackfillPolicy | None = None,
+    io_manager_key: str | None = None,
+    output_env: str | None = None,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -249,8 +353,15 @@ def air_workload_asset(
         )
 
     def decorator(fn: Callable[..., Any]) -> dg.AssetsDefinition:
+        stage_checks: list[dg.AssetCheckSpec] = []
         if stages is not None:
             stage_list = list(stages)
+            stage_checks = [c for c in check_specs if isinstance(c, dg.AssetCheckSpec)]
+            if len(stage_checks) != len(check_specs):
+                raise dg.DagsterInvalidDefinitionError(
+                    "with stages=, check_specs are dg.AssetCheckSpec (a check name belongs "
+                    "in its AirStage's check_specs)"
+                )
         else:
             stage_list = [
                 AirStage(
@@ -259,9 +370,10 @@ def air_workload_asset(
                     overrides=overrides,
                     deps=deps,
                     asset_attributes=asset_attributes,
+                    check_specs=list(check_specs),
                 )
             ]
-        workflow, specs = _workflow_and_specs(
+        workflow, specs, checks = _workflow_and_specs(
             name=fn.__name__,
             stages=stage_list,
             translator=translator,
@@ -273,22 +385,26 @@ def air_workload_asset(
             partition_env=partition_env,
             log_node=log_node,
             run_env=run_env,
+            check_specs=stage_checks,
+            output_env=output_env,
         )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]
 
-        @dg.multi_asset(
+        @_multi_asset(
             name=fn.__name__,
             specs=specs,
-            can_subset=len(specs) > 1,
-            required_resource_keys={resource_key},
+            check_specs=checks,
+            resource_key=resource_key,
             retry_policy=retry_policy,
             pool=pool,
             op_tags=op_tags,
+            backfill_policy=backfill_policy,
+            io_manager_key=io_manager_key,
         )
         def _air_asset(
             context: dg.AssetExecutionContext, config: AirRunConfig
-        ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+        ) -> Iterator[AirEvent]:
             workspace = getattr(context.resources, resource_key)
             result = fn(context, AirInvocation(context, workflow, workspace, config))
             if result is not None:

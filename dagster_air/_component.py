@@ -6,12 +6,15 @@ attributes:
   workload: train.yaml                  # next to defs.yaml; or an inline mapping
   overrides: {compute.num_accelerators: 2}
   asset: {key: models/train, group_name: training, deps: [raw/dataset]}
-  workspace: {host_env: DATABRICKS_HOST, token_env: DATABRICKS_TOKEN}
+  checks: [{name: loss_below_threshold, blocking: true}]   # reported through Dagster Pipes
   secret_env: {HF_TOKEN: HF_TOKEN}
+  pool: gpu                             # also retry_policy, backfill_policy, io_manager_key
 ```
 
-or ``stages:`` (each with ``key``, ``workload``, ``depends_on``, ``asset``...) for a
-multi-stage workflow. Credentials are named by environment variable, never written here.
+or ``stages:`` (each with ``key``, ``workload``, ``depends_on``, ``asset``, ``checks``...)
+for a multi-stage workflow. The assets use the project's ``air_workspace`` resource; a
+project without one may add a ``workspace: {host_env: ..., token_env: ...}`` block instead
+(never both). Credentials are named by environment variable, never written here.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dagster.components.resolved.core_models import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._assets import build_air_assets
+from ._assets import build_air_assets, check_env_vars_set
 from ._resource import AirWorkspace
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
@@ -93,6 +96,11 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
         default=None, description="Pins this deployment's identity (default: made once)."
     )
 
+    def env_vars(self) -> dict[str, str]:
+        """The environment variables this block names, by field."""
+        fields = ("host_env", "token_env", "client_id_env", "client_secret_env")
+        return {f: getattr(self, f) for f in fields if getattr(self, f)}
+
     def build(self) -> AirWorkspace:
         def env(name: str | None) -> Any:
             return dg.EnvVar(name) if name else None
@@ -109,6 +117,50 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
         )
 
 
+class AirCheckArgs(dg.Resolvable, dg.Model):
+    """An asset check of a stage's asset, reported by the workload through Dagster Pipes."""
+
+    name: str
+    description: str | None = None
+    blocking: bool = Field(
+        default=False,
+        description="A failed check keeps downstream assets of the same run from materializing.",
+    )
+
+
+def _check_specs(checks: list[AirCheckArgs]) -> list[str | Mapping[str, Any]]:
+    return [c.model_dump(exclude_none=True) for c in checks]
+
+
+class AirRetryPolicyArgs(dg.Resolvable, dg.Model):
+    """Dagster retries of the step (a retry after a failed remote run starts a new one)."""
+
+    max_retries: int = 1
+    delay: float | None = Field(default=None, description="Seconds before a retry.")
+    backoff: Literal["LINEAR", "EXPONENTIAL"] | None = None
+    jitter: Literal["FULL", "PLUS_MINUS"] | None = None
+
+    def build(self) -> dg.RetryPolicy:
+        return dg.RetryPolicy(
+            max_retries=self.max_retries,
+            delay=self.delay,
+            backoff=dg.Backoff(self.backoff) if self.backoff else None,
+            jitter=dg.Jitter(self.jitter) if self.jitter else None,
+        )
+
+
+class AirBackfillPolicyArgs(dg.Resolvable, dg.Model):
+    """How a backfill of the partitioned assets is split into runs."""
+
+    type: Literal["single_run", "multi_run"] = "multi_run"
+    max_partitions_per_run: int = 1
+
+    def build(self) -> dg.BackfillPolicy:
+        if self.type == "single_run":
+            return dg.BackfillPolicy.single_run()
+        return dg.BackfillPolicy.multi_run(self.max_partitions_per_run)
+
+
 class AirStageArgs(dg.Resolvable, dg.Model):
     """One stage of a multi-stage workflow."""
 
@@ -120,6 +172,10 @@ class AirStageArgs(dg.Resolvable, dg.Model):
     run_if: str = "ALL_SUCCESS"
     overrides: dict[str, Any] | list[str] | None = None
     asset: AssetAttributes | None = None
+    checks: list[AirCheckArgs] = Field(
+        default_factory=list,
+        description="Asset checks of this stage's asset: {name, blocking, description}.",
+    )
 
 
 class AirWorkloadScaffoldParams(BaseModel):
@@ -144,7 +200,8 @@ command: |
 
 class AirWorkloadScaffolder(dg.Scaffolder[AirWorkloadScaffoldParams]):
     """``dg scaffold defs dagster_air.AirWorkloadComponent <path>``: a ``defs.yaml`` and a
-    starter ``workload.yaml`` next to it."""
+    starter ``workload.yaml`` next to it. The component uses the project's ``air_workspace``
+    resource (define it once, e.g. in ``defs/resources.py``)."""
 
     @classmethod
     def get_scaffold_params(cls) -> type[AirWorkloadScaffoldParams]:
@@ -152,16 +209,73 @@ class AirWorkloadScaffolder(dg.Scaffolder[AirWorkloadScaffoldParams]):
 
     def scaffold(self, request: dg.ScaffoldRequest[AirWorkloadScaffoldParams]) -> None:
         params = request.params or AirWorkloadScaffoldParams()
-        dg.scaffold_component(
-            request,
-            {
-                "workload": "workload.yaml",
-                "workspace": {"host_env": "DATABRICKS_HOST", "token_env": "DATABRICKS_TOKEN"},
-            },
-        )
+        # No `workspace:` block: the component uses the project's `air_workspace` resource
+        # (one per project; a second definition of the key would clash with it).
+        dg.scaffold_component(request, {"workload": "workload.yaml"})
         workload = STARTER_WORKLOAD.format(**params.model_dump())
         yaml.safe_load(workload)  # the starter must stay valid YAML
         (Path(request.target_path) / "workload.yaml").write_text(workload)
+
+
+def _structured_type(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str | None:
+    if "$ref" in schema:
+        schema = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    kind = schema.get("type")
+    return kind if kind in ("object", "array") else None
+
+
+def _discriminator(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str | None:
+    if "$ref" in schema:
+        schema = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    kind = (schema.get("properties") or {}).get("type") or {}
+    value = kind.get("const", kind.get("default"))
+    return value if isinstance(value, str) else None
+
+
+def _branch(alternatives: list[dict[str, Any]], defs: Mapping[str, Any]) -> dict[str, Any]:
+    """One structured schema, or several objects told apart by their ``type`` field."""
+    if len(alternatives) == 1:
+        return alternatives[0]
+    chain: dict[str, Any] = {"anyOf": alternatives}  # no `type` given: the plain union
+    for alternative in reversed(alternatives):
+        value = _discriminator(alternative, defs)
+        if value is None:
+            return {"anyOf": alternatives}
+        chain = {
+            "if": {"properties": {"type": {"const": value}}, "required": ["type"]},
+            "then": alternative,
+            "else": chain,
+        }
+    return chain
+
+
+def schema_naming_nested_keys(schema: Any, defs: Mapping[str, Any] | None = None) -> Any:
+    """The same schema, with each union of a structured value (object or list) and scalars
+    (Dagster adds a template string to every field) written as if/then/else: a validator
+    then reports the nested problem itself (``'group_nam' was unexpected``) instead of
+    "is not valid under any of the given schemas" at the top of the union."""
+    if defs is None and isinstance(schema, dict):
+        defs = schema.get("$defs", {})
+    if isinstance(schema, list):
+        return [schema_naming_nested_keys(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {k: schema_naming_nested_keys(v, defs) for k, v in schema.items()}
+    alternatives = result.get("anyOf")
+    if isinstance(alternatives, list):
+        structured = [a for a in alternatives if _structured_type(a, defs or {})]
+        scalars = [a for a in alternatives if not _structured_type(a, defs or {})]
+        kinds = {_structured_type(a, defs or {}) for a in structured}
+        if structured and scalars and len(kinds) == 1:
+            del result["anyOf"]
+            result.update(
+                {
+                    "if": {"type": kinds.pop()},
+                    "then": _branch(structured, defs or {}),
+                    "else": {"anyOf": scalars},
+                }
+            )
+    return result
 
 
 @dg.scaffold_with(AirWorkloadScaffolder)
@@ -204,7 +318,48 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
     workspace: AirWorkspaceArgs | None = None
     resource_key: str = "air_workspace"
     log_node: int | None = None
-    max_retries: int = Field(default=0, description="Dagster retries of the step.")
+    max_retries: int = Field(
+        default=0, description="Dagster retries of the step (retry_policy says more)."
+    )
+    retry_policy: AirRetryPolicyArgs | None = None
+    pool: str | None = Field(
+        default=None, description="Dagster concurrency pool of the step (limits GPU runs)."
+    )
+    backfill_policy: AirBackfillPolicyArgs | None = None
+    output_env: str | None = Field(
+        default=None,
+        description="Env var naming where the stages write: recorded as dagster/uri; a stage "
+        "run without its upstream stage gets the upstream's last location in it.",
+    )
+    io_manager_key: str | None = Field(
+        default=None,
+        description="IO manager that loads a stage for downstream assets taking it as input.",
+    )
+    checks: list[AirCheckArgs] = Field(
+        default_factory=list,
+        description="Asset checks of the single workload's asset ({name, blocking, "
+        "description}), reported by the workload through Dagster Pipes.",
+    )
+
+    @classmethod
+    def get_model_cls(cls) -> type[BaseModel] | None:
+        """The attributes model, whose JSON schema (what ``dg check yaml`` validates with)
+        names the nested key at fault."""
+        base = super().get_model_cls()
+        if base is None:
+            return None
+        cached = cls.__dict__.get("_model_naming_keys")
+        if cached is not None and cached.__bases__[0] is base:
+            return cached
+
+        class Model(base):  # type: ignore[valid-type,misc]
+            @classmethod
+            def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+                return schema_naming_nested_keys(super().model_json_schema(*args, **kwargs))
+
+        Model.__name__ = Model.__qualname__ = base.__name__
+        cls._model_naming_keys = Model  # type: ignore[attr-defined]
+        return Model
 
     @property
     def translator(self) -> DagsterAirTranslator:
@@ -225,6 +380,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
                     run_if=s.run_if,
                     overrides=s.overrides,
                     asset_attributes=s.asset or {},
+                    check_specs=_check_specs(s.checks),
                 )
                 for s in self.stages
             ]
@@ -235,8 +391,14 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
                 workload=self.workload,  # type: ignore[arg-type]
                 overrides=self.overrides,
                 asset_attributes=self.asset or {},
+                check_specs=_check_specs(self.checks),
             )
         ]
+
+    def _retry_policy(self) -> dg.RetryPolicy | None:
+        if self.retry_policy is not None:
+            return self.retry_policy.build()
+        return dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         assets = build_air_assets(
@@ -251,7 +413,13 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             resource_key=self.resource_key,
             log_node=self.log_node,
             run_env=self.run_env,
-            retry_policy=dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None,
+            retry_policy=self._retry_policy(),
+            pool=self.pool,
+            backfill_policy=self.backfill_policy.build() if self.backfill_policy else None,
+            io_manager_key=self.io_manager_key,
+            output_env=self.output_env,
         )
+        if self.workspace is not None:
+            check_env_vars_set(self.workspace.env_vars(), f"{context.path}: workspace")
         resources = {self.resource_key: self.workspace.build()} if self.workspace else {}
         return dg.Definitions(assets=[assets], resources=resources)

@@ -8,10 +8,12 @@ Dagster events.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
+import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,8 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from air_runtime import (
     AirClient,
     AirError,
+    AuthError,
+    ConfigurationError,
     Redactor,
     RunFailed,
     RunState,
@@ -31,6 +35,7 @@ from air_runtime import (
     WorkloadError,
     make_idempotency_token,
     mlflow_ids,
+    mlflow_run_url,
 )
 from air_runtime.client import SubmissionSecrets
 
@@ -38,13 +43,17 @@ from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
+from ._pipes import StepPipes
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage, workload_hash
 from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
-# Errors the user must fix before a retry can help.
+OUTPUT_URI_KEY = "dagster/uri"
+_LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
+
+AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class AirWorkflow:
     # Env vars whose values are formatted per step: {run_id}, {partition_key}, {stage}.
     run_env: Mapping[str, str] | None = None
     always_workflow: bool = False  # several stages: always a multi-task run, even one selected
+    # The environment variable that names where the stages write (recorded as dagster/uri).
+    output_env: str | None = None
 
     def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
         keys = context.selected_asset_keys
@@ -82,6 +93,15 @@ class AirWorkflow:
 
 def _config_failure(error: Exception | str, what: str) -> dg.Failure:
     return dg.Failure(description=f"{what}: {error}", allow_retries=False)
+
+
+def _refusal(error: AirError, otherwise: str) -> str:
+    """What a non-retryable error is about: the credentials, the setup, or the request."""
+    if isinstance(error, AuthError):
+        return "the workspace refused the credentials of the air_workspace resource"
+    if isinstance(error, ConfigurationError):
+        return "the workspace setup needs a change"
+    return otherwise
 
 
 def _apply_overrides(
@@ -133,7 +153,10 @@ def _mlflow_ids(client: AirClient, task: TaskState | None) -> dict[str, str]:
     except AirError:
         return {}
     experiment, run = mlflow_ids(output)
-    found = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
+    found: dict[str, Any] = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
+    url = mlflow_run_url(client.host, experiment, run)
+    if url:
+        found["mlflow_run"] = dg.MetadataValue.url(url)
     return {f"{META_PREFIX}{name}": value for name, value in found.items() if value}
 
 
@@ -172,6 +195,9 @@ def stage_metadata(
         metadata[f"{META_PREFIX}container/{row['name']}"] = (
             f"ranks {row['ranks']}, image {row['image']}"
         )
+    # Every attempt of the stage's task: what the platform held, retries included.
+    gpu_hours = state.gpu_hours(task.task_key if task is not None else None)
+    metadata[f"{META_PREFIX}gpu_hours"] = dg.MetadataValue.float(round(gpu_hours, 6))
     duration = _duration_s(state, task)
     if duration is not None:
         metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
@@ -200,6 +226,9 @@ class StepRun:
         self.identity = StepIdentity.of(context)
         self.redact = Redactor(())
         self.secrets: SubmissionSecrets | None = None  # where secret_env values were written
+        self.pipes: StepPipes | None = None
+        self._selected: list[LoadedStage] = []
+        self._attempts_seen: set[tuple[str, int]] = set()
 
     # --- preparing ------------------------------------------------------------------
 
@@ -211,8 +240,45 @@ class StepRun:
             run_env = self._run_env(s.key)
             if run_env:
                 workload = workload.with_overrides(run_env)
+            upstream = self._upstream_output(s, selected)
+            if upstream:
+                workload = workload.with_overrides(upstream)
             workloads[s.key] = workload
         return workloads
+
+    def _upstream_output(self, loaded: LoadedStage, selected: list[LoadedStage]) -> dict[str, str]:
+        """A stage run without an upstream stage of its workflow reads where that stage
+        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri``."""
+        name = self.workflow.output_env
+        keys = {s.key for s in selected}
+        missing = [d for d in loaded.stage.depends_on if d not in keys]
+        if not name or not missing:
+            return {}
+        by_key = {s.key: s for s in self.workflow.stages}
+        for dependency in missing:
+            uri = self._latest_uri(by_key[dependency].asset_key)
+            if uri:
+                self.context.log.info(
+                    f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
+                )
+                return {f"env_variables.{name}": uri}
+        raise _config_failure(
+            f"no materialization of {', '.join(missing)} records an output location "
+            f"({OUTPUT_URI_KEY})",
+            f"stage {loaded.key} runs without its upstream stage",
+        )
+
+    def _latest_uri(self, asset_key: dg.AssetKey) -> str | None:
+        partitions = [self.context.partition_key] if self.context.has_partition_key else None
+        records = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
+        ).records
+        for record in records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
+            if value is not None:
+                return str(value.value)
+        return None
 
     def _run_env(self, stage_key: str) -> dict[str, str]:
         fields = {
@@ -265,10 +331,23 @@ class StepRun:
             if error.retryable:
                 raise
             raise _config_failure(
-                self.redact(str(error)), "cannot store the orchestrator secrets"
+                self.redact(str(error)), _refusal(error, "cannot store the orchestrator secrets")
             ) from None
         self.secrets = secrets
         return {key: w.with_secrets(refs) for key, w in workloads.items()}
+
+    def _with_pipes(
+        self, selected: list[LoadedStage], workloads: dict[str, Workload]
+    ) -> dict[str, Workload]:
+        """Each stage's Dagster Pipes context in its environment (see ``_pipes``)."""
+        assert self.pipes is not None
+        result = {}
+        for s in selected:
+            env = self.pipes.env_for(s.asset_key, s.key)
+            result[s.key] = workloads[s.key].with_overrides(
+                {f"env_variables.{name}": value for name, value in env.items()}
+            )
+        return result
 
     def _secret_call(self, call: Callable[[], object], what: str) -> None:
         """Best effort housekeeping of secret keys: a failure is a warning."""
@@ -323,7 +402,7 @@ class StepRun:
         except AirError as error:
             if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
                 raise _config_failure(
-                    self.redact(str(error)), "the workspace refused the workload"
+                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
                 ) from None
             raise dg.Failure(
                 description=f"submitting the run failed: {self.redact(str(error))}"
@@ -331,7 +410,7 @@ class StepRun:
 
     # --- waiting --------------------------------------------------------------------
 
-    def _show(self, item: tuple[str, Any], run_id: int) -> None:
+    def _show(self, item: tuple[str, Any], run_id: int) -> Iterator[AirEvent]:
         kind, value = item
         if kind == "state":
             state: RunState = value
@@ -339,48 +418,101 @@ class StepRun:
             if state.is_waiting_for_capacity:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
+            yield from self._attempt_ends(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
-            sys.stdout.write(self.redact(str(value)) + "\n")
-            sys.stdout.flush()
+            record, line = value
+            line = self.redact(line)
+            # Pipes messages of every node; printed lines of every node or the chosen one.
+            if self.pipes is not None and self.pipes.reader.handle_line(line):
+                return
+            node = self._log_node()
+            if self.workspace.stream_logs and (node is None or record.node_index == node):
+                sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
+                sys.stdout.flush()
 
-    def _wait(self, submitted: SubmittedRun) -> RunState:
+    def _log_node(self) -> int | None:
+        if self.workflow.log_node is not None:
+            return self.workflow.log_node
+        return self.workspace.log_node
+
+    def _attempt_ends(self, state: RunState) -> Iterator[AirEvent]:
+        """One observation per attempt of a selected stage that ended (platform retries
+        included), on that stage's asset, as soon as the step sees it."""
+        for attempt in state.attempts:
+            key = (attempt.task_key, attempt.attempt_number)
+            if not attempt.is_terminal or key in self._attempts_seen:
+                continue
+            self._attempts_seen.add(key)
+            asset_key = self._asset_of_task(attempt.task_key)
+            if asset_key is None:
+                continue
+            final = attempt.result_state or attempt.life_cycle_state
+            metadata: dict[str, Any] = {
+                f"{META_PREFIX}run_id": dg.MetadataValue.int(state.run_id),
+                f"{META_PREFIX}attempt": attempt.attempt_number + 1,
+                f"{META_PREFIX}attempt_state": final,
+                f"{META_PREFIX}gpu_hours": dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
+            }
+            if attempt.state_message:
+                metadata[f"{META_PREFIX}state_message"] = self.redact(attempt.state_message)
+            if attempt.run_id is not None:
+                metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(attempt.run_id)
+            self.context.log.info(
+                f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number + 1} "
+                f"ended {final}"
+            )
+            yield dg.AssetObservation(
+                asset_key=asset_key,
+                partition=self.context.partition_key if self.context.has_partition_key else None,
+                metadata=metadata,
+            )
+
+    def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
+        selected = self._selected
+        if len(selected) == 1 and not self.workflow.always_workflow:
+            return selected[0].asset_key  # a single-task run's task is the workload's
+        for loaded in selected:
+            if loaded.key == task_key:
+                return loaded.asset_key
+        return None
+
+    def _wait(self, submitted: SubmittedRun) -> Generator[AirEvent, None, RunState]:
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        node = (
-            self.workflow.log_node
-            if self.workflow.log_node is not None
-            else self.workspace.log_node
-        )
+        # Every node is followed (Pipes messages may come from any rank); log_node only
+        # narrows what is printed.
         future = self.workspace.run_in_background(
             watch_run(
                 self.workspace,
                 submitted.run_id,
                 events,
-                node if self.workspace.stream_logs else None,
+                None,
+                follow_logs=self.workspace.stream_logs or self.pipes is not None,
             )
         )
         try:
             while True:
-                self._drain(events, submitted.run_id)
+                yield from self._drain(events, submitted.run_id)
                 try:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
                     continue
-            self._drain(events, submitted.run_id)
+            yield from self._drain(events, submitted.run_id)
+            yield from self._attempt_ends(state)
             return state
         except BaseException:
             future.cancel()  # stop following this run on the background loop
             raise
 
-    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> None:
+    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
         while True:
             try:
                 item = events.get_nowait()
             except queue.Empty:
                 return
-            self._show(item, run_id)
+            yield from self._show(item, run_id)
 
     def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> RunState | None:
         """The Dagster run was terminated: stop the GPU run too, and wait a little for it
@@ -408,17 +540,26 @@ class StepRun:
 
     # --- the whole step -------------------------------------------------------------
 
-    def execute(self) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    def execute(self) -> Iterator[AirEvent]:
         selected = self.workflow.selected(self.context)
         if not selected:
             return
+        self._selected = selected
         workloads = self._workloads(selected)
-        with self.workspace.get_client() as client:
+        if self.workspace.pipes:
+            self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
+        with (
+            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
+            self.workspace.get_client() as client,
+        ):
             self.redact = client.redactor.with_values(())
             namespace = deployment_namespace(
                 self.context.instance, self.workspace.deployment_namespace
             )
             workloads = self._with_secrets(client, workloads, namespace)
+            submitted_workloads = (
+                self._with_pipes(selected, workloads) if self.pipes is not None else workloads
+            )
             generation = self.identity.generation(self.context)
             token = make_idempotency_token(
                 "dagster",
@@ -434,13 +575,13 @@ class StepRun:
                 # An interrupt during the submit is held until the run id is known, so
                 # the run can still be cancelled.
                 with deferred_interrupts():
-                    submitted = self._submit(client, selected, workloads, token)
+                    submitted = self._submit(client, selected, submitted_workloads, token)
                 self._mark_secrets(client, submitted)
                 self.context.log.info(
                     f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
                     f"{submitted.run_page_url} (generation {generation})"
                 )
-                state = self._wait(submitted)
+                state = yield from self._wait(submitted)
             except DagsterExecutionInterruptedError:
                 if submitted is not None:
                     ended = self._cancel_remote(client, submitted)
@@ -455,6 +596,43 @@ class StepRun:
             self._delete_secrets(client)
             yield from self._results(client, selected, workloads, submitted, state, generation)
 
+    def _output_metadata(self, workload: Workload) -> dict[str, Any]:
+        name = self.workflow.output_env
+        value = workload.env_variables.get(name) if name else None
+        if not value:
+            return {}
+        metadata: dict[str, Any] = {f"{META_PREFIX}output/{name}": value}
+        if _LOCATION.match(value):  # a path or a URL, not some other kind of value
+            metadata[OUTPUT_URI_KEY] = value
+        return metadata
+
+    def _check_results(
+        self, checks: list[dg.AssetCheckResult], materialized: set[dg.AssetKey]
+    ) -> Iterator[AirEvent]:
+        """The check results the workload reported, for the checks this step runs; a
+        declared check the workload did not report fails (it cannot pass unseen)."""
+        selected = self.context.selected_asset_check_keys
+        seen = set()
+        for check in checks:
+            key = dg.AssetCheckKey(check.asset_key, check.check_name)  # type: ignore[arg-type]
+            if key not in selected or key in seen:
+                self.context.log.warning(
+                    f"the workload reported check {check.check_name} of "
+                    f"{key.asset_key.to_user_string()}, which this step does not run: ignored"
+                )
+                continue
+            seen.add(key)
+            yield check
+        for key in sorted(selected - seen, key=str):
+            if key.asset_key not in materialized:
+                continue
+            yield dg.AssetCheckResult(
+                asset_key=key.asset_key,
+                check_name=key.name,
+                passed=False,
+                metadata={"reason": "the workload did not report this check (dagster-pipes)"},
+            )
+
     def _results(
         self,
         client: AirClient,
@@ -463,20 +641,35 @@ class StepRun:
         submitted: SubmittedRun,
         state: RunState,
         generation: int,
-    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    ) -> Iterator[AirEvent]:
         single = len(selected) == 1 and not self.workflow.always_workflow
+        reported, checks = self.pipes.reported() if self.pipes is not None else ({}, [])
+        failed_asset = selected[0].asset_key
+        failed_task = state.failed_task
+        materialized: set[dg.AssetKey] = set()
         for loaded in selected:
             task = state.task(loaded.workload.experiment_name if single else loaded.key)
+            if (
+                task is not None
+                and failed_task is not None
+                and task.task_key == failed_task.task_key
+            ):
+                failed_asset = loaded.asset_key
             if task.is_success if task is not None else state.is_success:
+                metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
+                metadata.update(self._output_metadata(workloads[loaded.key]))
+                from_pipes = reported.get(loaded.asset_key)
+                materialized.add(loaded.asset_key)
                 yield dg.MaterializeResult(
                     asset_key=loaded.asset_key,
-                    metadata=stage_metadata(client, submitted, state, task, workloads[loaded.key]),
+                    # What the workload reports adds to, never replaces, what the run says.
+                    metadata={**(from_pipes.metadata or {} if from_pipes else {}), **metadata},
+                    data_version=from_pipes.data_version if from_pipes else None,
                 )
+        yield from self._check_results(checks, materialized)
         if state.is_success:
             return
-        yield terminal_failure_observation(
-            self.context, selected[0].asset_key, submitted, state, generation
-        )
+        yield terminal_failure_observation(self.context, failed_asset, submitted, state, generation)
         try:
             client.raise_for_failure(state)
             message = f"run {submitted.run_id} ended {state.describe()}"

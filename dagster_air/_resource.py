@@ -56,7 +56,17 @@ class AirWorkspace(dg.ConfigurableResource):
     stream_logs: bool = Field(
         default=True, description="Copy the run's node logs into the step's stdout while waiting."
     )
-    log_node: int = Field(default=0, description="The node (rank) whose logs are streamed.")
+    pipes: bool = Field(
+        default=True,
+        description="Give each workload a Dagster Pipes context (env vars) and read what its "
+        "ranks report (metadata, asset checks, log lines) from the run's logs. With this and "
+        "stream_logs off, a waiting step reads no logs at all.",
+    )
+    log_node: int | None = Field(
+        default=None,
+        description="Print only this node's (rank's) log lines; unset: every node's, each "
+        "labelled with its task, node and attempt.",
+    )
     cancel_wait: float = Field(
         default=30.0,
         description="Seconds to wait for a cancelled run to end when a Dagster run is terminated.",

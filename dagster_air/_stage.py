@@ -39,6 +39,11 @@ class AirStage:
         deps: upstream assets outside the workflow (keys or specs).
         asset_attributes: ``AssetSpec`` attributes that win over what the translator derives
             (``key``, ``group_name``, ``description``, ``tags``, ``kinds``, ``owners``...).
+        check_specs: asset checks of this stage's asset: ``dg.AssetCheckSpec``, a check
+            name, or ``{"name": ..., "blocking": True, "description": ...}`` (the asset is the
+            stage's). The workload reports their results through
+            Dagster Pipes (``report_asset_check``); ``blocking=True`` keeps downstream assets
+            of the same run from materializing when the check fails.
     """
 
     key: str
@@ -48,6 +53,7 @@ class AirStage:
     overrides: Overrides | None = None
     deps: Sequence[dg.AssetKey | str | Sequence[str] | dg.AssetSpec | dg.AssetsDefinition] = ()
     asset_attributes: Mapping[str, Any] = field(default_factory=dict)
+    check_specs: Sequence[dg.AssetCheckSpec | str | Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         # The task key rule of the plan, so a bad key fails at `dg check defs`, not mid-run.
@@ -61,6 +67,23 @@ class AirStage:
                 f"stage {self.key!r}: run_if {self.run_if!r} is not one of {', '.join(RUN_IF_VALUES)}"
             )
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        # A check_specs attribute among the spec attributes (AssetSpec has none) joins the
+        # stage's own checks.
+        attributes = dict(self.asset_attributes)
+        extra_checks = attributes.pop("check_specs", None) or ()
+        object.__setattr__(self, "asset_attributes", attributes)
+        object.__setattr__(self, "check_specs", (*self.check_specs, *extra_checks))
+
+    def asset_check_specs(self, asset_key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+        """The stage's checks, check names bound to its asset."""
+        specs = []
+        for spec in self.check_specs:
+            if isinstance(spec, str):
+                spec = dg.AssetCheckSpec(spec, asset=asset_key)
+            elif isinstance(spec, Mapping):
+                spec = dg.AssetCheckSpec(asset=asset_key, **spec)
+            specs.append(spec)
+        return specs
 
     def load(self, base_dir: str | os.PathLike[str] | None = None) -> Workload:
         """Validate the workload (with this stage's overrides); raises ``WorkloadError``.

@@ -36,17 +36,18 @@ def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
 async def _follow_logs(
     watcher: RunWatcher,
     run_id: int,
-    node: int,
+    node: int | None,
     events: queue.SimpleQueue[tuple[str, Any]],
     ended: asyncio.Event,
 ) -> None:
     try:
-        # The watcher's wait says when the run ended: no runs/get of the follower's own.
-        async for record in watcher.client.iter_logs(
+        # Every task, attempt and node (or one node); the watcher's wait says when the run
+        # ended, so the follower asks for the run only now and then (to learn of retries).
+        async for record in watcher.client.iter_run_logs(
             run_id, node=node, follow=True, until=ended.is_set
         ):
             for line in record.body.splitlines() or [""]:
-                events.put(("log", f"[run {run_id} node {record.node_index}] {line}"))
+                events.put(("log", (record, line)))
     except AirError as error:
         events.put(("warning", f"stopped streaming logs of run {run_id}: {error}"))
 
@@ -56,13 +57,15 @@ async def watch_run(
     run_id: int,
     events: queue.SimpleQueue[tuple[str, Any]],
     log_node: int | None,
+    follow_logs: bool = True,
 ) -> RunState:
-    """Wait for the run to end through the shared watcher, following one node's logs."""
+    """Wait for the run to end through the shared watcher, following every node's logs
+    (only ``log_node``'s when set)."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
         asyncio.create_task(_follow_logs(watcher, run_id, log_node, events, ended))
-        if log_node is not None
+        if follow_logs
         else None
     )
     try:

@@ -264,7 +264,7 @@ class Demo:
         command = [
             dagster, "asset", "materialize",
             "-m", DAGSTER_MODULE,
-            "-d", str(DAGSTER_PROJECT / "src"),
+            "-d", str(DAGSTER_PROJECT),
             "--select", ",".join(DAGSTER_ASSETS),
             # One process: a process per step would only add start-up time here.
             "--config-json", json.dumps({"execution": {"config": {"in_process": {}}}}),

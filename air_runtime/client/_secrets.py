@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .._errors import AuthError, ConfigurationError, NotFound, PlatformError
+from .._errors import AirError, AuthError, ConfigurationError, NotFound, PlatformError
 from ._core import ClientCore, Flow, gather
+from ._identity import whoami
 
 SECRETS_API = "/api/2.0/secrets"
 # What the secrets API accepts in a key and in a scope name (both at most 128 characters);
@@ -56,6 +57,15 @@ def ensure_secret_scope(core: ClientCore, scope: str) -> Flow[None]:
             ) from error
         raise
     except AuthError as error:
+        # A 403 here is either the scope's permissions or credentials the workspace refuses
+        # everywhere (an invalid token answers 403 too): the current-user call tells them
+        # apart, and a refused token is reported as what it is.
+        try:
+            yield from whoami(core)
+        except AuthError:
+            raise
+        except AirError:
+            pass  # cannot tell: the scope's permissions are the likelier cause
         raise ConfigurationError(
             f"not allowed to create secret scope {scope!r} on {core.host} "
             f"(credentials from {core.credentials.source}): ask a workspace admin to create "

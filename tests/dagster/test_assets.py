@@ -54,6 +54,11 @@ def test_success_records_metadata_and_streams_node_logs(
     ]
     assert md["dagster-air/mlflow_run_id"].value
     assert md["dagster-air/mlflow_experiment_id"].value
+    assert md["dagster-air/mlflow_run"].url == (
+        f"{local_workspace.host}/ml/experiments/{md['dagster-air/mlflow_experiment_id'].value}"
+        f"/runs/{md['dagster-air/mlflow_run_id'].value}"
+    )
+    assert md["dagster-air/gpu_hours"].value > 0
     assert len(md["dagster-air/workload_hash"].value) == 16
 
     # The asset definition carries the derived fields of the translator.
@@ -65,7 +70,7 @@ def test_success_records_metadata_and_streams_node_logs(
     # Node 0's log went to the step's compute log while waiting.
     assert "hello from rank 0" in node_log(local_workspace, run_id)
     logs = compute_logs(dagster_home, result.run_id)
-    assert f"[run {run_id} node 0] hello from rank 0" in logs
+    assert f"[run {run_id} hello node 0 attempt 1] hello from rank 0" in logs
     assert "learning_rate: 0.25" in logs
     assert counters(local_workspace)["runs_created"] == 1
 

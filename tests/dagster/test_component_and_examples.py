@@ -14,7 +14,7 @@ import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 from dagster_checks import counters, node_log
 
-from dagster_air import AirWorkloadComponent
+from dagster_air import AirWorkloadComponent, AirWorkspace
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_PROJECT = REPO / "examples" / "dagster"
@@ -43,12 +43,20 @@ def test_scaffolded_component_materializes_against_the_workspace(
             scaffold_params={"experiment_name": "starter_run"},
         )
         defs_yaml = yaml.safe_load((defs_path / "defs.yaml").read_text())
-        assert defs_yaml["attributes"]["workload"] == "workload.yaml"
-        assert defs_yaml["attributes"]["workspace"]["token_env"] == "DATABRICKS_TOKEN"
+        assert defs_yaml["attributes"] == {"workload": "workload.yaml"}
         assert "experiment_name: starter_run" in (defs_path / "workload.yaml").read_text()
 
         with sandbox.load_component_and_build_defs(defs_path=defs_path) as (component, defs):
             assert isinstance(component, AirWorkloadComponent)
+            # The scaffolded component uses the project's air_workspace: no clash with it.
+            project = dg.Definitions(
+                resources={
+                    "air_workspace": AirWorkspace(
+                        host=dg.EnvVar("DATABRICKS_HOST"), token=dg.EnvVar("DATABRICKS_TOKEN")
+                    )
+                }
+            )
+            defs = dg.Definitions.merge(defs, project)
             job = defs.resolve_implicit_global_asset_job_def()
             result = job.execute_in_process(instance=instance)
     assert result.success
@@ -129,12 +137,14 @@ def test_dg_list_components_shows_the_component():
     assert "dagster_air.AirWorkloadComponent" in out.stdout
 
 
-def test_dg_check_defs_passes_on_the_example_project(tmp_path):
+def test_dg_check_defs_reports_an_unset_secret_variable_of_the_example_project(tmp_path):
+    """(tests/dagster/test_readme_commands.py runs the passing `dg check defs`.)"""
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE_PROJECT, project)
     # The example finds the RL workloads two folders up, as in the repository.
     shutil.copytree(REPO / "examples" / "rl", tmp_path / "rl")
     env = {**_dg_env(), "AIRO_HOST": "http://127.0.0.1:9", "AIRO_TOKEN": "unused"}
+    env.pop("HF_TOKEN", None)
     env["DAGSTER_HOME"] = str(tmp_path / "home")
     (tmp_path / "home").mkdir()
     out = subprocess.run(
@@ -145,8 +155,9 @@ def test_dg_check_defs_passes_on_the_example_project(tmp_path):
         cwd=project,
         timeout=300,
     )
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    assert "All definitions loaded successfully" in out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-3000:]
+    assert "environment variable(s) not set in this process: HF_TOKEN (HF_TOKEN)" in text
 
 
 def test_example_rl_pipeline_runs_on_the_local_workspace(
@@ -156,7 +167,7 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
     monkeypatch.setenv("AIRO_TOKEN", local_workspace.token)
     monkeypatch.setenv("HF_TOKEN", "hf_example_token_value")
     monkeypatch.setenv("RL_OUTPUT_ROOT", str(tmp_path / "rl"))
-    monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT / "src"))
+    monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT))
     import air_examples.definitions
 
     defs = air_examples.definitions.defs()
@@ -170,7 +181,7 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
         m.asset_key.path[-1]: m.materialization for m in result.get_asset_materialization_events()
     }
     assert set(mats) == {"air_images", "grpo", "evaluate"}
-    output_dir = Path(mats["grpo"].metadata["rl_output_dir"].value)
+    output_dir = Path(mats["grpo"].metadata["dagster/uri"].value)
     assert output_dir == tmp_path / "rl" / result.run_id
     assert (output_dir / "metrics.json").is_file()
     containers = mats["grpo"].metadata["dagster-air/containers"].value.records
@@ -181,3 +192,8 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
     assert "hf_example_token_value" not in dg.serialize_value(
         list(instance.all_logs(result.run_id))
     )
+    # Evaluating alone reads where the latest training wrote (its recorded dagster/uri).
+    alone = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("evaluate")])
+    assert alone.success
+    (evaluated,) = alone.get_asset_materialization_events()
+    assert evaluated.materialization.metadata["dagster/uri"].value == str(output_dir)

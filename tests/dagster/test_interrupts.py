@@ -153,8 +153,12 @@ def test_a_retry_after_a_failed_remote_run_starts_a_new_one(
     seen = counters(local_workspace)
     assert seen["runs_created"] == 2
     assert sorted(seen["submits_per_token"].values()) == [1, 1]
+    # The generation observation (attempt ends are observations too, without a generation).
     (observation,) = [
-        e for e in result.all_events if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+        e
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+        and "dagster-air/generation" in e.event_specific_data.asset_observation.metadata
     ]
     first = observation.event_specific_data.asset_observation.metadata
     assert first["dagster-air/final_state"].value == "FAILED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import dagster as dg
+import pytest
 from dagster_checks import compute_logs, event_log_text, failure_data, node_log, workload
 
 from dagster_air import AirStage, build_air_assets
@@ -129,12 +130,22 @@ def test_secret_in_a_failure_message_is_redacted(
     assert secret not in event_log_text(instance, result.run_id)
 
 
-def test_a_missing_secret_variable_fails_without_retry(air_workspace, instance, local_workspace):
-    assets = build_air_assets(
-        AirStage(key="no_secret", workload=workload("no_secret", "true")),
-        secret_env={"HF_TOKEN": dg.EnvVar("SURELY_NOT_SET_ANYWHERE")},
-        retry_policy=dg.RetryPolicy(max_retries=2),
-    )
+def test_a_missing_secret_variable_is_a_definition_error_and_fails_a_run_without_retry(
+    air_workspace, instance, local_workspace, monkeypatch
+):
+    def define():
+        return build_air_assets(
+            AirStage(key="no_secret", workload=workload("no_secret", "true")),
+            secret_env={"HF_TOKEN": dg.EnvVar("SURELY_NOT_SET_ANYWHERE")},
+            retry_policy=dg.RetryPolicy(max_retries=2),
+        )
+
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="SURELY_NOT_SET_ANYWHERE"):
+        define()
+    # Set where the definitions load, unset where the run executes: the run fails, once.
+    monkeypatch.setenv("SURELY_NOT_SET_ANYWHERE", "x" * 8)
+    assets = define()
+    monkeypatch.delenv("SURELY_NOT_SET_ANYWHERE")
     result = dg.materialize(
         [assets],
         resources={"air_workspace": air_workspace},

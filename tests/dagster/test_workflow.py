@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 import httpx
-from dagster_checks import counters, failure_data, node_log, workload
+from dagster_checks import compute_logs, counters, failure_data, node_log, workload
 
 from air_runtime import AirClient
 from dagster_air import AirStage, build_air_assets
@@ -114,6 +114,14 @@ def test_a_failed_stage_fails_the_step_after_recording_the_stages_that_succeeded
     failure = failure_data(result).user_failure_data
     assert "Failed task: second" in failure.description
     assert "exit code 4" in failure.description
+    # The observation that says the remote run ended badly is on the failed stage's asset.
+    (observation,) = [
+        e.asset_observation_data.asset_observation
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+        and "dagster-air/generation" in e.asset_observation_data.asset_observation.metadata
+    ]
+    assert observation.asset_key == dg.AssetKey("second")
 
 
 def _raw_run(local_workspace, run_id):
@@ -125,3 +133,57 @@ def _raw_run(local_workspace, run_id):
     )
     response.raise_for_status()
     return response.json()
+
+
+def test_every_node_and_attempt_reaches_the_compute_logs_and_each_attempt_end_is_an_event(
+    air_workspace, instance, local_workspace, tmp_path, dagster_home
+):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # The first attempt fails (both ranks print first), the platform retries the task once.
+    flaky = (
+        f'echo "rank $NODE_RANK try"\n'
+        f'if [ ! -f "{marks}/failed" ]; then sleep 0.5; touch "{marks}/failed"; exit 3; fi\n'
+    )
+    assets = build_air_assets(
+        [
+            AirStage(key="prepare", workload=workload("prepare", "echo prepared\n")),
+            AirStage(
+                key="train",
+                workload=workload(
+                    "train",
+                    flaky,
+                    compute={"accelerator_type": "GPU_1xA10", "num_accelerators": 2},
+                    max_retries=1,
+                ),
+                depends_on=["prepare"],
+            ),
+        ],
+        name="retried",
+    )
+    result = dg.materialize([assets], resources={"air_workspace": air_workspace}, instance=instance)
+    assert result.success
+    stdout = compute_logs(dagster_home, result.run_id)
+    for label in ("train node 0 attempt 1", "train node 1 attempt 1", "train node 1 attempt 2"):
+        assert f"{label}] rank {label.split()[2]} try" in stdout, label
+    assert "prepare node 0 attempt 1] prepared" in stdout
+    ends = [
+        (
+            e.asset_observation_data.asset_observation.asset_key.path[-1],
+            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt"].value,
+            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt_state"].value,
+        )
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert sorted(ends) == [
+        ("prepare", 1, "SUCCESS"),
+        ("train", 1, "FAILED"),
+        ("train", 2, "SUCCESS"),
+    ]
+    mats = {
+        m.asset_key.path[-1]: m.materialization for m in result.get_asset_materialization_events()
+    }
+    # GPU-hours of both attempts of train (2 GPUs each).
+    assert mats["train"].metadata["dagster-air/gpu_hours"].value > 0
+    assert mats["train"].metadata["dagster-air/attempt"].value == 2

@@ -25,7 +25,7 @@ def test_rl_assets_launched_through_graphql(
         code_location={
             "python_module": {
                 "module_name": DAGSTER_MODULE,
-                "working_directory": str(DAGSTER_PROJECT / "src"),
+                "working_directory": str(DAGSTER_PROJECT),
                 "location_name": LOCATION,
             }
         },
@@ -67,7 +67,7 @@ def test_rl_assets_launched_through_graphql(
         }
         assert grpo["dagster-air/task_run_id"] != evaluate["dagster-air/task_run_id"]
         # The trainer wrote its metrics where this run's metadata says.
-        metrics = json.loads((Path(grpo["rl_output_dir"]) / "metrics.json").read_text())
+        metrics = json.loads((Path(grpo["dagster/uri"]) / "metrics.json").read_text())
         assert metrics["epochs"] >= 1 and 0.0 <= metrics["mean_reward"] <= 1.0
     finally:
         deployment.stop()

@@ -14,7 +14,7 @@ from dagster_air import (
     build_image_registration_asset,
 )
 
-RL_EXAMPLES = Path(__file__).resolve().parents[4] / "rl"
+RL_EXAMPLES = Path(__file__).resolve().parents[3] / "rl"
 OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT", "/tmp/airo-rl/dagster")
 HF_TOKEN = {"HF_TOKEN": dg.EnvVar("HF_TOKEN")}
 
@@ -41,23 +41,14 @@ air_images = build_image_registration_asset(
         ),
     ],
     secret_env=HF_TOKEN,
+    # Each run trains into its own folder, recorded as the materialization's dagster/uri;
+    # evaluating alone gets the folder of the latest training in RL_OUTPUT_DIR.
+    run_env={"RL_OUTPUT_DIR": OUTPUT_ROOT + "/{run_id}"},
+    output_env="RL_OUTPUT_DIR",
 )
 def rl_pipeline(context: dg.AssetExecutionContext, air: AirInvocation):
-    """Each run trains into its own folder; evaluating alone reads the latest training's."""
-    if dg.AssetKey("grpo") in context.selected_asset_keys:
-        output_dir = f"{OUTPUT_ROOT}/{context.run_id}"
-    else:
-        latest = context.instance.get_latest_materialization_event(dg.AssetKey("grpo"))
-        if latest is None or latest.asset_materialization is None:
-            raise dg.Failure("evaluate needs a materialized grpo first", allow_retries=False)
-        output_dir = latest.asset_materialization.metadata["rl_output_dir"].value
-    for result in air.run({"env_variables.RL_OUTPUT_DIR": output_dir}):
-        if isinstance(result, dg.MaterializeResult):
-            result = dg.MaterializeResult(
-                asset_key=result.asset_key,
-                metadata={**(result.metadata or {}), "rl_output_dir": output_dir},
-            )
-        yield result
+    """GRPO training and its evaluation, as one multi-task run."""
+    yield from air.run()
 
 
 rl_trials = dg.DynamicPartitionsDefinition(name="rl_trials")

@@ -1,0 +1,190 @@
+"""What a user learns before a run (definition errors, YAML options) and the messages of runs
+the workspace refuses."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+import yaml
+from dagster.components.testing import create_defs_folder_sandbox
+from dagster_checks import counters, failure_data, workload
+
+from dagster_air import AirStage, AirWorkspace, air_workload_asset, build_air_assets
+
+
+def test_partition_coverage_is_checked_when_the_definitions_load():
+    sweep = dg.StaticPartitionsDefinition(["lr_small", "lr_large"])
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as raised:
+        build_air_assets(
+            AirStage(key="sweep", workload=workload("sweep", "true")),
+            partitions_def=sweep,
+            partition_parameters={"lr_small": {"lr": 0.01}, "lr_lage": {"lr": 0.1}},
+        )
+    message = str(raised.value)
+    assert "without an entry in partition_parameters: lr_large" in message
+    assert "of no partition: lr_lage" in message
+
+
+def test_python_factories_take_checks_pool_retries_backfill_and_io_manager():
+    @air_workload_asset(
+        workload=workload("trained", "true"),
+        check_specs=["reward_ok", dg.AssetCheckSpec("loss_ok", asset="trained", blocking=True)],
+        pool="gpu",
+        retry_policy=dg.RetryPolicy(max_retries=2),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        io_manager_key="stage_outputs",
+        partitions_def=dg.StaticPartitionsDefinition(["a"]),
+        group_name="training",
+    )
+    def trained(context, air):
+        yield from air.run()
+
+    assert {k.name for k in trained.check_keys} == {"reward_ok", "loss_ok"}
+    assert trained.op.pool == "gpu"
+    assert trained.op.retry_policy.max_retries == 2
+    assert trained.backfill_policy == dg.BackfillPolicy.single_run()
+    assert trained.get_io_manager_key_for_asset_key(dg.AssetKey("trained")) == "stage_outputs"
+    assert trained.specs_by_key[dg.AssetKey("trained")].group_name == "training"
+
+    # check_specs among a stage's asset attributes no longer reach AssetSpec (a TypeError).
+    stages = build_air_assets(
+        AirStage(
+            key="stage",
+            workload=workload("stage", "true"),
+            asset_attributes={"check_specs": ["done"], "group_name": "g"},
+        )
+    )
+    assert {k.name for k in stages.check_keys} == {"done"}
+
+
+def _write_component(sandbox, name: str, attributes: dict) -> None:
+    folder = sandbox.defs_folder_path / name
+    folder.mkdir()
+    (folder / "defs.yaml").write_text(
+        yaml.safe_dump({"type": "dagster_air.AirWorkloadComponent", "attributes": attributes})
+    )
+
+
+def test_component_yaml_options_and_load_time_errors(monkeypatch):
+    monkeypatch.delenv("NOT_SET_TOKEN_VAR", raising=False)
+    inline = workload("inline", "true")
+    with create_defs_folder_sandbox() as sandbox:
+        _write_component(
+            sandbox,
+            "trained",
+            {
+                "workload": inline,
+                "checks": [{"name": "reward_ok"}, {"name": "loss_ok", "blocking": True}],
+                "pool": "gpu",
+                "retry_policy": {"max_retries": 3, "delay": 5, "backoff": "EXPONENTIAL"},
+                "backfill_policy": {"type": "multi_run", "max_partitions_per_run": 4},
+                "io_manager_key": "stage_outputs",
+                "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                "partition_parameters": {"a": {"x": 1}, "b": {"x": 2}},
+                "stages": None,
+            },
+        )
+        with sandbox.build_all_defs() as defs:
+            (assets,) = list(defs.assets or [])
+            assert {
+                k.name: s.blocking for k, s in {s.key: s for s in assets.check_specs}.items()
+            } == {
+                "reward_ok": False,
+                "loss_ok": True,
+            }
+            assert assets.op.pool == "gpu"
+            assert assets.op.retry_policy.max_retries == 3
+            assert assets.op.retry_policy.backoff == dg.Backoff.EXPONENTIAL
+            assert assets.backfill_policy == dg.BackfillPolicy.multi_run(4)
+
+    # A partition without parameters, and a workspace variable that is not set: both
+    # reported when the definitions load (what `dg check defs` runs).
+    for attributes, expected in [
+        (
+            {
+                "workload": inline,
+                "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                "partition_parameters": {"a": {"x": 1}},
+            },
+            "without an entry in partition_parameters: b",
+        ),
+        (
+            {
+                "workload": inline,
+                "workspace": {"host": "http://x", "token_env": "NOT_SET_TOKEN_VAR"},
+            },
+            "NOT_SET_TOKEN_VAR (token_env)",
+        ),
+    ]:
+        with create_defs_folder_sandbox() as sandbox:
+            _write_component(sandbox, "broken", attributes)
+            with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+                pass
+            assert expected in _full_text(raised.value)
+
+
+def _full_text(error: BaseException) -> str:
+    texts = []
+    while error is not None:
+        texts.append(str(error))
+        error = error.__cause__ or error.__context__
+    return "\n".join(texts)
+
+
+def test_a_wrong_token_is_reported_as_the_token_with_and_without_secrets(
+    local_workspace, instance, monkeypatch
+):
+    monkeypatch.setenv("TEST_SECRET_FOR_TOKEN", "hf_value_never_stored")
+    wrong = AirWorkspace(host=local_workspace.host, token="dapi-wrong-token-value")
+    with_secret = build_air_assets(
+        AirStage(key="with_secret", workload=workload("with_secret", "true")),
+        secret_env={"HF_TOKEN": "TEST_SECRET_FOR_TOKEN"},
+    )
+    without = build_air_assets(AirStage(key="without", workload=workload("without", "true")))
+    for assets in (with_secret, without):
+        result = dg.materialize(
+            [assets], resources={"air_workspace": wrong}, instance=instance, raise_on_error=False
+        )
+        description = failure_data(result).user_failure_data.description
+        assert "refused the credentials" in description, description
+        assert "secret scope" not in description and "refused the workload" not in description
+    assert counters(local_workspace)["runs_created"] == 0
+
+
+def test_yaml_schema_errors_name_the_nested_key():
+    """The JSON schema `dg check yaml` validates with: a nested mistake is named, templates
+    and valid attributes still pass."""
+    import jsonschema
+
+    from dagster_air import AirWorkloadComponent
+
+    validator = jsonschema.Draft202012Validator(
+        AirWorkloadComponent.get_model_cls().model_json_schema()
+    )
+    good = {
+        "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_name": "g"}}],
+        "partitions_def": {"type": "static", "partition_keys": ["x"]},
+        "checks": [{"name": "c", "blocking": True}],
+        "retry_policy": {"max_retries": 2},
+    }
+    assert [e.message for e in validator.iter_errors(good)] == []
+    assert [e.message for e in validator.iter_errors({**good, "asset": "{{ asset }}"})] == []
+    bad = {
+        "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_nam": "g"}}],
+        "partitions_def": {"type": "static", "partition_keyz": ["x"]},
+        "retry_policy": {"max_retrys": 2},
+    }
+    errors = [(tuple(e.absolute_path), e.message) for e in validator.iter_errors(bad)]
+    assert (
+        ("stages", 0, "asset"),
+        "Additional properties are not allowed ('group_nam' was unexpected)",
+    ) in errors
+    assert (
+        ("retry_policy",),
+        "Additional properties are not allowed ('max_retrys' was unexpected)",
+    ) in errors
+    assert (
+        ("partitions_def",),
+        "Additional properties are not allowed ('partition_keyz' was unexpected)",
+    ) in errors
+    assert not any("any of the given schemas" in m for _, m in errors)

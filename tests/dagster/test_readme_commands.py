@@ -1,0 +1,59 @@
+"""The commands of examples/dagster/README.md, run as written (a fresh HOME, so the local
+workspace starts from nothing; a free port instead of 8765, which may be taken)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "examples" / "dagster" / "README.md"
+
+
+def _sh_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_example_readme_commands_work_as_written(tmp_path):
+    if Path(sys.executable).parent != REPO / ".venv" / "bin":
+        pytest.skip("the README activates the repository's .venv (make venv)")
+    (block,) = _sh_blocks(README.read_text())
+    port = str(_free_port())
+    script = block.replace("8765", port)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRO_", "DATABRICKS_", "DAGSTER_", "VIRTUAL_ENV"))
+    }
+    env.update(HOME=str(home), NO_COLOR="1", PATH=os.defpath)
+    # Stop the backgrounded workspace when the block ends, however it ends.
+    wrapped = f"set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n{script}"
+    out = subprocess.run(
+        ["bash", "-c", wrapped],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert "All definitions loaded successfully" in text
+    assert 'RUN_SUCCESS - Finished execution of run for "__ASSET_JOB"' in text, text[-3000:]
+    materialized = [line for line in text.splitlines() if "ASSET_MATERIALIZATION" in line]
+    for asset in ("air_images", "grpo", "evaluate"):
+        assert any(asset in line for line in materialized), asset
