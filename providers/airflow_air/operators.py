@@ -41,14 +41,18 @@ def _default_deferrable() -> bool:
 
 @contextlib.contextmanager
 def _configuration_errors_fail_fast(redact: Any = str) -> Iterator[None]:
-    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException);
-    ``redact`` cleans their message (an image registration's reason may echo credentials)."""
-    from air_runtime import AuthError, ConfigurationError, WorkloadError
+    """The core's errors a retry cannot fix (``retryable`` False: an invalid workload, a
+    refused credential, a request the workspace rejects) become ``AirConfigurationError`` (an
+    AirflowFailException); a failed or timed-out run stays retryable (a retry submits a new
+    run). ``redact`` cleans the message (an image registration's reason may echo credentials)."""
+    from air_runtime import AirError, RunFailed, RunTimeout
     from airflow_air.exceptions import AirConfigurationError
 
     try:
         yield
-    except (WorkloadError, ConfigurationError, AuthError) as exc:
+    except AirError as exc:
+        if exc.retryable or isinstance(exc, RunFailed | RunTimeout):
+            raise
         raise AirConfigurationError(redact(str(exc))) from exc
 
 
@@ -183,25 +187,60 @@ class AirRunOperator(BaseOperator):
 
         return workload_template_env(super().get_template_env(dag))
 
+    def render_template(
+        self,
+        content: Any,
+        context: Context,
+        jinja_env: jinja2.Environment | None = None,
+        seen_oids: set[int] | None = None,
+    ) -> Any:
+        """Airflow's rendering; a missing workload file or a Jinja syntax error fails the task
+        at once (``AirConfigurationError``), naming the file: no retry can fix either."""
+        import jinja2
+
+        try:
+            return super().render_template(content, context, jinja_env, seen_oids)
+        except jinja2.TemplateNotFound as exc:
+            from airflow_air.exceptions import AirConfigurationError
+
+            folders = ", ".join(self.workload_search_folders()) or "no Dag folder"
+            raise AirConfigurationError(
+                f"{self.task_id}: workload file {exc.name!r} not found (searched {folders}); "
+                "give a path relative to the Dag folder or template_searchpath, or an "
+                "absolute path"
+            ) from None
+        except jinja2.TemplateSyntaxError as exc:
+            from airflow_air.exceptions import AirConfigurationError
+
+            where = exc.filename or exc.name or self.workload_file or "<template>"
+            raise AirConfigurationError(
+                f"{self.task_id}: Jinja syntax error in {where} (line {exc.lineno}): {exc.message}"
+            ) from None
+
     # --- workload -----------------------------------------------------------------------------
 
-    def workload_base_dir(self) -> str | None:
-        """Folder of the workload file (for ``code_source.root_path``), or None for text/dicts."""
-        path = self.workload_file
-        if not path:
-            return None
-        if os.path.isabs(path):
-            return os.path.dirname(path)
+    def workload_search_folders(self) -> list[str]:
+        """Where a relative workload path is looked up: the Dag folder, then
+        ``template_searchpath`` (Airflow's template loader)."""
         roots: list[str] = []
         dag = self.dag if self.has_dag() else None
         if dag is not None:
             roots.append(dag.folder)
             searchpath = dag.template_searchpath or []
             roots.extend([searchpath] if isinstance(searchpath, str) else searchpath)
-        for root in roots:
+        return [str(root) for root in roots]
+
+    def workload_path(self) -> str | None:
+        """The absolute path of the workload file, or None for text/dicts (or not found)."""
+        path = self.workload_file
+        if not path:
+            return None
+        if os.path.isabs(path):
+            return path
+        for root in self.workload_search_folders():
             candidate = os.path.join(root, path)
             if os.path.isfile(candidate):
-                return os.path.dirname(os.path.abspath(candidate))
+                return os.path.abspath(candidate)
         return None
 
     def load_workload(
@@ -213,14 +252,17 @@ class AirRunOperator(BaseOperator):
 
         source = self.workload if workload is None else workload
         overrides = self.overrides if workload is None else overrides
-        base_dir = self.workload_base_dir()
+        path = self.workload_path()
+        base_dir = os.path.dirname(path) if path is not None else None
         if isinstance(source, str) and source == self.workload_file:
             # Templating did not replace the path (e.g. rendering skipped): load the file.
-            if base_dir is not None:
-                source = os.path.join(base_dir, os.path.basename(source))
+            if path is not None:
+                source = path
         elif isinstance(source, str) and source.endswith(_WORKLOAD_EXTENSIONS):
             source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
-        return load_workload(source, overrides or None, base_dir=base_dir)
+        # Rendered text is named by its file in messages; text given inline by the task.
+        name = path or self.workload_file or f"{self.task_id}.workload"
+        return load_workload(source, overrides or None, base_dir=base_dir, source_name=name)
 
     def secret_scope_name(self, secret_scope: str | None = None) -> str:
         from airflow_air.hooks import default_secret_scope
