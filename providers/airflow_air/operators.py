@@ -176,6 +176,8 @@ class AirRunOperator(BaseOperator):
         self.workflow_submit_task_id: str | None = None
         self.workflow_task_key: str | None = None
         self._run_id: int | None = None
+        # What this try knows of its run (the return value's fields), for OpenLineage.
+        self._lineage_result: dict[str, Any] | None = None
         # This try's redactor (see redactor()); holds the resolved secret values, so it
         # is never a template field, never serialized and never pushed.
         self._redactor: Redactor | None = None
@@ -382,6 +384,9 @@ class AirRunOperator(BaseOperator):
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             workload = self.load_workload()
+            from airflow_air._openlineage import with_parent_job_env
+
+            workload = with_parent_job_env(workload, context)
             log = self.redacting_log(client)
             prepared: list[Workload] = []
             written: list[SubmissionSecrets] = []
@@ -399,6 +404,7 @@ class AirRunOperator(BaseOperator):
 
             record, _ = own_run(context, self, client, submit, log=log, namespace=namespace)
             self._run_id = record.run_id
+            self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
@@ -421,6 +427,11 @@ class AirRunOperator(BaseOperator):
         url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
         record = RunRecord(int(run_id), url, 0, 0)
         self._run_id = record.run_id
+        self._lineage_result = {
+            "run_id": record.run_id,
+            "run_page_url": url,
+            "task_key": self.workflow_task_key,
+        }
         push_run_xcoms(context, record.run_id, record.run_page_url)
         self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
         with (
@@ -516,6 +527,7 @@ class AirRunOperator(BaseOperator):
         from airflow_air.exceptions import AirRunFailedError
 
         self._run_id = outcome.run_id
+        self._lineage_result = {**outcome.result(), "mlflow_run_url": outcome.mlflow_run_url}
         push_mlflow_link(context, outcome.mlflow_run_url)
         redact = self.redactor()
         outcome = dataclasses.replace(outcome, message=redact(outcome.message))
@@ -534,6 +546,31 @@ class AirRunOperator(BaseOperator):
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    # --- OpenLineage (apache-airflow-providers-openlineage calls these; airflow_air._openlineage)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._openlineage_lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._openlineage_lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._openlineage_lineage()
+
+    def _openlineage_lineage(self) -> Any:
+        from urllib.parse import urlsplit
+
+        from airflow_air._openlineage import operator_lineage
+
+        try:
+            workload: Workload | None = self.load_workload()
+        except Exception:  # an invalid workload fails the task; lineage has nothing to add
+            workload = None
+        result = self._lineage_result or {}
+        url = urlsplit(str(result.get("run_page_url") or ""))
+        host = f"{url.scheme}://{url.netloc}" if url.netloc else None
+        return operator_lineage(workload, result, host=host)
 
     def _delete_orchestrator_secrets(self, context: Context, outcome: Outcome) -> None:
         """The run has ended (for a stage: once its whole run has): delete the keys its
