@@ -48,7 +48,7 @@ def test_validate_dag_workloads_checks_every_task():
 
 
 def test_workload_errors_fail_at_once_without_retries(workspace, task_log):
-    dag = load_test_dag("air_test_workload_errors")
+    dag = load_test_dag("air_test_workload_errors", "air_test_workload_errors.py")
     dag_run = dag.test()
 
     states = task_states(dag_run)

@@ -122,28 +122,6 @@ with (
             deferrable=_deferrable,
         )
 
-# Workload errors a retry cannot fix: each task fails at once, naming the file or override.
-with DAG(
-    "air_test_workload_errors",
-    schedule=None,
-    start_date=START,
-    params={"name": "checks", "gpus": 0},
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=0)},
-) as workload_errors_dag:
-    AirRunOperator(task_id="missing_file", workload="workloads/missing.yaml")
-    AirRunOperator(task_id="invalid_file", workload="workloads/invalid.yaml")
-    AirRunOperator(
-        task_id="bad_override",
-        workload="workloads/templated.yaml",
-        overrides={"compute.num_accelerators": "{{ params.gpus }}"},
-    )
-    with AirWorkflowTaskGroup("group", run_name="air_test_workload_errors"):
-        AirRunOperator(
-            task_id="stage",
-            workload="workloads/templated.yaml",
-            overrides={"compute.accelerator_typ": "GPU_1xA10"},
-        )
-
 # OpenLineage: the workload's volumes become datasets, the run's ids a run facet; the command
 # prints the parent job info the operator passes on.
 with DAG("air_test_openlineage", schedule=None, start_date=START) as openlineage_dag:
