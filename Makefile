@@ -3,16 +3,33 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.synced
+# The lowest versions the project declares (apache-airflow's lowest supported minor, the
+# core's lowest direct dependencies), resolved by uv from pyproject.toml beside the lock.
+LOWEST := .venv-lowest
+LOWEST_STAMP := $(LOWEST)/.synced
+LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflow_workload_checks.py \
+	tests/airflow/test_airflow_operator.py::test_success
 
-.PHONY: venv services test test-fast lint demo bench reliability workspace clean
+.PHONY: venv venv-lowest services test test-lowest test-fast lint demo bench reliability workspace clean
 
 venv: $(STAMP)
 
 $(STAMP): uv.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==0.13.8"
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --frozen --all-extras --inexact --python $(BIN)/python
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --frozen --all-extras --group dev --inexact --python $(BIN)/python
 	touch $(STAMP)
+
+venv-lowest: $(LOWEST_STAMP)
+
+$(LOWEST_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(LOWEST)
+	$(BIN)/uv pip compile -q pyproject.toml --extra airflow --extra local \
+		--resolution lowest-direct --python $(LOWEST)/bin/python -o $(LOWEST)/requirements.txt
+	$(BIN)/uv pip install -q --python $(LOWEST)/bin/python -r $(LOWEST)/requirements.txt \
+		$$($(BIN)/uv pip freeze --python $(BIN)/python | grep -E '^(pytest|pytest-asyncio|pytest-timeout)==')
+	$(BIN)/uv pip install -q --python $(LOWEST)/bin/python --no-deps -e .
+	touch $(LOWEST_STAMP)
 
 lint: venv
 	$(BIN)/ruff check .
@@ -23,8 +40,12 @@ lint: venv
 services:
 	@bash .ci/services.sh >/dev/null 2>&1 || true
 
-test: venv lint services
+test: venv lint services test-lowest
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# A few Airflow tests on the lowest supported versions (the whole suite runs on the locked ones).
+test-lowest: venv-lowest
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow"
@@ -43,4 +64,4 @@ workspace: venv
 	$(BIN)/airo workspace --port 8765
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LOWEST) .mypy_cache .ruff_cache .pytest_cache

@@ -33,6 +33,12 @@ from air_runtime._errors import (
 )
 from air_runtime._redaction import Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
+from air_runtime._templates import (
+    has_template_placeholders,
+    render_workload_sample,
+    sample_template_context,
+    workload_template_environment,
+)
 from air_runtime.plan import (
     CodeSnapshot,
     Stage,
@@ -138,6 +144,10 @@ __all__ = [
     "load_workload",
     "make_idempotency_token",
     "find_docker_credentials",
+    "has_template_placeholders",
+    "render_workload_sample",
+    "sample_template_context",
+    "workload_template_environment",
     "normalize_docker_ref",
     "normalize_host",
     "parse_docker_ref",

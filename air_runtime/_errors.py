@@ -25,8 +25,13 @@ class Problem:
     hint: str | None = None
     line: int | None = None
     column: int | None = None
+    # The override key that set this value, when the value came from an override rather
+    # than from a line of the workload.
+    override: str | None = None
 
     def location(self) -> str:
+        if self.override is not None:
+            return f"{self.path or '<workload>'} (set by override {self.override!r})"
         if self.line is None:
             return self.path or "<workload>"
         col = f":{self.column}" if self.column is not None else ""
@@ -43,6 +48,7 @@ class Problem:
             "column": self.column,
             "message": self.message,
             "hint": self.hint,
+            "override": self.override,
         }
 
 

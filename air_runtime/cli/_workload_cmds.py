@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
 
 from air_runtime._errors import ConfigurationError, WorkloadError
 from air_runtime._snapshot import resolve_snapshot
+from air_runtime._templates import has_template_placeholders, render_workload_sample
 from air_runtime.plan import build_plan
 from air_runtime.workload import lint_workload, load_workload, workload_json_schema
 
@@ -24,6 +26,14 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="dotted path override applied before validation (repeatable)",
+    )
+    validate.add_argument(
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a value for the Jinja sample context of templated workloads, dotted "
+        "(params.gpus=16; repeatable)",
     )
     validate.add_argument("--json", action="store_true", help="print the result as JSON")
     validate.set_defaults(func=_validate)
@@ -54,11 +64,68 @@ def register(subparsers: Any) -> None:
     schema.set_defaults(func=_schema)
 
 
+def _sample_context(entries: list[str]) -> dict[str, Any]:
+    """``--context a.b=VALUE`` entries as nested mappings (values are YAML scalars)."""
+    import yaml
+
+    context: dict[str, Any] = {}
+    for entry in entries:
+        key, _, text = entry.partition("=")
+        *parents, name = key.strip().split(".")
+        target = context
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        try:
+            target[name] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            target[name] = text
+    return context
+
+
+def _load_file(path: str, overrides: list[str], context: dict[str, Any]) -> Any:
+    """Load a workload file; one holding Jinja placeholders is rendered with the sample
+    context first (Airflow renders it when the task runs)."""
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return load_workload(path, overrides or None)  # reports the problem with the file
+    if not has_template_placeholders(text):
+        return load_workload(path, overrides or None)
+    rendered = render_workload_sample(text, context, source_name=path)
+    try:
+        return load_workload(
+            rendered,
+            overrides or None,
+            base_dir=str(Path(path).resolve().parent),
+            source_name=path,
+        )
+    except WorkloadError as exc:
+        lines = text.splitlines()
+        templated = [
+            p.line is not None
+            and p.override is None
+            and p.line <= len(lines)
+            and has_template_placeholders(lines[p.line - 1])
+            for p in exc.problems
+        ]
+        if not any(templated):
+            raise
+        note = "this line holds a Jinja placeholder rendered with a sample value; give its value with --context KEY=VALUE"
+        problems = [
+            dataclasses.replace(p, hint=f"{p.hint}; {note}" if p.hint else note) if t else p
+            for p, t in zip(exc.problems, templated, strict=True)
+        ]
+        raise WorkloadError(problems, exc.source) from None
+
+
 def _validate(args: argparse.Namespace) -> int:
     results = []
+    context = _sample_context(args.context)
     for path in args.files:
         try:
-            workload = load_workload(path, args.override or None)
+            workload = _load_file(path, args.override, context)
         except WorkloadError as exc:
             results.append(
                 {

@@ -103,13 +103,12 @@ class CheckerBase:
     def add(
         self, path: str, message: str, hint: str | None = None, *, at_key: bool = False
     ) -> None:
-        mark = self._find_mark(path, at_key)
+        override = self.marks.override_for(path) if self.marks.overridden else None
+        mark = None if override is not None else self._find_mark(path, at_key)
         line, column = mark if mark else (None, None)
-        self.problems.append(Problem(path, message, hint, line, column))
+        self.problems.append(Problem(path, message, hint, line, column, override))
 
     def _find_mark(self, path: str, at_key: bool) -> tuple[int, int] | None:
-        if self.marks.overridden and self.marks.is_overridden(path):
-            return None
         if at_key and path in self.marks.keys:
             return self.marks.keys[path]
         probe = path

@@ -112,6 +112,7 @@ def _parse_overrides(
                     f"overrides.{entry}",
                     f"override {entry!r} is not of the form KEY=VALUE",
                     "e.g. compute.num_accelerators=16",
+                    override=str(entry),
                 )
             )
             continue
@@ -207,7 +208,9 @@ def dump_yaml(data: Any) -> str:
     )
 
 
-def _to_models(normalized: dict[str, Any], source_text: str, base_dir: str | None) -> Workload:
+def _to_models(
+    normalized: dict[str, Any], source_text: str, base_dir: str | None, label: str | None
+) -> Workload:
     try:
         return Workload.model_validate(
             {**normalized, "source_text": source_text, "base_dir": base_dir}
@@ -218,7 +221,7 @@ def _to_models(normalized: dict[str, Any], source_text: str, base_dir: str | Non
             Problem(".".join(str(p) for p in err["loc"]), err["msg"], "check this field")
             for err in exc.errors()
         ]
-        raise WorkloadError(problems) from None
+        raise WorkloadError(problems, label) from None
 
 
 def load_workload(
@@ -226,6 +229,7 @@ def load_workload(
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
     *,
     base_dir: str | os.PathLike[str] | None = None,
+    source_name: str | None = None,
 ) -> Workload:
     """Load and validate a workload; raise ``WorkloadError`` listing every problem.
 
@@ -236,6 +240,9 @@ def load_workload(
 
     ``source_text`` (uploaded as training_config.yaml) is the text as given; for a mapping,
     or when overrides changed the text, it is the YAML dump of what was validated.
+
+    ``source_name`` names YAML text or a mapping in messages (``WorkloadError.source``), e.g.
+    the file a template was rendered from; a path names itself.
     """
     label: str | None = None
     try:
@@ -243,7 +250,9 @@ def load_workload(
         try:
             raw, marks, text, folder, label = _read_source(source, folder)
         except YamlLoadError as exc:
-            raise WorkloadError([exc.problem], label) from None
+            raise WorkloadError([exc.problem], source_name) from None
+        if source_name is not None and label in ("<text>", "<mapping>"):
+            label = source_name
         if not isinstance(raw, dict):
             raise WorkloadError(
                 [
@@ -266,6 +275,7 @@ def load_workload(
                         f"overrides.{key}",
                         error,
                         "give a dotted path such as compute.num_accelerators",
+                        override=key,
                     )
                 )
             else:
@@ -284,7 +294,7 @@ def load_workload(
             raise WorkloadError(problems, label)
         if text is None or items:
             text = dump_yaml(raw)
-        workload = _to_models(normalized, text, folder)
+        workload = _to_models(normalized, text, folder, label)
         workload._raw = raw
         return workload
     except WorkloadError:

@@ -181,6 +181,23 @@ class Workload(_Frozen):
 
         return load_workload(self.raw_mapping(), overrides, base_dir=self.base_dir)
 
+    def with_env_variables(self, values: Mapping[str, str]) -> Workload:
+        """Add plain environment variables the workload does not set itself (as a variable or
+        a secret, top-level or in a container): an orchestrator's additions never replace the
+        author's values. The plan builder writes them like any other (env_vars.json)."""
+        own = set(self.env_variables) | set(self.secrets)
+        for container in self.containers or ():
+            own |= set(container.env_variables) | set(container.secrets)
+        added = {k: str(v) for k, v in values.items() if k not in own}
+        if not added:
+            return self
+        from air_runtime.workload._load import load_workload
+
+        raw = self.raw_mapping()
+        existing = raw.get("env_variables")
+        raw["env_variables"] = {**(existing if isinstance(existing, dict) else {}), **added}
+        return load_workload(raw, base_dir=self.base_dir)
+
     def with_secrets(self, refs: Mapping[str, str]) -> Workload:
         """Add ``NAME -> "scope/key"`` secrets; a plain variable of the same NAME is replaced."""
         from air_runtime.workload._load import load_workload

@@ -85,7 +85,14 @@ class SourceMarks:
     overridden: set[str] = field(default_factory=set)
 
     def is_overridden(self, path: str) -> bool:
-        return any(path == o or path.startswith((o + ".", o + "[")) for o in self.overridden)
+        return self.override_for(path) is not None
+
+    def override_for(self, path: str) -> str | None:
+        """The override key that set ``path`` (or a mapping holding it), or None."""
+        for key in sorted(self.overridden, key=len, reverse=True):
+            if path == key or path.startswith((key + ".", key + "[")):
+                return key
+        return None
 
 
 class YamlLoadError(Exception):

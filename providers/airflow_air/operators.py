@@ -41,14 +41,18 @@ def _default_deferrable() -> bool:
 
 @contextlib.contextmanager
 def _configuration_errors_fail_fast(redact: Any = str) -> Iterator[None]:
-    """Problems a retry cannot fix become ``AirConfigurationError`` (an AirflowFailException);
-    ``redact`` cleans their message (an image registration's reason may echo credentials)."""
-    from air_runtime import AuthError, ConfigurationError, WorkloadError
+    """The core's errors a retry cannot fix (``retryable`` False: an invalid workload, a
+    refused credential, a request the workspace rejects) become ``AirConfigurationError`` (an
+    AirflowFailException); a failed or timed-out run stays retryable (a retry submits a new
+    run). ``redact`` cleans the message (an image registration's reason may echo credentials)."""
+    from air_runtime import AirError, RunFailed, RunTimeout
     from airflow_air.exceptions import AirConfigurationError
 
     try:
         yield
-    except (WorkloadError, ConfigurationError, AuthError) as exc:
+    except AirError as exc:
+        if exc.retryable or isinstance(exc, RunFailed | RunTimeout):
+            raise
         raise AirConfigurationError(redact(str(exc))) from exc
 
 
@@ -172,6 +176,8 @@ class AirRunOperator(BaseOperator):
         self.workflow_submit_task_id: str | None = None
         self.workflow_task_key: str | None = None
         self._run_id: int | None = None
+        # What this try knows of its run (the return value's fields), for OpenLineage.
+        self._lineage_result: dict[str, Any] | None = None
         # This try's redactor (see redactor()); holds the resolved secret values, so it
         # is never a template field, never serialized and never pushed.
         self._redactor: Redactor | None = None
@@ -183,25 +189,60 @@ class AirRunOperator(BaseOperator):
 
         return workload_template_env(super().get_template_env(dag))
 
+    def render_template(
+        self,
+        content: Any,
+        context: Context,
+        jinja_env: jinja2.Environment | None = None,
+        seen_oids: set[int] | None = None,
+    ) -> Any:
+        """Airflow's rendering; a missing workload file or a Jinja syntax error fails the task
+        at once (``AirConfigurationError``), naming the file: no retry can fix either."""
+        import jinja2
+
+        try:
+            return super().render_template(content, context, jinja_env, seen_oids)
+        except jinja2.TemplateNotFound as exc:
+            from airflow_air.exceptions import AirConfigurationError
+
+            folders = ", ".join(self.workload_search_folders()) or "no Dag folder"
+            raise AirConfigurationError(
+                f"{self.task_id}: workload file {exc.name!r} not found (searched {folders}); "
+                "give a path relative to the Dag folder or template_searchpath, or an "
+                "absolute path"
+            ) from None
+        except jinja2.TemplateSyntaxError as exc:
+            from airflow_air.exceptions import AirConfigurationError
+
+            where = exc.filename or exc.name or self.workload_file or "<template>"
+            raise AirConfigurationError(
+                f"{self.task_id}: Jinja syntax error in {where} (line {exc.lineno}): {exc.message}"
+            ) from None
+
     # --- workload -----------------------------------------------------------------------------
 
-    def workload_base_dir(self) -> str | None:
-        """Folder of the workload file (for ``code_source.root_path``), or None for text/dicts."""
-        path = self.workload_file
-        if not path:
-            return None
-        if os.path.isabs(path):
-            return os.path.dirname(path)
+    def workload_search_folders(self) -> list[str]:
+        """Where a relative workload path is looked up: the Dag folder, then
+        ``template_searchpath`` (Airflow's template loader)."""
         roots: list[str] = []
         dag = self.dag if self.has_dag() else None
         if dag is not None:
             roots.append(dag.folder)
             searchpath = dag.template_searchpath or []
             roots.extend([searchpath] if isinstance(searchpath, str) else searchpath)
-        for root in roots:
+        return [str(root) for root in roots]
+
+    def workload_path(self) -> str | None:
+        """The absolute path of the workload file, or None for text/dicts (or not found)."""
+        path = self.workload_file
+        if not path:
+            return None
+        if os.path.isabs(path):
+            return path
+        for root in self.workload_search_folders():
             candidate = os.path.join(root, path)
             if os.path.isfile(candidate):
-                return os.path.dirname(os.path.abspath(candidate))
+                return os.path.abspath(candidate)
         return None
 
     def load_workload(
@@ -213,14 +254,17 @@ class AirRunOperator(BaseOperator):
 
         source = self.workload if workload is None else workload
         overrides = self.overrides if workload is None else overrides
-        base_dir = self.workload_base_dir()
+        path = self.workload_path()
+        base_dir = os.path.dirname(path) if path is not None else None
         if isinstance(source, str) and source == self.workload_file:
             # Templating did not replace the path (e.g. rendering skipped): load the file.
-            if base_dir is not None:
-                source = os.path.join(base_dir, os.path.basename(source))
+            if path is not None:
+                source = path
         elif isinstance(source, str) and source.endswith(_WORKLOAD_EXTENSIONS):
             source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
-        return load_workload(source, overrides or None, base_dir=base_dir)
+        # Rendered text is named by its file in messages; text given inline by the task.
+        name = path or self.workload_file or f"{self.task_id}.workload"
+        return load_workload(source, overrides or None, base_dir=base_dir, source_name=name)
 
     def secret_scope_name(self, secret_scope: str | None = None) -> str:
         from airflow_air.hooks import default_secret_scope
@@ -340,6 +384,9 @@ class AirRunOperator(BaseOperator):
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             workload = self.load_workload()
+            from airflow_air._openlineage import with_parent_job_env
+
+            workload = with_parent_job_env(workload, context)
             log = self.redacting_log(client)
             prepared: list[Workload] = []
             written: list[SubmissionSecrets] = []
@@ -357,6 +404,7 @@ class AirRunOperator(BaseOperator):
 
             record, _ = own_run(context, self, client, submit, log=log, namespace=namespace)
             self._run_id = record.run_id
+            self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
@@ -379,6 +427,11 @@ class AirRunOperator(BaseOperator):
         url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
         record = RunRecord(int(run_id), url, 0, 0)
         self._run_id = record.run_id
+        self._lineage_result = {
+            "run_id": record.run_id,
+            "run_page_url": url,
+            "task_key": self.workflow_task_key,
+        }
         push_run_xcoms(context, record.run_id, record.run_page_url)
         self.log.info("Stage %s of run %s: %s", self.workflow_task_key, run_id, url)
         with (
@@ -474,6 +527,7 @@ class AirRunOperator(BaseOperator):
         from airflow_air.exceptions import AirRunFailedError
 
         self._run_id = outcome.run_id
+        self._lineage_result = {**outcome.result(), "mlflow_run_url": outcome.mlflow_run_url}
         push_mlflow_link(context, outcome.mlflow_run_url)
         redact = self.redactor()
         outcome = dataclasses.replace(outcome, message=redact(outcome.message))
@@ -492,6 +546,31 @@ class AirRunOperator(BaseOperator):
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    # --- OpenLineage (apache-airflow-providers-openlineage calls these; airflow_air._openlineage)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._openlineage_lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._openlineage_lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._openlineage_lineage()
+
+    def _openlineage_lineage(self) -> Any:
+        from urllib.parse import urlsplit
+
+        from airflow_air._openlineage import operator_lineage
+
+        try:
+            workload: Workload | None = self.load_workload()
+        except Exception:  # an invalid workload fails the task; lineage has nothing to add
+            workload = None
+        result = self._lineage_result or {}
+        url = urlsplit(str(result.get("run_page_url") or ""))
+        host = f"{url.scheme}://{url.netloc}" if url.netloc else None
+        return operator_lineage(workload, result, host=host)
 
     def _delete_orchestrator_secrets(self, context: Context, outcome: Outcome) -> None:
         """The run has ended (for a stage: once its whole run has): delete the keys its

@@ -120,6 +120,13 @@ class AirWorkflowSubmitOperator(BaseOperator):
     def __init__(self, *, databricks_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.databricks_conn_id = databricks_conn_id
+        self._lineage_result: dict[str, Any] | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The submitted run as OpenLineage run facets (each stage reports its own datasets)."""
+        from airflow_air._openlineage import operator_lineage
+
+        return operator_lineage(None, self._lineage_result, host=None)
 
     def _group(self) -> AirWorkflowTaskGroup:
         group = self.task_group
@@ -200,6 +207,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
         import dataclasses
 
         from airflow_air._deployment import deployment_namespace
+        from airflow_air._openlineage import with_parent_job_env
         from airflow_air._secret_env import mark_submission_run
         from airflow_air._submission import own_run, push_run_xcoms
         from airflow_air.hooks import AirHook
@@ -235,7 +243,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                             stage,
                             workload=op.with_orchestrator_secrets(
                                 client,
-                                stage.workload,
+                                with_parent_job_env(stage.workload, context),
                                 rendered["secret_env"] or {},
                                 rendered["secret_scope"],
                                 context=context,
@@ -255,7 +263,8 @@ class AirWorkflowSubmitOperator(BaseOperator):
 
             record, _ = own_run(context, self, client, submit, log=self.log, namespace=namespace)
             push_run_xcoms(context, record.run_id, record.run_page_url)
-            return {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            return self._lineage_result
 
 
 __all__: Sequence[str] = ["AirWorkflowSubmitOperator", "AirWorkflowTaskGroup"]

@@ -28,8 +28,8 @@ def _module(path: Path) -> ModuleType:
     return module
 
 
-def load_test_dag(dag_id: str) -> Any:
-    module = _module(TEST_DAGS / "air_test_dags.py")
+def load_test_dag(dag_id: str, file_name: str = "air_test_dags.py") -> Any:
+    module = _module(TEST_DAGS / file_name)
     for value in vars(module).values():
         if getattr(value, "dag_id", None) == dag_id and hasattr(value, "task_dict"):
             return value

@@ -47,6 +47,15 @@ def test_core_without_extras(tmp_path: Path) -> None:
         check=False,
     )
     assert valid.returncode == 0, valid.stdout + valid.stderr
+    # A Jinja-templated workload needs jinja2, an optional extra: the message says which.
+    templated = subprocess.run(
+        [str(airo), "validate", str(REPO / "dags" / "workloads" / "nightly_torchrun.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert templated.returncode == 1
+    assert 'pip install "air-orchestration[templates]"' in templated.stdout
     imported = subprocess.run(
         [str(python), "-c", "import air_runtime, air_runtime.client; print(air_runtime.AirClient)"],
         capture_output=True,

@@ -91,3 +91,51 @@ def test_console_script_validates_examples() -> None:
                             cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(": OK") == len(EXAMPLES)
+
+
+TEMPLATED = """experiment_name: exp_{{ params.name }}
+compute:
+  accelerator_type: GPU_8xH100
+  num_accelerators: {{ params.gpus }}
+environment:
+  version: 6
+env_variables:
+  TOKEN: "{{secrets/scope/key}}"
+command: echo {{ ds }} {{ macros.ds_add(ds, 1) }} {{ var.value.missing }}
+"""
+
+
+def test_validate_renders_jinja_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The repository's Dag workload renders with the sample context.
+    assert main(["validate", str(REPO / "dags" / "workloads" / "nightly_torchrun.yaml")]) == 0
+    templated = tmp_path / "templated.yaml"
+    templated.write_text(TEMPLATED)
+    capsys.readouterr()
+    # A placeholder where a number belongs: the line is named and --context is the fix.
+    assert main(["validate", str(templated)]) == 1
+    out = capsys.readouterr().out
+    assert f"{templated}: 1 problem(s)" in out
+    assert "compute.num_accelerators (line 4:21)" in out and "--context KEY=VALUE" in out
+    assert main(["validate", str(templated), "--context", "params.gpus=16"]) == 0
+    # An override's problem names the override, not a line of the file.
+    assert main(["validate", str(templated), "--context", "params.gpus=16", "--override", "compute.num_accelerators=12"]) == 1
+    out = capsys.readouterr().out
+    assert "compute.num_accelerators (set by override 'compute.num_accelerators')" in out
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("experiment_name: x\n{% if %}\n")
+    assert main(["validate", "--json", str(broken)]) == 1
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["file"] == str(broken) and result["problems"][0]["line"] == 2
+    assert "Jinja syntax error" in result["problems"][0]["message"]
+
+
+def test_workload_text_is_named_by_its_source() -> None:
+    from air_runtime import WorkloadError, load_workload
+
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(BAD, {"compute.accelerator_type": "GPU_9xZ"}, source_name="dags/train.yaml")
+    assert caught.value.source == "dags/train.yaml"
+    assert str(caught.value).startswith("invalid workload dags/train.yaml: ")
+    assert "<text>" not in str(caught.value)
+    (override,) = [p for p in caught.value.problems if p.override]
+    assert override.override == "compute.accelerator_type" and override.line is None

@@ -303,3 +303,24 @@ def test_json_schema_accepts_examples() -> None:
         errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
         assert not errors, (path, errors[0].message)
     assert list(validator.iter_errors({"experiment_name": "x", "compute": {}, "comand": "x"}))
+
+
+def test_with_env_variables_adds_only_what_the_workload_does_not_set() -> None:
+    from air_runtime import build_plan
+
+    base = load_workload(
+        {
+            "experiment_name": "env",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "env_variables": {"MINE": "kept"},
+            "secrets": {"TOKEN": "scope/key"},
+            "command": "env",
+        }
+    )
+    added = base.with_env_variables({"MINE": "other", "TOKEN": "plain", "NEW": "1"})
+    assert added.env_variables == {"MINE": "kept", "NEW": "1"}
+    assert "TOKEN" in added.secrets and base.env_variables == {"MINE": "kept"}
+    assert base.with_env_variables({"MINE": "other"}) is base
+    plan = build_plan(added, user_name="me@example.com", idempotency_token="t")
+    (env_file,) = [f for f in plan.files if f.path.endswith("/env_vars.json")]
+    assert b'{"name":"NEW","value":"1"}' in env_file.content

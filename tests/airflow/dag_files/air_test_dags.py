@@ -121,3 +121,21 @@ with (
             secret_scope="air-tests",
             deferrable=_deferrable,
         )
+
+# OpenLineage: the workload's volumes become datasets, the run's ids a run facet; the command
+# prints the parent job info the operator passes on.
+with DAG("air_test_openlineage", schedule=None, start_date=START) as openlineage_dag:
+    AirRunOperator(
+        task_id="train",
+        workload={
+            "experiment_name": "lineage",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "env_variables": {
+                "DATA_DIR": "/Volumes/main/ml/data",
+                "OUTPUT_DIR": "/Volumes/main/ml/out/{{ run_id | replace(':', '-') }}",
+            },
+            "command": 'echo "parent=$OPENLINEAGE_PARENT_ID root=$OPENLINEAGE_ROOT_PARENT_ID"',
+        },
+        poll_interval=0.2,
+    )

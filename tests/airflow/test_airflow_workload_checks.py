@@ -1,0 +1,67 @@
+"""Checks before the run: every workload of a Dag folder validated by one call, and workload
+errors failing the task at once (no retry, no request to the workspace), naming the file and,
+for an override, the override."""
+
+from __future__ import annotations
+
+import pytest
+from airflow_runs import REPO, TEST_DAGS, load_test_dag, task_instance, task_states
+
+
+def test_validate_dag_workloads_checks_every_task():
+    from airflow_air.testing import DagWorkloadError, validate_dag_workloads
+
+    workloads = validate_dag_workloads(REPO / "dags")
+    assert sorted(workloads) == [
+        "rl_pipeline.rl.evaluate",
+        "rl_pipeline.rl.grpo",
+        "scheduled_training.train",
+    ]
+    # Rendered with the sample context (ds) and the Dag's params (rl_pipeline's output_root).
+    nightly = workloads["scheduled_training.train"]
+    assert nightly.env_variables["TRAINING_DATE"] == "2026-01-01"
+    grpo_env = workloads["rl_pipeline.rl.grpo"].raw_mapping()["env_variables"]
+    assert grpo_env["RL_OUTPUT_DIR"].startswith("/tmp/airo-rl/rl_pipeline/manual__2026-01-01")
+
+    with pytest.raises(DagWorkloadError) as caught:
+        validate_dag_workloads(TEST_DAGS)
+    problems = caught.value.problems
+    assert sorted(problems) == [
+        "air_test_workload_errors.bad_override",
+        "air_test_workload_errors.group.stage",
+        "air_test_workload_errors.invalid_file",
+        "air_test_workload_errors.missing_file",
+    ]
+    assert (
+        "workload file 'workloads/missing.yaml' not found"
+        in problems["air_test_workload_errors.missing_file"]
+    )
+    invalid = problems["air_test_workload_errors.invalid_file"]
+    assert str(TEST_DAGS / "workloads" / "invalid.yaml") in invalid and "comand" in invalid
+    override = problems["air_test_workload_errors.bad_override"]
+    assert str(TEST_DAGS / "workloads" / "templated.yaml") in override
+    assert "set by override 'compute.num_accelerators'" in override
+    assert (
+        "set by override 'compute.accelerator_typ'"
+        in problems["air_test_workload_errors.group.stage"]
+    )
+
+
+def test_workload_errors_fail_at_once_without_retries(workspace, task_log):
+    dag = load_test_dag("air_test_workload_errors", "air_test_workload_errors.py")
+    dag_run = dag.test()
+
+    states = task_states(dag_run)
+    for task_id in ("missing_file", "invalid_file", "bad_override", "group.submit"):
+        assert states[task_id] == "failed", states
+        # retries=2, yet one try: AirConfigurationError is not retried.
+        assert task_instance(dag.dag_id, dag_run.run_id, task_id).try_number == 1
+    assert states["group.stage"] == "upstream_failed"
+    assert workspace.admin.counters()["runs_created"] == 0
+    log = task_log.text()
+    assert "AirConfigurationError" in log
+    assert "workload file 'workloads/missing.yaml' not found" in log
+    assert f"invalid workload {TEST_DAGS / 'workloads' / 'invalid.yaml'}" in log
+    assert "(set by override 'compute.num_accelerators')" in log
+    assert "(set by override 'compute.accelerator_typ')" in log
+    assert "<text>" not in log
