@@ -81,6 +81,27 @@ def default_secret_scope() -> str:
     return conf.get("air", "default_secret_scope", fallback="airflow-air")
 
 
+async def aget_connection(conn_id: str) -> Connection:
+    """A connection, from a trigger's event loop, wherever it is stored.
+
+    The Task SDK's async lookup first (the triggerer answers it for every secrets backend).
+    When it finds nothing, the synchronous lookup in a thread, as apache-airflow-providers-
+    databricks does (``sync_to_async(get_connection)``): ``airflow dags test`` and
+    ``dag.test()`` run triggers with an in-process supervisor whose comms answer only
+    synchronous requests (Airflow 3.3 has no ``asend`` there), so the async lookup misses
+    connections stored in the metadata database and finds only environment variables.
+    Raises ``AirflowNotFoundException`` when neither finds it.
+    """
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException:
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(BaseHook.get_connection)(conn_id)
+
+
 @dataclass(frozen=True)
 class WorkspaceAccess:
     """Where the workspace is and how to authenticate: what the core client is built from."""
@@ -191,10 +212,11 @@ class AirHook(BaseHook):
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            return await self.aget_connection(self.databricks_conn_id)
+            return await aget_connection(self.databricks_conn_id)
         except AirflowNotFoundException as exc:
             raise AirConfigurationError(
-                f"Airflow connection {self.databricks_conn_id!r} is not defined"
+                f"Airflow connection {self.databricks_conn_id!r} is not defined: create a "
+                "'databricks' connection with the workspace host and a token"
             ) from exc
 
     def workspace_access(self) -> WorkspaceAccess:

@@ -121,3 +121,40 @@ with (
             secret_scope="air-tests",
             deferrable=_deferrable,
         )
+
+# Every way the provider reaches a workspace, in one Dag run: a run waited on in the worker
+# and one in the triggerer, a workflow with a stage of each kind, and an image registration
+# waited on in the triggerer (tests/airflow/test_airflow_connections.py).
+with DAG(
+    "air_test_every_path",
+    schedule=None,
+    start_date=START,
+    params={"command": "sleep 1; echo ok"},
+) as every_path_dag:
+    from airflow_air.operators import AirRegisterImageOperator
+
+    _image = AirRegisterImageOperator(
+        task_id="image", image="ubuntu:24.04", deferrable=True, poll_interval=0.1
+    )
+    _sync = AirRunOperator(
+        task_id="sync", workload=workload("every_path_sync"), poll_interval=0.2, deferrable=False
+    )
+    _deferred = AirRunOperator(
+        task_id="deferred",
+        workload=workload("every_path_deferred"),
+        poll_interval=0.2,
+        deferrable=True,
+    )
+    with AirWorkflowTaskGroup("pipeline", run_name="air_test_every_path") as _pipeline:
+        _stage_sync = AirRunOperator(
+            task_id="stage_sync", workload=workload("stage_sync"), poll_interval=0.2
+        )
+        _stage_deferred = AirRunOperator(
+            task_id="stage_deferred",
+            # Long enough to outlast the start of its Airflow task after stage_sync ended.
+            workload={**workload("stage_deferred"), "command": "sleep 4; echo ok"},
+            poll_interval=0.2,
+            deferrable=True,
+        )
+        _stage_sync >> _stage_deferred  # starts when stage_sync ends: there is a wait to defer
+    _image >> _sync >> _deferred >> _pipeline
