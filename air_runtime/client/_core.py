@@ -13,6 +13,7 @@ import email.utils
 import ipaddress
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .._auth import Credentials
 from .._errors import (
     AuthError,
     CapacityError,
+    ConfigurationError,
     InvalidResponse,
     NotFound,
     PlatformError,
@@ -215,6 +217,19 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
+def _is_tls_failure(exc: BaseException) -> bool:
+    """Whether a transport error came from the TLS handshake (an ``ssl.SSLError`` among its
+    causes), not from the connection itself."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx -> httpcore -> ssl, a few levels at most
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _snippet(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
@@ -329,6 +344,37 @@ class ClientCore:
     def url(self, path: str) -> str:
         return f"{self.host}{path}"
 
+    def answers_plain_http(self) -> Flow[bool]:
+        """Whether the https host's port answers plain HTTP (after a failed TLS handshake):
+        a host given without scheme (``https://`` assumed) pointing at a plain-HTTP server,
+        such as the local workspace. Retrying cannot help, so the caller fails at once.
+        The probe carries no credentials."""
+        parts = urlsplit(self.host)
+        if parts.scheme != "https":
+            return False
+        netloc = parts.netloc.rpartition("@")[2]
+        probe = httpx.Request("GET", f"http://{netloc}/", headers={"User-Agent": self.user_agent})
+        try:
+            yield Transmit(probe)
+        except httpx.TransportError:
+            return False
+        return True
+
+    def plain_http_message(self) -> str:
+        parts = urlsplit(self.host)
+        netloc = parts.netloc.rpartition("@")[2]  # never a user:password@ part
+        plain = f"http://{netloc}"
+        message = (
+            f"host {netloc} answered plain HTTP to the TLS handshake (the client used "
+            "https://, the default for a host without scheme): "
+        )
+        if _is_loopback(parts.hostname):
+            return message + f"use {plain} as the host"
+        return message + (
+            f"use {plain} as the host only if this server is meant to be reached without TLS "
+            "(the token then travels in clear text), else the workspace's https:// address"
+        )
+
     def build_request(
         self,
         method: str,
@@ -411,6 +457,8 @@ class ClientCore:
             try:
                 response: httpx.Response = yield Transmit(request)
             except httpx.TransportError as exc:
+                if _is_tls_failure(exc) and (yield from self.answers_plain_http()):
+                    raise ConfigurationError(self.plain_http_message()) from None
                 error: Exception = PlatformError(
                     self.redactor(
                         f"{method} {path}: could not reach {self.host} "
