@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .workload._models import GPUS_PER_NODE
+
 IN_FLIGHT_STATES = frozenset(
     {"QUEUED", "PENDING", "RUNNING", "TERMINATING", "BLOCKED", "WAITING_FOR_RETRY"}
 )
@@ -65,9 +67,23 @@ def _is_terminal(life_cycle_state: str, result_state: str | None) -> bool:
     return life_cycle_state in TERMINAL_STATES or result_state is not None
 
 
+def _compute(body: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """Accelerator type and count of a task, from its first deployment's compute, where
+    the CLI reads them (joblist.go jobCompute)."""
+    task = body.get("ai_runtime_task")
+    deployments = task.get("deployments") if isinstance(task, Mapping) else None
+    if not isinstance(deployments, list) or not deployments:
+        return None, None
+    first = deployments[0]
+    compute = first.get("compute") if isinstance(first, Mapping) else None
+    if not isinstance(compute, Mapping):
+        return None, None
+    return _text(compute.get("accelerator_type")), _int(compute.get("accelerator_count"))
+
+
 @dataclass(frozen=True, slots=True)
 class TaskState:
-    """The latest attempt of one task of a run."""
+    """One attempt of one task of a run (``RunState.tasks`` holds each task's newest)."""
 
     task_key: str
     run_id: int | None
@@ -77,10 +93,13 @@ class TaskState:
     state_message: str = ""
     start_time: int | None = None
     end_time: int | None = None
+    accelerator_type: str | None = None
+    num_accelerators: int | None = None
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> TaskState:
         life_cycle, result, message = _state_fields(body)
+        accelerator_type, num_accelerators = _compute(body)
         return cls(
             task_key=_text(body.get("task_key")) or "",
             run_id=_int(body.get("run_id")),
@@ -90,7 +109,29 @@ class TaskState:
             state_message=message,
             start_time=_int(body.get("start_time")) or None,
             end_time=_int(body.get("end_time")) or None,
+            accelerator_type=accelerator_type,
+            num_accelerators=num_accelerators,
         )
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the attempt runs on: accelerators over accelerators per node, as
+        the CLI maps them onto node indices (logdownload.go resolveNodeCount); 1 when the
+        compute is not known."""
+        per_node = GPUS_PER_NODE.get(self.accelerator_type or "")
+        if not per_node or not self.num_accelerators:
+            return 1
+        return max(1, self.num_accelerators // per_node)
+
+    def gpu_hours(self, now_ms: int | None = None) -> float:
+        """Accelerators times the attempt's duration in hours; an attempt still running
+        counts up to ``now_ms`` (epoch milliseconds) when given, else not at all."""
+        if not self.num_accelerators or not self.start_time:
+            return 0.0
+        end = self.end_time or now_ms
+        if not end or end <= self.start_time:
+            return 0.0
+        return self.num_accelerators * (end - self.start_time) / 3_600_000
 
     @property
     def is_terminal(self) -> bool:
@@ -115,17 +156,22 @@ class RunState:
     end_time: int | None = None
     tasks: tuple[TaskState, ...] = field(default=())
     job_id: int | None = None
+    # Every attempt of every task, in the API's order (a retried task appears once per
+    # attempt); ``tasks`` keeps only each task's newest.
+    attempts: tuple[TaskState, ...] = field(default=())
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> RunState:
         """Build from an API answer; missing or odd fields get neutral defaults."""
         life_cycle, result, message = _state_fields(body)
         latest: dict[str, TaskState] = {}
+        attempts: list[TaskState] = []
         raw_tasks = body.get("tasks")
         for raw in raw_tasks if isinstance(raw_tasks, list) else ():
             if not isinstance(raw, Mapping):
                 continue
             task = TaskState.from_api(raw)
+            attempts.append(task)
             seen = latest.get(task.task_key)
             # A retried task appears once per attempt; only the newest attempt decides.
             if seen is None or task.attempt_number >= seen.attempt_number:
@@ -141,6 +187,7 @@ class RunState:
             end_time=_int(body.get("end_time")) or None,
             tasks=tuple(latest.values()),
             job_id=_int(body.get("job_id")),
+            attempts=tuple(attempts),
         )
 
     @property
@@ -181,6 +228,21 @@ class RunState:
         task = self.task(task_key) if task_key is not None else None
         return self.is_terminal or (task is not None and task.is_terminal)
 
+    def task_attempts(self, task_key: str | None = None) -> tuple[TaskState, ...]:
+        """Every attempt of the task ``task_key`` (of every task when None), oldest first;
+        the single task of a one-task run when no task has that key."""
+        if task_key is None:
+            return self.attempts
+        chosen = self.task(task_key)
+        if chosen is None:
+            return ()
+        return tuple(a for a in self.attempts if a.task_key == chosen.task_key)
+
+    def gpu_hours(self, task_key: str | None = None, now_ms: int | None = None) -> float:
+        """Accelerator-hours of every attempt of the run (or of one task): what the
+        platform held, retries included."""
+        return sum(a.gpu_hours(now_ms) for a in self.task_attempts(task_key))
+
     def stage(self, task_key: str | None) -> RunState:
         """The run as one workflow stage sees it: its task's state stands for the run's, so
         failure messages and output lookups describe that stage (the run itself when
@@ -195,6 +257,7 @@ class RunState:
             result_state=task.result_state,
             state_message=task.state_message or self.state_message,
             tasks=(task,),
+            attempts=self.task_attempts(task_key),
         )
 
     @property

@@ -16,6 +16,7 @@ from typing import Any
 
 from air_runtime._errors import AirError
 from air_runtime._states import RunState
+from air_runtime.client import LogRecord
 
 
 def _workspace_options(parser: argparse.ArgumentParser) -> None:
@@ -34,13 +35,19 @@ def register(subparsers: Any) -> None:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="(repeatable)"
     )
     run.add_argument("--wait", action="store_true", help="wait until the run ends")
-    run.add_argument("--follow-logs", action="store_true", help="print node 0's log while waiting")
+    run.add_argument(
+        "--follow-logs", action="store_true", help="print every node's log while waiting"
+    )
     _workspace_options(run)
     run.set_defaults(func=_run)
 
-    logs = subparsers.add_parser("logs", help="print the log of one node of a run")
+    logs = subparsers.add_parser(
+        "logs",
+        help="print a run's logs: every node of every task and attempt, each line labelled",
+    )
     logs.add_argument("run_id", type=int, metavar="RUN_ID")
-    logs.add_argument("--node", type=int, default=0)
+    logs.add_argument("--task", metavar="KEY", help="only this task of a multi-task run")
+    logs.add_argument("--node", type=int, help="only this node (0 is the first)")
     logs.add_argument("--follow", action="store_true", help="keep printing until the run ends")
     _workspace_options(logs)
     logs.set_defaults(func=_logs)
@@ -135,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
             if args.follow_logs:
                 # Logs stream in the background; the main thread reports state changes.
                 printer = threading.Thread(
-                    target=_print_logs, args=(client, submitted.run_id, 0), daemon=True
+                    target=_print_logs, args=(client, submitted.run_id), daemon=True
                 )
                 printer.start()
             state = client.wait(submitted.run_id, on_update=_update_printer(client))
@@ -148,10 +155,14 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(error, client)
 
 
-def _print_logs(client: Any, run_id: int, node: int) -> None:
+def _print_record(client: Any, record: LogRecord) -> None:
+    print(client.redactor(f"[{record.label}] {record.body}"), flush=True)
+
+
+def _print_logs(client: Any, run_id: int) -> None:
     try:
-        for record in client.iter_logs(run_id, node=node, follow=True):
-            print(client.redactor(record.body), flush=True)
+        for record in client.iter_run_logs(run_id, follow=True):
+            _print_record(client, record)
     except AirError as error:
         print(client.redactor(f"log streaming stopped: {error}"), file=sys.stderr)
 
@@ -160,8 +171,19 @@ def _logs(args: argparse.Namespace) -> int:
     client = None
     try:
         with _client(args) as client:
-            for record in client.iter_logs(args.run_id, node=args.node, follow=args.follow):
-                print(client.redactor(record.body), flush=True)
+            if args.task is not None:
+                state = client.get_run(args.run_id)
+                if all(t.task_key != args.task for t in state.tasks):
+                    keys = ", ".join(sorted({t.task_key for t in state.tasks})) or "none"
+                    print(
+                        f"airo: run {args.run_id} has no task {args.task!r} (its tasks: {keys})",
+                        file=sys.stderr,
+                    )
+                    return 2
+            for record in client.iter_run_logs(
+                args.run_id, task_key=args.task, node=args.node, follow=args.follow
+            ):
+                _print_record(client, record)
         return 0
     except AirError as error:
         return _fail(error, client)

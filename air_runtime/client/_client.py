@@ -253,6 +253,24 @@ class AirClient(_BaseClient):
             _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
         )
 
+    def iter_run_logs(
+        self,
+        run_id: int,
+        *,
+        task_key: str | None = None,
+        node: int | None = None,
+        follow: bool = False,
+        until: Callable[[], bool] | None = None,
+    ) -> Iterator[LogRecord]:
+        """Every node's records of every attempt of every task of the run (or of the task
+        ``task_key``, or only node ``node``), labelled (``record.label``); ``follow``
+        keeps reading until the run ends."""
+        yield from self._steps(
+            _runs.iter_run_logs(
+                self._core, run_id, task_key=task_key, node=node, follow=follow, until=until
+            )
+        )
+
     def ensure_secret_scope(self, scope: str) -> None:
         self._run(_secrets.ensure_secret_scope(self._core, scope))
 
@@ -529,6 +547,22 @@ class AsyncAirClient(_BaseClient):
     ) -> AsyncIterator[LogRecord]:
         async for record in self._items(
             _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
+        ):
+            yield record
+
+    async def iter_run_logs(
+        self,
+        run_id: int,
+        *,
+        task_key: str | None = None,
+        node: int | None = None,
+        follow: bool = False,
+        until: Callable[[], bool] | None = None,
+    ) -> AsyncIterator[LogRecord]:
+        async for record in self._items(
+            _runs.iter_run_logs(
+                self._core, run_id, task_key=task_key, node=node, follow=follow, until=until
+            )
         ):
             yield record
 

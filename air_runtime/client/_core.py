@@ -112,9 +112,21 @@ class SubmittedRun:
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
+    """One log line of one node; ``task_key`` and ``attempt`` (the platform's 0-based
+    ``attempt_number``) are set when it was read from a whole run."""
+
     time_unix_nano: int
     body: str
     node_index: int
+    task_key: str = ""
+    attempt: int = 0
+
+    @property
+    def label(self) -> str:
+        """Where the line came from, for a log that interleaves streams:
+        ``train node 1 attempt 2`` (attempts counted from 1, as users count retries)."""
+        where = f"node {self.node_index} attempt {self.attempt + 1}"
+        return f"{self.task_key} {where}" if self.task_key else where
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
 from .._polling import jittered, next_interval
-from .._states import RunState, failure_message, mlflow_ids, mlflow_run_url
+from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
 
 logger = logging.getLogger("air_runtime.client")
@@ -125,36 +125,69 @@ def _logs_unavailable(error: AirError) -> bool:
     return isinstance(error, PlatformError) and error.error_code == "FEATURE_DISABLED"
 
 
-def _log_pages(
-    core: ClientCore, run_id: int, node: int, since: int | None
-) -> Flow[list[dict[str, Any]] | None]:
-    """All records of one node from the second of ``since`` (nanoseconds) on; None when
-    logs are unavailable."""
-    records: list[dict[str, Any]] = []
-    page_token: str | None = None
-    while True:
+@dataclass
+class _LogCursor:
+    """Where one log stream (a run or attempt, one node) was read up to. The server's
+    ``from`` is inclusive and in whole seconds, so the records of the last second come
+    again: those already emitted are dropped."""
+
+    run_id: int
+    node: int
+    attempt: int | None = None
+    last_time: int | None = None
+    at_last_time: set[str] = field(default_factory=set)
+
+    def params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
             "ascending": "true",
-            "filter.node_index": node,
+            "filter.node_index": self.node,
             "page_size": _LOG_PAGE_SIZE,
         }
-        if since:
+        if self.attempt is not None:
+            # One retry attempt of a Jobs run (logbricklens.go ref.attempt_number).
+            params["ref.attempt_number"] = self.attempt
+        if self.last_time:
             # Unix epoch seconds, the last record's time_unix_nano / 1e9 (logbricklens.go,
-            # logstream.go); the records of that second come again and are dropped by the
-            # caller.
-            params["from"] = since // 1_000_000_000
+            # logstream.go).
+            params["from"] = self.last_time // 1_000_000_000
+        return params
+
+    def fresh(self, raw: dict[str, Any]) -> tuple[int, str] | None:
+        """The record's time and body when it was not emitted yet; marks it emitted."""
+        stamp = int(raw.get("time_unix_nano") or 0)
+        body = str(raw.get("body") or "")
+        if self.last_time is not None and stamp < self.last_time:
+            return None
+        if stamp == self.last_time:
+            if body in self.at_last_time:
+                return None
+            self.at_last_time.add(body)
+        else:
+            self.last_time, self.at_last_time = stamp, {body}
+        return stamp, body
+
+
+def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]] | None]:
+    """The records of one stream not read before, every page of them; None when logs are
+    unavailable."""
+    fresh: list[tuple[int, str]] = []
+    page_token: str | None = None
+    params = cursor.params()
+    while True:
         if page_token:
             params["page_token"] = page_token
         try:
-            body = yield from core.call("GET", _logs_path(run_id), params=params)
+            body = yield from core.call("GET", _logs_path(cursor.run_id), params=params)
         except AirError as error:
             if _logs_unavailable(error):
                 return None
             raise
-        records.extend(r for r in body.get("log_records") or [] if isinstance(r, dict))
+        for raw in body.get("log_records") or []:
+            if isinstance(raw, dict) and (item := cursor.fresh(raw)) is not None:
+                fresh.append(item)
         page_token = body.get("next_page_token")
         if not page_token:
-            return records
+            return fresh
 
 
 def iter_logs(
@@ -165,30 +198,18 @@ def iter_logs(
     follow: bool,
     until: Callable[[], bool] | None = None,
 ) -> Flow[None]:
-    """Emit each log record once. Following re-reads from the last timestamp seen (the
-    server's ``from`` is inclusive) and drops records already emitted at that timestamp.
+    """Emit each log record of one node of ``run_id`` (a run or a task run) once.
 
     Following stops after one last read once the run has ended: ``until()`` says so when
     given (a caller that already watches the run), else a runs/get between reads."""
-    last_time: int | None = None
-    at_last_time: set[str] = set()
+    cursor = _LogCursor(run_id, node)
     while True:
-        records = yield from _log_pages(core, run_id, node, last_time)
+        records = yield from _read_new(core, cursor)
         if records is None:
             logger.info("logs of run %s are not available on %s", run_id, core.host)
             return
-        for raw in records:
-            stamp = int(raw.get("time_unix_nano") or 0)
-            body = str(raw.get("body") or "")
-            if last_time is not None and stamp < last_time:
-                continue
-            if stamp == last_time:
-                if body in at_last_time:
-                    continue
-                at_last_time.add(body)
-            else:
-                last_time, at_last_time = stamp, {body}
-            yield Emit(LogRecord(stamp, body, int(raw.get("node_index") or node)))
+        for stamp, body in records:
+            yield Emit(LogRecord(stamp, body, node))
         if not follow:
             return
         if until is not None:
@@ -200,6 +221,72 @@ def iter_logs(
             follow = False  # one last read picks up what was written before the end
             continue
         yield Sleep(_jittered(FOLLOW_POLL_S, core))
+
+
+# While following, runs/get is asked at most every this many reads when the caller says
+# when the run ends (``until``): only to learn of new attempts.
+_STATE_EVERY_READS = 5
+
+
+def _attempt_cursors(state: RunState, attempt: TaskState, node: int | None) -> list[_LogCursor]:
+    nodes = [node] if node is not None else list(range(attempt.node_count))
+    if len({a.task_key for a in state.attempts}) <= 1:
+        # A one-task run is read as the CLI reads it: the Jobs run id and the attempt
+        # (logs.go resolveLogAttempt, logbricklens.go).
+        return [_LogCursor(state.run_id, n, attempt.attempt_number) for n in nodes]
+    if attempt.run_id is None:
+        return []  # not started yet
+    # A task of a multi-task run is addressed by its own run id (each attempt has one).
+    return [_LogCursor(attempt.run_id, n) for n in nodes]
+
+
+def iter_run_logs(
+    core: ClientCore,
+    run_id: int,
+    *,
+    task_key: str | None,
+    node: int | None,
+    follow: bool,
+    until: Callable[[], bool] | None = None,
+) -> Flow[None]:
+    """Emit every node's records of every attempt of every task of a run (or of the task
+    ``task_key``, or only node ``node``), each once, labelled with task, node and attempt.
+
+    Nodes and attempts come from the run (each attempt's compute; a retry adds an attempt
+    while following). Each read asks every open stream for what is new; a stream closes
+    after one read past its attempt's end, and following ends after one read past the
+    run's. ``until()``, from a caller that already watches the run, spares most runs/get
+    calls: the run is then read only every few reads (to learn of retries) and once
+    ``until()`` turns true."""
+    streams: dict[tuple[str, int, int], tuple[TaskState, _LogCursor]] = {}
+    closed: set[tuple[str, int, int]] = set()
+    state = yield from get_run(core, run_id)
+    reads = 0
+    while True:
+        for attempt in state.task_attempts(task_key):
+            for cursor in _attempt_cursors(state, attempt, node):
+                key = (attempt.task_key, attempt.attempt_number, cursor.node)
+                # The attempt as last seen decides when its stream closes.
+                streams[key] = (attempt, streams[key][1] if key in streams else cursor)
+        for key, (attempt, cursor) in streams.items():
+            if key in closed:
+                continue
+            records = yield from _read_new(core, cursor)
+            if records is None:
+                logger.info("logs of run %s are not available on %s", run_id, core.host)
+                return
+            for stamp, body in records:
+                yield Emit(
+                    LogRecord(stamp, body, cursor.node, attempt.task_key, attempt.attempt_number)
+                )
+            if attempt.is_terminal or state.is_terminal:
+                closed.add(key)
+        if not follow or state.is_terminal:
+            return
+        yield Sleep(_jittered(FOLLOW_POLL_S, core))
+        reads += 1
+        if until is None or reads % _STATE_EVERY_READS == 0 or until():
+            state = yield from get_run(core, run_id)
 
 
 def log_tail(core: ClientCore, run_id: int, node: int) -> Flow[list[str] | None]:
@@ -238,10 +325,12 @@ def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | 
 @dataclass(frozen=True)
 class RunResult:
     """How a terminal run (or a one-stage view of it) ended: the failure with its full
-    message, or, on success, the ``get-output`` of its single task (MLflow ids)."""
+    message, or, on success, the ``get-output`` of its single task (MLflow ids); and the
+    accelerator-hours of all its attempts."""
 
     failure: RunFailed | None = None
     output: dict[str, Any] = field(default_factory=dict)
+    gpu_hours: float = 0.0
 
     @property
     def mlflow_ids(self) -> tuple[str | None, str | None]:
@@ -255,19 +344,24 @@ class RunResult:
 
 def run_result(core: ClientCore, state: RunState) -> Flow[RunResult]:
     """Everything an orchestrator reports when a run ends; missing output is not an error."""
+    if not state.attempts:
+        # A runs/list entry has no tasks: the attempts carry the compute and durations.
+        with contextlib.suppress(AirError):
+            state = yield from get_run(core, state.run_id)
+    gpu_hours = round(state.gpu_hours(), 6)
     try:
         yield from raise_for_failure(core, state)
     except RunFailed as failure:
-        return RunResult(failure=failure)
+        return RunResult(failure=failure, gpu_hours=gpu_hours)
     task = state.tasks[0] if len(state.tasks) == 1 else None
     if task is None or task.run_id is None:
-        return RunResult()
+        return RunResult(gpu_hours=gpu_hours)
     try:
         output = yield from get_output(core, task.run_id)
     except AirError as error:
         logger.debug("no output for task run %s: %s", task.run_id, error)
-        return RunResult()
-    return RunResult(output=output)
+        return RunResult(gpu_hours=gpu_hours)
+    return RunResult(output=output, gpu_hours=gpu_hours)
 
 
 def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:

@@ -416,6 +416,75 @@ def test_log_following_asks_from_the_last_second(stub: StubWorkspace, client: Ai
     assert all(q["ascending"] == "true" for q in queries)
 
 
+def test_whole_run_logs_ask_each_node_of_each_attempt(
+    stub: StubWorkspace, client: AirClient
+) -> None:
+    """cmd/air/logbricklens.go: a retry attempt is chosen with ``ref.attempt_number`` on the
+    Jobs run id and one node with ``filter.node_index``; logdownload.go: the node count is
+    the accelerator count over accelerators per node (16 H100 on GPU_8xH100: 2 nodes)."""
+    compute = {"accelerator_type": "GPU_8xH100", "accelerator_count": 16}
+    task = {"deployments": [{"compute": compute}]}
+    attempts = [
+        {
+            "task_key": "t",
+            "run_id": 456,
+            "attempt_number": 0,
+            "ai_runtime_task": task,
+            "state": {"life_cycle_state": "TERMINATED", "result_state": "FAILED"},
+            "start_time": 1_700_000_000_000,
+            "end_time": 1_700_000_360_000,
+        },
+        {
+            "task_key": "t",
+            "run_id": 457,
+            "attempt_number": 1,
+            "ai_runtime_task": task,
+            "state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"},
+            "start_time": 1_700_000_400_000,
+            "end_time": 1_700_001_120_000,
+        },
+    ]
+    stub.stub(
+        "GET /api/2.2/jobs/runs/get",
+        lambda _: (
+            200,
+            {
+                "run_id": 123,
+                "tasks": attempts,
+                "state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"},
+            },
+        ),
+    )
+
+    def logs(recorded: Recorded) -> tuple[int, Any]:
+        node = int(recorded.query["filter.node_index"])
+        attempt = int(recorded.query["ref.attempt_number"])
+        body = f"attempt {attempt} node {node}"
+        return 200, {
+            "log_records": [
+                {"time_unix_nano": 1_700_000_001_000_000_000, "body": body, "node_index": node}
+            ]
+        }
+
+    stub.stub("GET /api/2.0/ai-training/workflows/by-run-id/123/logs", logs)
+    labelled = [(r.label, r.body) for r in client.iter_run_logs(123)]
+    assert labelled == [
+        ("t node 0 attempt 1", "attempt 0 node 0"),
+        ("t node 1 attempt 1", "attempt 0 node 1"),
+        ("t node 0 attempt 2", "attempt 1 node 0"),
+        ("t node 1 attempt 2", "attempt 1 node 1"),
+    ]
+    queries = [r.query for r in stub.to("GET", ".*/logs")]
+    assert [(q["ref.attempt_number"], q["filter.node_index"]) for q in queries] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
+    # 16 accelerators for 6 minutes, then for 12: 4.8 accelerator-hours.
+    assert abs(client.get_run(123).gpu_hours() - 4.8) < 1e-9
+
+
 # --- get, list, cancel ------------------------------------------------------------------------
 
 
