@@ -152,6 +152,16 @@ class ImageRegistration:
     def is_available(self) -> bool:
         return self.state == "AVAILABLE"
 
+    @property
+    def digest(self) -> str | None:
+        """The manifest digest in Docker's form, ``sha256:<hex>`` (``image@<digest>`` pins
+        it); the API's ``manifest_sha256`` is the bare hex (register_image.go reports it as
+        is). None until the platform knows it."""
+        sha = self.manifest_sha256
+        if not sha:
+            return None
+        return sha if sha.startswith("sha256:") else f"sha256:{sha}"
+
 
 # --- retries ----------------------------------------------------------------------------
 

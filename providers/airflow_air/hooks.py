@@ -75,6 +75,12 @@ def request_budget() -> float:
     return config_float("workspace_request_budget", 10.0)
 
 
+def completed_log_lines() -> int:
+    from airflow.sdk import conf
+
+    return conf.getint("air", "completed_log_lines", fallback=10_000)
+
+
 def default_secret_scope() -> str:
     from airflow.sdk import conf
 

@@ -121,6 +121,8 @@ class AirWorkflowSubmitOperator(BaseOperator):
     def __init__(self, *, databricks_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.databricks_conn_id = databricks_conn_id
+        # The extra link's URL of this try (airflow_air.links.remember_url).
+        self.air_link_urls: dict[str, str] = {}
 
     def _group(self) -> AirWorkflowTaskGroup:
         group = self.task_group

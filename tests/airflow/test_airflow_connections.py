@@ -73,22 +73,61 @@ def test_a_stored_connection_serves_every_path(stored_connection, task_log):
     stage = xcom(dag.dag_id, dag_run.run_id, "pipeline.stage_deferred")
     assert stage["task_key"] == "stage_deferred" and stage["result_state"] == "SUCCESS"
     assert stored_connection.admin.counters()["runs_created"] == 3
+    # A stage's success is the stage's, not its run's (which may still be going).
+    workflow_run = stage["run_id"]
+    assert f"Stage stage_sync of run {workflow_run} succeeded (" in log
+    assert f"Run {workflow_run} succeeded" not in log
+    # Every node's lines in the task log, labelled with task, node and attempt: streamed by
+    # the runs waited on in the worker, copied when the deferred ones completed.
+    for name, nodes in (("sync", 2), ("deferred", 2), ("stage_sync", 1), ("stage_deferred", 2)):
+        for rank in range(nodes):
+            line = f"node {rank} attempt 1] line-of-{name}-{rank}"
+            assert line in log, (line, log[-3000:])
+    assert "stage_deferred node 1 attempt 1] line-of-stage_deferred-1" in log
+    # A stage's log has its own task's lines only.
+    stage_lines = [
+        e["event"] for e in task_log.events if "line-of-stage_sync" in str(e.get("event"))
+    ]
+    assert len(stage_lines) == 1, stage_lines
+    # GPU-hours: accelerators x duration of each attempt, in the result and its own XCom.
+    for task_id, accelerators in (("sync", 2), ("deferred", 2), ("pipeline.stage_deferred", 2)):
+        result = xcom(dag.dag_id, dag_run.run_id, task_id)
+        hours = result["gpu_hours"]
+        assert 0 < hours < accelerators * 60 / 3600, (task_id, result)
+        assert xcom(dag.dag_id, dag_run.run_id, task_id, "gpu_hours") == hours
+    # stage_deferred's rank sleeps 4 s on 2 accelerators: at least 8 accelerator-seconds.
+    assert stage["gpu_hours"] >= 2 * 4 / 3600
+    # The image's digest in Docker's form.
+    digest = xcom(dag.dag_id, dag_run.run_id, "image")
+    assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64, digest
 
 
 def test_a_scheme_less_host_of_the_local_workspace_fails_at_once_with_the_fix(
-    local_workspace, airflow_db, monkeypatch
+    local_workspace, airflow_db, monkeypatch, task_log
 ):
+    """``127.0.0.1:PORT`` means https://; the local workspace answers plain HTTP. The task
+    fails at once (no TLS retries) saying which host to use, and a task that failed before it
+    submitted logs no missing-XCom errors for its run links."""
     import json
     import time
 
     from airflow_air.hooks import AirHook
 
     bare = local_workspace.host.removeprefix("http://")
+    fix = f"use http://{bare} as the host"
     monkeypatch.setenv(
         "AIRFLOW_CONN_DATABRICKS_DEFAULT",
         json.dumps({"conn_type": "databricks", "host": bare, "password": local_workspace.token}),
     )
-    started = time.monotonic()
     ok, message = AirHook().test_connection()
-    assert not ok and f"use http://{bare} as the host" in message, message
-    assert time.monotonic() - started < 10
+    assert not ok and fix in message, message
+
+    dag = load_test_dag("air_test_sync")
+    started = time.monotonic()
+    dag_run = dag.test()
+    assert time.monotonic() - started < 60  # minutes of TLS retries before
+    assert task_states(dag_run) == {"run": "failed"}
+    log = task_log.text()
+    assert fix in log and "AirConfigurationError" in log
+    assert "XCom not found" not in log
+    assert local_workspace.admin.counters()["runs_created"] == 0

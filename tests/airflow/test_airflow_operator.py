@@ -70,7 +70,11 @@ def test_deferred_timeout_cancels_the_run(workspace, task_log):
         state = client.wait(run_id, timeout=30, poll_interval=0.2)
     assert state.result_state == "CANCELED"
     out = task_log.text()
-    assert "execution_timeout reached" in out and f"run {run_id} was cancelled" in out
+    assert (
+        f"execution_timeout reached while run {run_id} was still RUNNING; "
+        f"run {run_id} was cancelled"
+    ) in out
+    assert "keeps running" not in out  # it does not: it was cancelled
     assert "AirflowTaskTimeout" in out
 
 

@@ -122,37 +122,46 @@ with (
             deferrable=_deferrable,
         )
 
+
 # Every way the provider reaches a workspace, in one Dag run: a run waited on in the worker
 # and one in the triggerer, a workflow with a stage of each kind, and an image registration
-# waited on in the triggerer (tests/airflow/test_airflow_connections.py).
-with DAG(
-    "air_test_every_path",
-    schedule=None,
-    start_date=START,
-    params={"command": "sleep 1; echo ok"},
-) as every_path_dag:
+# waited on in the triggerer (tests/airflow/test_airflow_connections.py). Each rank prints
+# a line naming its task and rank.
+def every_path_workload(name: str, nodes: int, seconds: int) -> dict:
+    return {
+        **workload(name, nodes),
+        "command": f"sleep {seconds}; echo line-of-{name}-$POD_RANK",
+    }
+
+
+with DAG("air_test_every_path", schedule=None, start_date=START) as every_path_dag:
     from airflow_air.operators import AirRegisterImageOperator
 
     _image = AirRegisterImageOperator(
         task_id="image", image="ubuntu:24.04", deferrable=True, poll_interval=0.1
     )
     _sync = AirRunOperator(
-        task_id="sync", workload=workload("every_path_sync"), poll_interval=0.2, deferrable=False
+        task_id="sync",
+        workload=every_path_workload("sync", 2, 1),
+        poll_interval=0.2,
+        deferrable=False,
     )
     _deferred = AirRunOperator(
         task_id="deferred",
-        workload=workload("every_path_deferred"),
+        workload=every_path_workload("deferred", 2, 1),
         poll_interval=0.2,
         deferrable=True,
     )
     with AirWorkflowTaskGroup("pipeline", run_name="air_test_every_path") as _pipeline:
         _stage_sync = AirRunOperator(
-            task_id="stage_sync", workload=workload("stage_sync"), poll_interval=0.2
+            task_id="stage_sync",
+            workload=every_path_workload("stage_sync", 1, 1),
+            poll_interval=0.2,
         )
         _stage_deferred = AirRunOperator(
             task_id="stage_deferred",
             # Long enough to outlast the start of its Airflow task after stage_sync ended.
-            workload={**workload("stage_deferred"), "command": "sleep 4; echo ok"},
+            workload=every_path_workload("stage_deferred", 2, 4),
             poll_interval=0.2,
             deferrable=True,
         )
