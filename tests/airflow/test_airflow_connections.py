@@ -47,9 +47,9 @@ def stored_connection(local_workspace, airflow_db, monkeypatch) -> Iterator:
             session.query(Connection).filter(Connection.conn_id == "databricks_default").delete()
 
 
-def test_a_stored_connection_serves_every_path(stored_connection, task_log):
+def test_a_stored_connection_serves_every_path(stored_connection, task_log, tmp_path):
     dag = load_test_dag("air_test_every_path")
-    dag_run = dag.test()
+    dag_run = dag.test(run_conf={"marker": str(tmp_path / "stage-task-started")})
     log = task_log.text()
     assert task_states(dag_run) == dict.fromkeys(
         [
@@ -95,8 +95,8 @@ def test_a_stored_connection_serves_every_path(stored_connection, task_log):
         hours = result["gpu_hours"]
         assert 0 < hours < accelerators * 60 / 3600, (task_id, result)
         assert xcom(dag.dag_id, dag_run.run_id, task_id, "gpu_hours") == hours
-    # stage_deferred's rank sleeps 4 s on 2 accelerators: at least 8 accelerator-seconds.
-    assert stage["gpu_hours"] >= 2 * 4 / 3600
+    # stage_deferred's ranks run 2 s or more on 2 accelerators.
+    assert stage["gpu_hours"] >= 2 * 2 / 3600
     # The image's digest in Docker's form.
     digest = xcom(dag.dag_id, dag_run.run_id, "image")
     assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64, digest

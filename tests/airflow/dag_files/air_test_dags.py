@@ -127,14 +127,22 @@ with (
 # and one in the triggerer, a workflow with a stage of each kind, and an image registration
 # waited on in the triggerer (tests/airflow/test_airflow_connections.py). Each rank prints
 # a line naming its task and rank.
-def every_path_workload(name: str, nodes: int, seconds: int) -> dict:
-    return {
-        **workload(name, nodes),
-        "command": f"sleep {seconds}; echo line-of-{name}-$POD_RANK",
-    }
+def every_path_workload(name: str, nodes: int, wait: str) -> dict:
+    return {**workload(name, nodes), "command": f"{wait}; echo line-of-{name}-$POD_RANK"}
 
 
-with DAG("air_test_every_path", schedule=None, start_date=START) as every_path_dag:
+def _touch_marker(context) -> None:
+    from pathlib import Path
+
+    Path(context["params"]["marker"]).touch()
+
+
+with DAG(
+    "air_test_every_path",
+    schedule=None,
+    start_date=START,
+    params={"marker": "/nonexistent/air-test-every-path"},
+) as every_path_dag:
     from airflow_air.operators import AirRegisterImageOperator
 
     _image = AirRegisterImageOperator(
@@ -142,28 +150,36 @@ with DAG("air_test_every_path", schedule=None, start_date=START) as every_path_d
     )
     _sync = AirRunOperator(
         task_id="sync",
-        workload=every_path_workload("sync", 2, 1),
+        workload=every_path_workload("sync", 2, "sleep 1"),
         poll_interval=0.2,
         deferrable=False,
     )
     _deferred = AirRunOperator(
         task_id="deferred",
-        workload=every_path_workload("deferred", 2, 1),
+        # Still running when the operator looks, right after its submit.
+        workload=every_path_workload("deferred", 2, "sleep 4"),
         poll_interval=0.2,
         deferrable=True,
     )
     with AirWorkflowTaskGroup("pipeline", run_name="air_test_every_path") as _pipeline:
         _stage_sync = AirRunOperator(
             task_id="stage_sync",
-            workload=every_path_workload("stage_sync", 1, 1),
+            workload=every_path_workload("stage_sync", 1, "sleep 1"),
             poll_interval=0.2,
         )
         _stage_deferred = AirRunOperator(
             task_id="stage_deferred",
-            # Long enough to outlast the start of its Airflow task after stage_sync ended.
-            workload=every_path_workload("stage_deferred", 2, 4),
+            # Its task starts when stage_sync's ends and goes on until the Airflow task has
+            # started (the marker), however long that takes: there is a wait to defer.
+            workload=every_path_workload(
+                "stage_deferred",
+                2,
+                "for i in $(seq 600); do [ -f '{{ params.marker }}' ] && break; sleep 0.1; done;"
+                " sleep 2",
+            ),
             poll_interval=0.2,
             deferrable=True,
+            on_execute_callback=_touch_marker,
         )
-        _stage_sync >> _stage_deferred  # starts when stage_sync ends: there is a wait to defer
+        _stage_sync >> _stage_deferred
     _image >> _sync >> _deferred >> _pipeline
