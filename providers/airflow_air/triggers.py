@@ -23,6 +23,15 @@ when it next wakes (up to ``[workers] min_heartbeat_interval`` later), so the de
 twice that interval. After a triggerer restart the time has passed and the trigger polls at
 once.
 
+Logs. The triggers do not follow the nodes' logs: thousands of deferred tasks would each poll
+every node of their runs, where the shared watcher sends a few coalesced status requests for
+all of them. The operator copies every node's lines (labelled with task, node and attempt)
+into the task log when it resumes (``AirRunOperator.execute_complete``).
+
+Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
+finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
+an in-process supervisor that only answers synchronous requests (see ``hooks.aget_connection``).
+
 Secrets. The event's failure message carries the run's last log lines, and the event is
 stored in Airflow's database (and shown in the triggerer's log) before any task code sees it.
 So the trigger redacts it itself: its kwargs carry the task's ``secret_env`` *references*
