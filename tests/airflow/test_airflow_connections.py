@@ -131,3 +131,40 @@ def test_a_scheme_less_host_of_the_local_workspace_fails_at_once_with_the_fix(
     assert fix in log and "AirConfigurationError" in log
     assert "XCom not found" not in log
     assert local_workspace.admin.counters()["runs_created"] == 0
+
+
+def test_copied_logs_are_labelled_and_capped(local_workspace):
+    """What a resumed deferred task writes: every node's lines, labelled, at most N lines."""
+    from airflow_air._submission import copy_run_logs
+
+    from air_runtime import AirClient, load_workload
+
+    class Lines:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def info(self, event: str, *args: object) -> None:
+            self.lines.append(event % args)
+
+        warning = info
+
+    workload = load_workload(
+        {
+            "experiment_name": "copied",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 2},
+            "command": "echo one-$POD_RANK; echo two-$POD_RANK",
+        }
+    )
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        run_id = client.submit_workload(workload).run_id
+        assert client.wait(run_id, timeout=60, poll_interval=0.1).is_success
+        every, capped = Lines(), Lines()
+        copy_run_logs(client, run_id, every, max_lines=1000)
+        copy_run_logs(client, run_id, capped, max_lines=3)
+    for rank in (0, 1):
+        for word in ("one", "two"):
+            assert any(
+                line.endswith(f"node {rank} attempt 1] {word}-{rank}") for line in every.lines
+            ), every.lines
+    assert len(capped.lines) <= 4 and "completed_log_lines" in capped.lines[-1], capped.lines
+    assert f"airo logs {run_id}" in capped.lines[-1]
