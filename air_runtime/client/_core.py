@@ -13,6 +13,7 @@ import email.utils
 import ipaddress
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .._auth import Credentials
 from .._errors import (
     AuthError,
     CapacityError,
+    ConfigurationError,
     InvalidResponse,
     NotFound,
     PlatformError,
@@ -150,6 +152,16 @@ class ImageRegistration:
     def is_available(self) -> bool:
         return self.state == "AVAILABLE"
 
+    @property
+    def digest(self) -> str | None:
+        """The manifest digest in Docker's form, ``sha256:<hex>`` (``image@<digest>`` pins
+        it); the API's ``manifest_sha256`` is the bare hex (register_image.go reports it as
+        is). None until the platform knows it."""
+        sha = self.manifest_sha256
+        if not sha:
+            return None
+        return sha if sha.startswith("sha256:") else f"sha256:{sha}"
+
 
 # --- retries ----------------------------------------------------------------------------
 
@@ -225,6 +237,19 @@ def _is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    """Whether a transport error came from the TLS handshake (an ``ssl.SSLError`` among its
+    causes), not from the connection itself."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx -> httpcore -> ssl, a few levels at most
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _snippet(text: str, limit: int = 80) -> str:
@@ -341,6 +366,37 @@ class ClientCore:
     def url(self, path: str) -> str:
         return f"{self.host}{path}"
 
+    def answers_plain_http(self) -> Flow[bool]:
+        """Whether the https host's port answers plain HTTP (after a failed TLS handshake):
+        a host given without scheme (``https://`` assumed) pointing at a plain-HTTP server,
+        such as the local workspace. Retrying cannot help, so the caller fails at once.
+        The probe carries no credentials."""
+        parts = urlsplit(self.host)
+        if parts.scheme != "https":
+            return False
+        netloc = parts.netloc.rpartition("@")[2]
+        probe = httpx.Request("GET", f"http://{netloc}/", headers={"User-Agent": self.user_agent})
+        try:
+            yield Transmit(probe)
+        except httpx.TransportError:
+            return False
+        return True
+
+    def plain_http_message(self) -> str:
+        parts = urlsplit(self.host)
+        netloc = parts.netloc.rpartition("@")[2]  # never a user:password@ part
+        plain = f"http://{netloc}"
+        message = (
+            f"host {netloc} answered plain HTTP to the TLS handshake (the client used "
+            "https://, the default for a host without scheme): "
+        )
+        if _is_loopback(parts.hostname):
+            return message + f"use {plain} as the host"
+        return message + (
+            f"use {plain} as the host only if this server is meant to be reached without TLS "
+            "(the token then travels in clear text), else the workspace's https:// address"
+        )
+
     def build_request(
         self,
         method: str,
@@ -423,6 +479,8 @@ class ClientCore:
             try:
                 response: httpx.Response = yield Transmit(request)
             except httpx.TransportError as exc:
+                if _is_tls_failure(exc) and (yield from self.answers_plain_http()):
+                    raise ConfigurationError(self.plain_http_message()) from None
                 error: Exception = PlatformError(
                     self.redactor(
                         f"{method} {path}: could not reach {self.host} "

@@ -255,7 +255,7 @@ def iter_run_logs(
     Nodes and attempts come from the run (each attempt's compute; a retry adds an attempt
     while following). Each read asks every open stream for what is new; a stream closes
     after one read past its attempt's end, and following ends after one read past the
-    run's. ``until()``, from a caller that already watches the run, spares most runs/get
+    run's end (past the task's, with ``task_key``). ``until()``, from a caller that already watches the run, spares most runs/get
     calls: the run is then read only every few reads (to learn of retries) and once
     ``until()`` turns true."""
     streams: dict[tuple[str, int, int], tuple[TaskState, _LogCursor]] = {}
@@ -281,7 +281,8 @@ def iter_run_logs(
                 )
             if attempt.is_terminal or state.is_terminal:
                 closed.add(key)
-        if not follow or state.is_terminal:
+        # Following one task ends with that task (the rest of its run may go on).
+        if not follow or state.has_ended(task_key):
             return
         yield Sleep(_jittered(FOLLOW_POLL_S, core))
         reads += 1

@@ -81,12 +81,17 @@ def serve(
     ready_file: Path | None = None,
     log_level: str = "warning",
     announce: bool = False,
+    token_shell: str | None = None,
 ) -> None:
-    """Serve in the foreground until SIGINT/SIGTERM (used by `airo workspace`)."""
+    """Serve in the foreground until SIGINT/SIGTERM (used by `airo workspace`).
+
+    ``token_shell`` is a shell expression giving the token (``$(cat FILE)``, ``$VAR``) for
+    the printed Airflow command; without one the generated token file's is used."""
     token_file: Path | None = None
     if not options.tokens:
         token_file = ensure_token(data_dir)[1]
         options.tokens = [read_token_file(token_file)]
+        token_shell = token_from_file(token_file)
     if host not in options.allowed_hosts and not is_loopback(host):
         options.allowed_hosts = [*options.allowed_hosts, host]
     sock = bind_socket(host, port)
@@ -100,7 +105,9 @@ def serve(
         )
         print(
             f"local workspace ({options.mode}) on http://{shown}:{actual}  {where}  "
-            f"data: {data_dir}",
+            f"data: {data_dir}\n"
+            "Airflow's databricks_default connection to it:\n"
+            f"  {airflow_connection_command(f'http://{shown}:{actual}', token_shell)}",
             flush=True,
         )
     server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
@@ -487,6 +494,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def token_from_file(path: str | os.PathLike[str]) -> str:
+    """The shell expression reading a token file (the token itself stays off the screen and
+    out of shell history)."""
+    import shlex
+
+    return f"$(cat {shlex.quote(str(Path(path).absolute()))})"
+
+
+def airflow_connection_command(
+    host: str, token_shell: str | None, conn_id: str = "databricks_default"
+) -> str:
+    """The ``airflow connections add`` command pointing a ``databricks`` connection at a local
+    workspace. ``token_shell`` is a shell expression for the token (``$(cat FILE)``, ``$VAR``),
+    never the token: the line is printed and pasted. The host keeps its ``http://`` (without
+    a scheme, https:// is assumed)."""
+    password = f'"{token_shell}"' if token_shell else "'<your token>'"
+    return (
+        f"airflow connections add {conn_id} --conn-type databricks --conn-host {host} "
+        f"--conn-password {password}"
+    )
+
+
+def _token_shell(args: argparse.Namespace) -> str | None:
+    """Where the token given on the command line can be read from by a shell (None: only on
+    the command line or in a config, so the printed command gets a placeholder)."""
+    if args.token_file:
+        return token_from_file(args.token_file[0])
+    if os.environ.get(TOKEN_ENV):
+        return f"${TOKEN_ENV}"
+    return None
+
+
 def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None:
     options = options_from_arguments(args)
     check_bind_address(
@@ -501,4 +540,5 @@ def run_from_arguments(args: argparse.Namespace, announce: bool = False) -> None
         ready_file=args.ready_file,
         log_level=args.log_level,
         announce=announce,
+        token_shell=_token_shell(args),
     )

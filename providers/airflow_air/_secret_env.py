@@ -136,7 +136,7 @@ def secret_values(secret_env: Mapping[str, str]) -> list[str]:
 async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
     """``secret_values`` for the triggerer's event loop (async connection lookups; variables
     have no async lookup, so theirs runs in a thread)."""
-    from airflow.sdk import BaseHook
+    from airflow_air.hooks import aget_connection
 
     values = []
     for name, ref in secret_env.items():
@@ -145,7 +145,7 @@ async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
                 continue
             if ref.startswith("conn:"):
                 _, conn_id, field = ref.split(":", 2)
-                conn = await BaseHook.aget_connection(conn_id)
+                conn = await aget_connection(conn_id)
                 value = _field_of(conn, name, conn_id, field)
             elif ref.startswith("var:"):
                 from asgiref.sync import sync_to_async

@@ -145,25 +145,33 @@ def _task_state_store(context: Context) -> Any:
 
 def push_run_xcoms(context: Context, run_id: int, run_page_url: str) -> None:
     """Make the run id and page visible at once (also as the live "AI Runtime run" link)."""
-    from airflow_air.links import AirRunLink
+    from airflow_air.links import AirRunLink, remember_url
 
     ti = context["ti"]
     ti.xcom_push(key=RUN_ID_KEY, value=run_id)
     ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)
     ti.xcom_push(key=AirRunLink().xcom_key, value=run_page_url)
-    # An empty MLflow link until the ids are known (the UI shows it disabled, and the link
-    # lookup at the end of the try finds a value instead of logging a missing XCom).
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+    # An empty MLflow link until the ids are known (the UI shows it disabled).
     ti.xcom_push(key=MLFLOW_URL_KEY, value="")
+
+
+def remember_run_page(context: Context, run_page_url: str) -> None:
+    """A resumed (deferred) try's operator is new: it learns the run page from the event."""
+    from airflow_air.links import remember_url
+
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
 
 
 def push_mlflow_link(context: Context, url: str | None) -> None:
     if not url:
         return
-    from airflow_air.links import AirMlflowRunLink
+    from airflow_air.links import AirMlflowRunLink, remember_url
 
     ti = context["ti"]
     ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
     ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
+    remember_url(context["task"], MLFLOW_URL_KEY, url)
 
 
 def own_run(
@@ -266,43 +274,83 @@ class StateLogger:
             self.log.info("%s", text)
 
 
-class LogStreamer:
-    """Copies the nodes' logs into the task log while a synchronous wait polls the run."""
+def _log_record(log: TaskLog, record: Any) -> None:
+    """One node's record in the task log, each line labelled ``[<task> node N attempt A]``."""
+    for line in record.body.splitlines() or [""]:
+        log.info("[%s] %s", record.label, line)
 
-    def __init__(self, client: AirClient, run_id: int, nodes: int, log: TaskLog) -> None:
-        # Set when the wait has seen the run end: the followers then read one last time
-        # instead of each asking runs/get between reads.
+
+class LogStreamer:
+    """Copies every node's log lines of the run (or of one stage's task), every attempt,
+    into the task log while a synchronous wait polls the run."""
+
+    def __init__(
+        self, client: AirClient, run_id: int, log: TaskLog, task_key: str | None = None
+    ) -> None:
+        # Set when the wait has seen the run (stage) end: the follower then reads one last
+        # time instead of asking runs/get between reads.
         self._ended = threading.Event()
-        self._threads = [
-            threading.Thread(
-                target=self._follow,
-                args=(client, run_id, node, log, self._ended),
-                name=f"air-logs-{run_id}-{node}",
-                daemon=True,
-            )
-            for node in range(max(1, nodes))
-        ]
+        self._thread = threading.Thread(
+            target=self._follow,
+            args=(client, run_id, task_key, log, self._ended),
+            name=f"air-logs-{run_id}",
+            daemon=True,
+        )
 
     @staticmethod
     def _follow(
-        client: AirClient, run_id: int, node: int, log: TaskLog, ended: threading.Event
+        client: AirClient,
+        run_id: int,
+        task_key: str | None,
+        log: TaskLog,
+        ended: threading.Event,
     ) -> None:
         try:
-            for record in client.iter_logs(run_id, node=node, follow=True, until=ended.is_set):
-                for line in record.body.splitlines() or [""]:
-                    log.info("[node %s] %s", node, line)
+            for record in client.iter_run_logs(
+                run_id, task_key=task_key, follow=True, until=ended.is_set
+            ):
+                _log_record(log, record)
         except Exception as exc:  # logs are a convenience: never fail the task for them
-            log.info("Log streaming of node %s stopped: %s", node, exc)
+            log.info("Log streaming of run %s stopped: %s", run_id, exc)
 
     def __enter__(self) -> LogStreamer:
-        for thread in self._threads:
-            thread.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._ended.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
+        self._thread.join(timeout=30)
+
+
+def copy_run_logs(
+    client: AirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    max_lines: int,
+) -> None:
+    """Every node's lines of an ended run (or stage), every attempt, into the task log at
+    once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
+    ``max_lines`` lines; the rest are left to ``airo logs``."""
+    written = 0
+    try:
+        for record in client.iter_run_logs(run_id, task_key=task_key):
+            lines = record.body.count("\n") + 1
+            if written + lines > max_lines:
+                where = f" --task {task_key}" if task_key else ""
+                log.info(
+                    "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
+                    "with `airo logs %s%s`",
+                    written,
+                    run_id,
+                    where,
+                )
+                return
+            _log_record(log, record)
+            written += lines
+    except Exception as exc:  # logs are a convenience: never fail the task for them
+        log.info("Could not copy the logs of run %s: %s", run_id, exc)
 
 
 def wait_sync(
@@ -339,6 +387,8 @@ class Outcome:
     mlflow_experiment_id: str | None = None
     mlflow_run_id: str | None = None
     mlflow_run_url: str | None = None
+    # Accelerator-hours of every attempt of the run (of the stage's task for a stage).
+    gpu_hours: float | None = None
 
     def to_event(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -356,6 +406,7 @@ class Outcome:
             "result_state": self.result_state,
             "mlflow_experiment_id": self.mlflow_experiment_id,
             "mlflow_run_id": self.mlflow_run_id,
+            "gpu_hours": self.gpu_hours,
         }
         if self.task_key:
             out["task_key"] = self.task_key
@@ -371,9 +422,11 @@ def make_outcome(
     failure: Exception | None,
     output: Mapping[str, Any],
     host: str,
+    gpu_hours: float | None = None,
 ) -> Outcome:
     """``failure`` is the core's ``RunFailed`` (its message has the error, log tail, trace and
-    MLflow ids) or ``None``; ``output`` is ``runs/get-output`` of the task, or empty."""
+    MLflow ids) or ``None``; ``output`` is ``runs/get-output`` of the task, or empty;
+    ``gpu_hours`` the core's ``RunResult.gpu_hours``."""
     from air_runtime import mlflow_ids, mlflow_run_url
 
     exp, mlflow_run = mlflow_ids(output)
@@ -387,6 +440,7 @@ def make_outcome(
         mlflow_experiment_id=exp,
         mlflow_run_id=mlflow_run,
         mlflow_run_url=mlflow_run_url(host, exp, mlflow_run),
+        gpu_hours=gpu_hours,
     )
 
 
@@ -404,4 +458,5 @@ def finish_sync(
         failure=result.failure,
         output=result.output,
         host=client.host,
+        gpu_hours=result.gpu_hours,
     )

@@ -73,6 +73,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "20",
                         "default": "10",
                     },
+                    "completed_log_lines": {
+                        "description": "At most this many node log lines are copied into the "
+                        "task log when a run (or workflow stage) that was waited on in the "
+                        "triggerer, or had already ended, completes; the rest with airo logs. "
+                        "Runs waited on in the worker stream every line while they run.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "100000",
+                        "default": "10000",
+                    },
                     "default_secret_scope": {
                         "description": "Databricks secret scope that secret_env values are "
                         "written to when an operator does not set secret_scope.",

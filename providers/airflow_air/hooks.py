@@ -75,10 +75,37 @@ def request_budget() -> float:
     return config_float("workspace_request_budget", 10.0)
 
 
+def completed_log_lines() -> int:
+    from airflow.sdk import conf
+
+    return conf.getint("air", "completed_log_lines", fallback=10_000)
+
+
 def default_secret_scope() -> str:
     from airflow.sdk import conf
 
     return conf.get("air", "default_secret_scope", fallback="airflow-air")
+
+
+async def aget_connection(conn_id: str) -> Connection:
+    """A connection, from a trigger's event loop, wherever it is stored.
+
+    The Task SDK's async lookup first (the triggerer answers it for every secrets backend).
+    When it finds nothing, the synchronous lookup in a thread, as apache-airflow-providers-
+    databricks does (``sync_to_async(get_connection)``): ``airflow dags test`` and
+    ``dag.test()`` run triggers with an in-process supervisor whose comms answer only
+    synchronous requests (Airflow 3.3 has no ``asend`` there), so the async lookup misses
+    connections stored in the metadata database and finds only environment variables.
+    Raises ``AirflowNotFoundException`` when neither finds it.
+    """
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException:
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(BaseHook.get_connection)(conn_id)
 
 
 @dataclass(frozen=True)
@@ -191,10 +218,11 @@ class AirHook(BaseHook):
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            return await self.aget_connection(self.databricks_conn_id)
+            return await aget_connection(self.databricks_conn_id)
         except AirflowNotFoundException as exc:
             raise AirConfigurationError(
-                f"Airflow connection {self.databricks_conn_id!r} is not defined"
+                f"Airflow connection {self.databricks_conn_id!r} is not defined: create a "
+                "'databricks' connection with the workspace host and a token"
             ) from exc
 
     def workspace_access(self) -> WorkspaceAccess:

@@ -18,6 +18,32 @@ if TYPE_CHECKING:
 RUN_ID_KEY = "run_id"
 RUN_PAGE_URL_KEY = "run_page_url"
 MLFLOW_URL_KEY = "mlflow_run_url"
+GPU_HOURS_KEY = "gpu_hours"  # not a link: an XCom pushed beside the run's, also on failure
+
+
+# The operator attribute holding the links' URLs of the try that runs (see ``remember_url``).
+LINK_URLS_ATTR = "air_link_urls"
+
+
+def remember_url(operator: object, key: str, url: str) -> None:
+    """Keep a link's URL on the running operator as well as in XCom.
+
+    When a try ends, Airflow asks every extra link of the operator for its URL (to store it
+    for the UI). Read from XCom, a try that failed before it submitted anything (an invalid
+    workload, a missing connection) made Airflow log an "XCom not found" error per link; read
+    from the operator, there is simply no URL yet.
+    """
+    urls = getattr(operator, LINK_URLS_ATTR, None)
+    if isinstance(urls, dict):
+        # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
+        setattr(operator, LINK_URLS_ATTR, {**urls, key: url})
+
+
+def _url(operator: BaseOperator, ti_key: TaskInstanceKey, key: str) -> str:
+    urls = getattr(operator, LINK_URLS_ATTR, None)
+    if isinstance(urls, dict):  # the operator that ran this try
+        return str(urls.get(key, ""))
+    return _xcom(ti_key, key)
 
 
 def _xcom(ti_key: TaskInstanceKey, key: str) -> str:
@@ -33,7 +59,7 @@ class AirRunLink(BaseOperatorLink):
     name = "AI Runtime run"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        return _xcom(ti_key, RUN_PAGE_URL_KEY)
+        return _url(operator, ti_key, RUN_PAGE_URL_KEY)
 
 
 class AirMlflowRunLink(BaseOperatorLink):
@@ -42,6 +68,4 @@ class AirMlflowRunLink(BaseOperatorLink):
     name = "MLflow run"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        return _xcom(ti_key, MLFLOW_URL_KEY)
-
-
+        return _url(operator, ti_key, MLFLOW_URL_KEY)

@@ -117,7 +117,10 @@ class AirRunOperator(BaseOperator):
     :param poll_interval: seconds between status checks (default ``[air] default_poll_interval``).
     :param cancel_on_kill: cancel the run when the task is killed or times out.
     :param wait_for_termination: when False, return right after the submit.
-    :param stream_logs: copy the nodes' logs into the task log while waiting in the worker.
+    :param stream_logs: copy every node's log lines (every task attempt, labelled
+        ``[<task> node N attempt A]``) into the task log: streamed while waiting in the
+        worker; when the run (stage) ends, for a try that waited in the triggerer (at most
+        ``[air] completed_log_lines``).
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -128,7 +131,9 @@ class AirRunOperator(BaseOperator):
     group's submit task starts the run, and this task waits for its own stage.
 
     Returns ``{"run_id", "run_page_url", "result_state", "mlflow_experiment_id",
-    "mlflow_run_id"}``; XComs ``run_id`` and ``run_page_url`` are pushed right after submit.
+    "mlflow_run_id", "gpu_hours"}`` (``task_key`` too for a stage); ``gpu_hours`` is the
+    accelerators times the duration of every attempt of the run (of the stage's task), retries
+    included. XComs ``run_id`` and ``run_page_url`` are pushed right after submit.
     """
 
     template_fields: Sequence[str] = ("workload", "overrides", "secret_env", "secret_scope")
@@ -178,6 +183,8 @@ class AirRunOperator(BaseOperator):
         self._run_id: int | None = None
         # What this try knows of its run (the return value's fields), for OpenLineage.
         self._lineage_result: dict[str, Any] | None = None
+        # The extra links' URLs of this try (airflow_air.links.remember_url).
+        self.air_link_urls: dict[str, str] = {}
         # This try's redactor (see redactor()); holds the resolved secret values, so it
         # is never a template field, never serialized and never pushed.
         self._redactor: Redactor | None = None
@@ -408,7 +415,7 @@ class AirRunOperator(BaseOperator):
             push_run_xcoms(context, record.run_id, record.run_page_url)
             if not self.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
-            return self._wait(context, client, record, None, workload.num_nodes)
+            return self._wait(context, client, record, None)
 
     def _execute_stage(self, context: Context) -> Any:
         from airflow_air._submission import RunRecord, push_run_xcoms
@@ -439,7 +446,7 @@ class AirRunOperator(BaseOperator):
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             self.redactor(client)
-            return self._wait(context, client, record, self.workflow_task_key, 1)
+            return self._wait(context, client, record, self.workflow_task_key)
 
     def _wait(
         self,
@@ -447,7 +454,6 @@ class AirRunOperator(BaseOperator):
         client: AirClient,
         record: RunRecord,
         task_key: str | None,
-        nodes: int,
     ) -> Any:
         """Wait for the run (or stage): in the triggerer when deferrable, else in the worker.
 
@@ -465,9 +471,10 @@ class AirRunOperator(BaseOperator):
                     record.run_id,
                     f" (stage {task_key})" if task_key else "",
                 )
+                self._copy_logs(client, record.run_id, task_key)
                 return self._complete(context, finish_sync(client, state, record, task_key))
             self._defer_until_done(context, record, task_key=task_key)
-        return self._wait_in_worker(context, client, record, task_key, nodes)
+        return self._wait_in_worker(context, client, record, task_key)
 
     def _wait_in_worker(
         self,
@@ -475,15 +482,14 @@ class AirRunOperator(BaseOperator):
         client: AirClient,
         record: RunRecord,
         task_key: str | None,
-        nodes: int,
     ) -> Any:
         from airflow_air._submission import LogStreamer, finish_sync, wait_sync
 
         poll = self.effective_poll_interval()
         log = self.redacting_log(client)
-        if self.stream_logs and task_key is None:
-            with LogStreamer(client, record.run_id, nodes, log):
-                state = wait_sync(client, record, poll_interval=poll, log=log)
+        if self.stream_logs:
+            with LogStreamer(client, record.run_id, log, task_key):
+                state = wait_sync(client, record, poll_interval=poll, log=log, task_key=task_key)
         else:
             state = wait_sync(client, record, poll_interval=poll, log=log, task_key=task_key)
         return self._complete(context, finish_sync(client, state, record, task_key))
@@ -516,25 +522,68 @@ class AirRunOperator(BaseOperator):
 
         if not event:
             raise AirflowException("the trigger ended without an event")
-        return self._complete(context, Outcome.from_event(event))
+        outcome = Outcome.from_event(event)
+        if outcome.status in ("success", "failed", "timeout"):
+            from airflow_air.hooks import AirHook
+
+            try:
+                with AirHook(self.databricks_conn_id).get_client() as client:
+                    self._copy_logs(client, outcome.run_id, outcome.task_key)
+            except Exception as exc:  # the logs are a convenience; the outcome is known
+                self.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
+        return self._complete(context, outcome)
+
+    def _copy_logs(self, client: AirClient, run_id: int, task_key: str | None) -> None:
+        """The nodes' lines of a run (stage) that ended while this task was not streaming
+        them: it waited in the triggerer, or found the run ended. The triggerer does not
+        follow logs itself: thousands of deferred tasks would each poll every node, where
+        the shared watcher sends a few coalesced status requests for all of them."""
+        if not self.stream_logs:
+            return
+        from airflow_air._submission import copy_run_logs
+        from airflow_air.hooks import completed_log_lines
+
+        copy_run_logs(
+            client,
+            run_id,
+            self.redacting_log(client),
+            task_key,
+            max_lines=completed_log_lines(),
+        )
 
     def _complete(self, context: Context, outcome: Outcome) -> Any:
         import dataclasses
 
         from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-        from airflow_air._submission import push_mlflow_link
+        from airflow_air._submission import push_mlflow_link, remember_run_page
         from airflow_air.exceptions import AirRunFailedError
 
         self._run_id = outcome.run_id
         self._lineage_result = {**outcome.result(), "mlflow_run_url": outcome.mlflow_run_url}
+        remember_run_page(context, outcome.run_page_url)
         push_mlflow_link(context, outcome.mlflow_run_url)
         redact = self.redactor()
         outcome = dataclasses.replace(outcome, message=redact(outcome.message))
         if self.secret_env and outcome.status in ("success", "failed"):
             self._delete_orchestrator_secrets(context, outcome)
+        if outcome.gpu_hours is not None:
+            from airflow_air.links import GPU_HOURS_KEY
+
+            # Also when the run failed: the accelerators were held all the same.
+            context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
         if outcome.status == "success":
-            self.log.info("Run %s succeeded: %s", outcome.run_id, outcome.run_page_url)
+            used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
+            if outcome.task_key:  # the other stages of the run may still be going
+                self.log.info(
+                    "Stage %s of run %s succeeded%s: %s",
+                    outcome.task_key,
+                    outcome.run_id,
+                    used,
+                    outcome.run_page_url,
+                )
+            else:
+                self.log.info("Run %s succeeded%s: %s", outcome.run_id, used, outcome.run_page_url)
             return outcome.result()
         if outcome.status == "failed":
             raise AirRunFailedError(
@@ -624,7 +673,8 @@ class AirRegisterImageOperator(BaseOperator):
     :param timeout: seconds to wait for AVAILABLE.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
 
-    Returns the image's manifest digest (``sha256:...``) when the platform reports one.
+    Returns the image's manifest digest, ``sha256:<hex>`` (pin it as ``image@<digest>``), or
+    None when the platform reports none; XCom ``image`` holds the image's normal form.
     """
 
     template_fields: Sequence[str] = ("image", "credentials_scope", "credentials_key")
@@ -728,7 +778,7 @@ class AirRegisterImageOperator(BaseOperator):
             existing = client.get_image(image)
             if existing is not None and existing.is_available and not self.refresh:
                 self.log.info("%s is already AVAILABLE; nothing to do", image)
-                return existing.manifest_sha256
+                return existing.digest
             if existing is not None and existing.state in ("PENDING", "IMPORTING"):
                 self.log.info("%s is being registered (%s); waiting", image, existing.state)
                 registration = existing
@@ -742,7 +792,7 @@ class AirRegisterImageOperator(BaseOperator):
                 )
                 self.log.info("Registered %s: %s", image, registration.state)
                 if registration.is_available:
-                    return registration.manifest_sha256
+                    return registration.digest
             if self.deferrable:
                 if registration.state == "FAILED":  # ended already: no deferral, same outcome
                     reason = registration.status_message or "no reason given"
@@ -759,8 +809,8 @@ class AirRegisterImageOperator(BaseOperator):
             done = client.wait_for_image(
                 image, timeout=self.timeout, poll_interval=self._poll_interval()
             )
-            self.log.info("%s is AVAILABLE (%s)", image, done.manifest_sha256)
-            return done.manifest_sha256
+            self.log.info("%s is AVAILABLE (%s)", image, done.digest)
+            return done.digest
 
     def _defer_until_available(self, context: Context, image: str) -> None:
         import time

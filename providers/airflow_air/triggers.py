@@ -23,6 +23,15 @@ when it next wakes (up to ``[workers] min_heartbeat_interval`` later), so the de
 twice that interval. After a triggerer restart the time has passed and the trigger polls at
 once.
 
+Logs. The triggers do not follow the nodes' logs: thousands of deferred tasks would each poll
+every node of their runs, where the shared watcher sends a few coalesced status requests for
+all of them. The operator copies every node's lines (labelled with task, node and attempt)
+into the task log when it resumes (``AirRunOperator.execute_complete``).
+
+Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
+finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
+an in-process supervisor that only answers synchronous requests (see ``hooks.aget_connection``).
+
 Secrets. The event's failure message carries the run's last log lines, and the event is
 stored in Airflow's database (and shown in the triggerer's log) before any task code sees it.
 So the trigger redacts it itself: its kwargs carry the task's ``secret_env`` *references*
@@ -106,6 +115,7 @@ class AirRunTrigger(BaseTrigger):
         self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
         self.secret_env = dict(secret_env) if secret_env else None
         self._redact: Redactor | None = None
+        self._last_seen = ""  # the last state read, for the timeout message
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -150,10 +160,22 @@ class AirRunTrigger(BaseTrigger):
             else:
                 state = await self._wait_for_stage(watcher)
             outcome = await self._finish(watcher.client, state)
-        except RunTimeout as exc:
-            message = f"execution_timeout reached while waiting: {exc}"
+        except RunTimeout:
+            # The core's RunTimeout text says the run keeps going; here the trigger decides.
+            what = (
+                f"stage {self.task_key} of run {self.run_id}"
+                if self.task_key
+                else (f"run {self.run_id}")
+            )
+            message = (
+                f"execution_timeout reached while {what} was still {self._last_seen}"
+                if self._last_seen
+                else f"execution_timeout reached before {what} was first read"
+            )
             if self.cancel_on_kill:
                 message += await self._cancel("the task's execution_timeout passed")
+            else:
+                message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
             outcome = Outcome(
                 status="timeout",
                 run_id=self.run_id,
@@ -186,6 +208,7 @@ class AirRunTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     def _log_update(self, state: RunState) -> None:
+        self._seen(state)
         capacity = " [waiting for GPU capacity]" if state.is_waiting_for_capacity else ""
         self.log.info("%s", self.redact(f"Run {self.run_id}: {state.describe()}{capacity}"))
 
@@ -193,10 +216,24 @@ class AirRunTrigger(BaseTrigger):
         """A stage ends before its run does: the watcher reads its task within its budget."""
         from airflow_air._submission import RedactingLog, StateLogger
 
-        on_update = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
+        logger = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
+
+        def on_update(state: RunState) -> None:
+            self._seen(state)
+            logger(state)
+
         return await watcher.wait(
             self.run_id, deadline=self.deadline, on_update=on_update, task_key=self.task_key
         )
+
+    def _seen(self, state: RunState) -> None:
+        task = state.task(self.task_key) if self.task_key else None
+        if task is None:
+            self._last_seen = state.describe()
+        else:
+            self._last_seen = task.life_cycle_state + (
+                f"/{task.result_state}" if task.result_state else ""
+            )
 
     async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
         from airflow_air._submission import make_outcome
@@ -211,6 +248,7 @@ class AirRunTrigger(BaseTrigger):
             failure=result.failure,
             output=result.output,
             host=client.host,
+            gpu_hours=result.gpu_hours,
         )
 
     async def _cancel(self, why: str) -> str:
@@ -296,7 +334,7 @@ class AirImageTrigger(BaseTrigger):
             if registration.state != seen:
                 seen = registration.state
                 self.log.info("Image %s: %s %s", self.image, seen, registration.status_message)
-            found = {"state": registration.state, "digest": registration.manifest_sha256}
+            found = {"state": registration.state, "digest": registration.digest}
             if registration.is_available:
                 return {"status": "success", **found}
             if registration.state == "FAILED":

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_DAGS = Path(__file__).resolve().parent / "dag_files"
@@ -41,6 +42,9 @@ AIRFLOW_ENV = {
         ]
     ),
     "AIRFLOW_DISABLE_GREENBACK_PORTAL": "true",
+    # One key for this process and the ``airflow`` commands tests run: without it the first
+    # command writes a random key to airflow.cfg and encrypts with it, unreadable here.
+    "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
     "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "0.2",
     # dag.test() runs triggers inline (no scheduler to race with): a token first-poll delay.
     "AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY": "0.1",

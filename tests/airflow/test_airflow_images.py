@@ -45,7 +45,7 @@ def test_register_images_then_skip_when_available(image_workspace, task_log):
     }
     for task_id in ("public_deferred", "private_with_connection"):
         digest = xcom(dag.dag_id, first.run_id, task_id)
-        assert isinstance(digest, str) and digest
+        assert isinstance(digest, str) and digest.startswith("sha256:"), digest
     registrations = image_workspace.admin.counters()["requests"]["ai-compute-manager/images"]
 
     second = dag.test()

@@ -25,6 +25,7 @@ def test_provider_info_matches_airflow_schema():
         "default_poll_interval",
         "trigger_first_poll_delay",
         "workspace_request_budget",
+        "completed_log_lines",
         "default_secret_scope",
         "deployment_namespace",
     }

@@ -273,3 +273,38 @@ def test_submit_critical_path_is_four_round_trips(workspace_factory, recorder):
     phases = recorder.round_trips()
     print(f"submit: {len(recorder.exchanges)} requests in {phases} sequential round trips")
     assert phases <= 4
+
+
+def test_scheme_less_host_of_a_plain_http_workspace_fails_at_once(workspace_factory, recorder):
+    """``127.0.0.1:PORT`` gets https:// assumed; the local workspace speaks plain HTTP. The
+    failed TLS handshake is not retried: one probe without credentials finds plain HTTP, and
+    the error says which host to use."""
+    import asyncio
+
+    from air_runtime import AsyncAirClient, ConfigurationError
+
+    ws = workspace_factory()
+    bare = ws.host.removeprefix("http://")
+    fix = f"use http://{bare} as the host"
+    started = time.monotonic()
+    with (
+        AirClient(bare, ws.token, transport=recorder) as client,
+        pytest.raises(ConfigurationError) as caught,
+    ):
+        client.whoami()
+    assert fix in str(caught.value) and ws.token not in str(caught.value)
+    assert not caught.value.retryable
+    # Two requests: the TLS attempt, then the probe (plain HTTP, no token).
+    assert [(e.path, e.status) for e in recorder.exchanges] == [
+        ("/api/2.0/preview/scim/v2/Me", None),
+        ("/", 404),
+    ]
+    assert "authorization" not in recorder.exchanges[1].headers
+
+    async def async_whoami() -> None:
+        async with AsyncAirClient(bare, ws.token) as aclient:
+            await aclient.whoami()
+
+    with pytest.raises(ConfigurationError, match="use http://"):
+        asyncio.run(async_whoami())
+    assert time.monotonic() - started < 10  # was minutes of TLS retries

@@ -294,6 +294,31 @@ class AirflowDeployment:
         return dict(self.api("GET", path)["extra_links"])
 
 
+def add_airflow_connections(deployment: AirflowDeployment, workspace: Any) -> None:
+    """The connections of ``airflow_connection_env``, stored in the metadata database through
+    the REST API the way an operator of a deployment adds them (no environment variable)."""
+    for body in (
+        {
+            "connection_id": "databricks_default",
+            "conn_type": "databricks",
+            "host": workspace.host,
+            "password": workspace.token,
+        },
+        {
+            "connection_id": "hf_default",
+            "conn_type": "generic",
+            "password": "hf-placeholder-not-a-token",
+        },
+    ):
+        deployment.api("POST", "/connections", json=body)
+
+
+def task_log_text(deployment: AirflowDeployment, dag_id: str, run_id: str, task_id: str) -> str:
+    """Every log file of a task instance (all tries) as written by the deployment."""
+    folder = deployment.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    return "\n".join(p.read_text() for p in sorted(folder.glob(f"task_id={task_id}/*.log*")))
+
+
 def airflow_connection_env(workspace: Any) -> dict[str, str]:
     """The default Databricks connection of every Airflow process, aimed at the workspace."""
     return {

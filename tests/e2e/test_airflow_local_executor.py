@@ -1,5 +1,7 @@
 """Airflow 3 with the LocalExecutor on PostgreSQL: scheduler, triggerer, DAG processor and
-API server as separate processes, driven only through the REST API."""
+API server as separate processes, driven only through the REST API. The connections are
+stored in the metadata database through that API (no environment variables), so the workers
+and the triggerer read them the way a production deployment does."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from airflow_deployment import (
     REPO_ROOT,
     AirflowDeployment,
     DeferralObserver,
-    airflow_connection_env,
+    add_airflow_connections,
     check_air_task_instances,
     remote_run_names,
+    task_log_text,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -31,12 +34,12 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         executor="LocalExecutor",
         database_dsn=f"{postgres}/airo_airflow",
         dag_folders={"project": REPO_ROOT / "dags", "e2e": E2E_DIR / "dags"},
-        extra_env=airflow_connection_env(local_workspace),
         parallelism=PARALLELISM,
     )
     try:
         deployment.migrate()
         deployment.start()
+        add_airflow_connections(deployment, local_workspace)
         deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG])
 
         fanout_run = deployment.trigger(FANOUT_DAG)
@@ -62,6 +65,9 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         )
         assert len(fanout_remote) == FANOUT_WIDTH
         assert len(set(fanout_remote.values())) == FANOUT_WIDTH  # one remote run per task
+        # The node's lines reached the task log of a run waited on in the triggerer.
+        fanout_log = task_log_text(deployment, FANOUT_DAG, fanout_run, "run_03")
+        assert "node 0 attempt 1] fan-out run 3 done" in fanout_log, fanout_log[-3000:]
 
         rl_remote = check_air_task_instances(deployment, "rl_pipeline", rl_run, workspace_client)
         assert rl_remote, "rl_pipeline pushed no AI Runtime run id"

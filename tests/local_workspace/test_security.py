@@ -127,6 +127,11 @@ def test_airo_workspace_generates_a_token_file_and_says_where(tmp_path: Path) ->
     assert str(data / "token") in out
     assert token not in out
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    # The Airflow connection to paste: the token read from its file by the shell, never shown.
+    assert (
+        "airflow connections add databricks_default --conn-type databricks "
+        f'--conn-host http://127.0.0.1:{port} --conn-password "$(cat {data / "token"})"'
+    ) in out
 
 
 def test_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
@@ -146,7 +151,9 @@ def test_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
         assert _me(host, "anything-else").status_code == 403
         assert not (data / "token").exists()  # an explicit token: none generated
     finally:
-        _stop(process)
+        out, _ = _stop(process)
+    assert f'--conn-password "$(cat {token_file})"' in out  # the first token source named
+    assert "from-a-file" not in out and "from-the-env" not in out
 
 
 def test_non_loopback_bind_needs_the_flag_and_a_token(tmp_path: Path) -> None:

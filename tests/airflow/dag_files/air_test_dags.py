@@ -139,3 +139,65 @@ with DAG("air_test_openlineage", schedule=None, start_date=START) as openlineage
         },
         poll_interval=0.2,
     )
+
+
+# Every way the provider reaches a workspace, in one Dag run: a run waited on in the worker
+# and one in the triggerer, a workflow with a stage of each kind, and an image registration
+# waited on in the triggerer (tests/airflow/test_airflow_connections.py). Each rank prints
+# a line naming its task and rank.
+def every_path_workload(name: str, nodes: int, wait: str) -> dict:
+    return {**workload(name, nodes), "command": f"{wait}; echo line-of-{name}-$POD_RANK"}
+
+
+def _touch_marker(context) -> None:
+    from pathlib import Path
+
+    Path(context["params"]["marker"]).touch()
+
+
+with DAG(
+    "air_test_every_path",
+    schedule=None,
+    start_date=START,
+    params={"marker": "/nonexistent/air-test-every-path"},
+) as every_path_dag:
+    from airflow_air.operators import AirRegisterImageOperator
+
+    _image = AirRegisterImageOperator(
+        task_id="image", image="ubuntu:24.04", deferrable=True, poll_interval=0.1
+    )
+    _sync = AirRunOperator(
+        task_id="sync",
+        workload=every_path_workload("sync", 2, "sleep 1"),
+        poll_interval=0.2,
+        deferrable=False,
+    )
+    _deferred = AirRunOperator(
+        task_id="deferred",
+        # Still running when the operator looks, right after its submit.
+        workload=every_path_workload("deferred", 2, "sleep 4"),
+        poll_interval=0.2,
+        deferrable=True,
+    )
+    with AirWorkflowTaskGroup("pipeline", run_name="air_test_every_path") as _pipeline:
+        _stage_sync = AirRunOperator(
+            task_id="stage_sync",
+            workload=every_path_workload("stage_sync", 1, "sleep 1"),
+            poll_interval=0.2,
+        )
+        _stage_deferred = AirRunOperator(
+            task_id="stage_deferred",
+            # Its task starts when stage_sync's ends and goes on until the Airflow task has
+            # started (the marker), however long that takes: there is a wait to defer.
+            workload=every_path_workload(
+                "stage_deferred",
+                2,
+                "for i in $(seq 600); do [ -f '{{ params.marker }}' ] && break; sleep 0.1; done;"
+                " sleep 2",
+            ),
+            poll_interval=0.2,
+            deferrable=True,
+            on_execute_callback=_touch_marker,
+        )
+        _stage_sync >> _stage_deferred
+    _image >> _sync >> _deferred >> _pipeline
