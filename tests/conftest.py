@@ -10,11 +10,19 @@ from deployment_services import summary_line
 
 from air_runtime.local import LocalWorkspace, start_local_workspace
 
+# `make test-fast` leaves out what is `slow`; `make test` runs everything. Slow: the
+# reliability campaigns, the wheel install, the runs of the toy RL scripts, and every test
+# that runs a real orchestrator (an Airflow metadata database and `dag.test()`, a Dagster
+# instance). The fast set keeps the orchestrators' definition-time checks, the client, the
+# conformance transcripts and the local workspace's API.
+_SLOW_FOLDERS = frozenset({"reliability", "packaging", "examples"})
+_ORCHESTRATOR_FIXTURES = frozenset({"airflow_db", "dagster_home", "instance", "air_workspace"})
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The reliability campaigns are slow (`make test-fast` leaves them out)."""
     for item in items:
-        if "reliability" in item.path.parts or "packaging" in item.path.parts:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _SLOW_FOLDERS & set(item.path.parts) or _ORCHESTRATOR_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
 
 

@@ -81,6 +81,7 @@ def test_run_trigger_serialization_round_trip():
     assert AirImageTrigger(**image_kwargs).serialize() == (path, image_kwargs)
 
 
+@pytest.mark.slow
 def test_importing_the_operators_module_stays_cheap():
     """P2: a Dag file's import of the operators must not load the HTTP client, the core
     client, the hook or the triggers."""

@@ -9,11 +9,14 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
 from air_runtime.cli import main as airo
 
 TOKEN = "dapi-cli-token-0123456789abcdef"
 
 
+@pytest.mark.slow
 def test_airo_follow_logs_and_failure_hide_the_token(workspace_factory, tmp_path: Path, capsys):
     ws = workspace_factory(token=TOKEN)
     job = tmp_path / "job.yaml"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from air_runtime.local import LocalWorkspace
 
 GIT_ENV = {
@@ -43,6 +45,7 @@ def _airo(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_airo_run_executes_the_pinned_commit_not_the_working_tree(
     tmp_path: Path, local_workspace: LocalWorkspace
 ) -> None:

@@ -142,6 +142,7 @@ def test_secret_scope_creation_is_idempotent(workspace_factory):
     assert len(refs["x" * 200].split("/", 1)[1]) <= 128
 
 
+@pytest.mark.slow
 def test_cli_run_wait_logs_cancel(workspace_factory, tmp_path: Path, capsys):
     ws = workspace_factory()
     job = tmp_path / "job.yaml"

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from air_runtime import AsyncAirClient, RunWatcher, build_plan, load_workload
 from air_runtime._errors import RunTimeout
@@ -42,6 +43,7 @@ async def _submit_many(ws, count: int, name: str) -> list[int]:
         return await asyncio.gather(*(one(i) for i in range(count)))
 
 
+@pytest.mark.slow
 async def test_500_waiters_share_one_poller_within_the_budget(workspace_factory):
     ws = workspace_factory(
         mode="simulate", simulate={"pending_s": 1.0, "running_s": 6.0, "result": "SUCCESS"}

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 from dagster_checks import counters, node_log
@@ -124,6 +125,7 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
     assert "train out=/tmp/out/large/train" in log and "width: 1024" in log
 
 
+@pytest.mark.slow
 def test_dg_list_components_shows_the_component():
     out = subprocess.run(
         [str(DG), "list", "components", "--json"],
@@ -137,6 +139,7 @@ def test_dg_list_components_shows_the_component():
     assert "dagster_air.AirWorkloadComponent" in out.stdout
 
 
+@pytest.mark.slow
 def test_dg_check_defs_reports_an_unset_secret_variable_of_the_example_project(tmp_path):
     """(tests/dagster/test_readme_commands.py runs the passing `dg check defs`.)"""
     project = tmp_path / "project"

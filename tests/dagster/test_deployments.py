@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import psutil
+import pytest
 from dagster_checks import counters, node_log
 
 from air_runtime import AirClient
@@ -93,6 +94,7 @@ def _materialized_run(home: Path, run_id: str) -> int:
     ].value
 
 
+@pytest.mark.slow
 def test_two_instances_same_run_id_get_their_own_runs_and_reattach_to_their_own(
     local_workspace, tmp_path
 ):

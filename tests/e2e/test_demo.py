@@ -46,6 +46,7 @@ def test_demo_runs_the_pipeline_directly_via_airflow_and_via_dagster() -> None:
     assert "local workspace stopped" in out
 
 
+@pytest.mark.slow
 def test_demo_exits_non_zero_when_a_stage_fails() -> None:
     # The run needs a few seconds: a 0.3 s budget makes the stage fail with RunTimeout.
     result = run_demo("--stages", "client", "--timeout", "0.3", timeout=120)
@@ -56,6 +57,7 @@ def test_demo_exits_non_zero_when_a_stage_fails() -> None:
     assert "client: run" in result.stdout
 
 
+@pytest.mark.slow
 def test_demo_rejects_an_unknown_stage() -> None:
     result = run_demo("--stages", "client,spark", timeout=60)
     assert result.returncode == 2

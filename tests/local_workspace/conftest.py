@@ -168,13 +168,24 @@ class Workloads:
         return [r["body"] for r in response.json()["log_records"]]
 
 
+def _api_client(workspace: LocalWorkspace) -> httpx.Client:
+    return httpx.Client(
+        base_url=workspace.host,
+        headers={"Authorization": f"Bearer {workspace.token}"},
+        timeout=30,
+    )
+
+
 @pytest.fixture
 def api(local_workspace: LocalWorkspace) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=local_workspace.host,
-        headers={"Authorization": f"Bearer {local_workspace.token}"},
-        timeout=30,
-    ) as client:
+    with _api_client(local_workspace) as client:
+        yield client
+
+
+@pytest.fixture
+def shared_api(session_local_workspace: LocalWorkspace) -> Iterator[httpx.Client]:
+    """A client of the session's workspace, for requests that change nothing in it."""
+    with _api_client(session_local_workspace) as client:
         yield client
 
 

@@ -6,11 +6,13 @@ import time
 import uuid
 
 import httpx
+import pytest
 
 from air_runtime.local import start_local_workspace
 from tests.local_workspace.conftest import Workloads
 
 
+@pytest.mark.slow
 def test_restart_mid_run_keeps_history_and_fails_the_interrupted_run(tmp_path) -> None:
     ws = start_local_workspace(data_dir=tmp_path / "ws", in_process=False, token="restart-token")
     try:
@@ -96,6 +98,7 @@ def test_simulate_mode_timeline_and_per_run_override(tmp_path) -> None:
         ws.stop()
 
 
+@pytest.mark.slow
 def test_thousand_running_runs_and_active_only_listing(tmp_path) -> None:
     ws = start_local_workspace(
         data_dir=tmp_path / "ws",

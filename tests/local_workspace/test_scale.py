@@ -7,6 +7,7 @@ import time
 import uuid
 
 import httpx
+import pytest
 
 from tests.local_workspace.conftest import Workloads
 
@@ -24,6 +25,7 @@ def test_four_rank_workload_submit_to_success(workloads: Workloads) -> None:
     print(f"4-rank submit -> TERMINATED/SUCCESS: {', '.join(f'{t:.3f}s' for t in timings)}")
 
 
+@pytest.mark.slow
 async def test_two_hundred_concurrent_runs(local_workspace, workloads: Workloads) -> None:
     task = workloads.command_task("echo done")
     started = time.monotonic()

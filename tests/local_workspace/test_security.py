@@ -67,6 +67,7 @@ def test_revoked_token_loses_admin_too(tmp_path: Path) -> None:
         assert ws.admin.counters()["runs_created"] == 0  # "first" still works
 
 
+@pytest.mark.slow
 def test_subprocess_workspace_keeps_tokens_off_the_command_line(tmp_path: Path) -> None:
     secret = "cmdline-secret-" + "x" * 20
     with start_local_workspace(data_dir=tmp_path / "ws", in_process=False, token=secret) as ws:
@@ -115,6 +116,7 @@ def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
         return process.communicate()
 
 
+@pytest.mark.slow
 def test_airo_workspace_generates_a_token_file_and_says_where(tmp_path: Path) -> None:
     data, ready = tmp_path / "data", tmp_path / "ready.json"
     process = _serve(["--port", "0", "--data-dir", str(data), "--ready-file", str(ready)])
@@ -134,6 +136,7 @@ def test_airo_workspace_generates_a_token_file_and_says_where(tmp_path: Path) ->
     ) in out
 
 
+@pytest.mark.slow
 def test_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
     token_file = tmp_path / "my-token"
     token_file.write_text("from-a-file-0123456789\n")
@@ -156,6 +159,7 @@ def test_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
     assert "from-a-file" not in out and "from-the-env" not in out
 
 
+@pytest.mark.slow
 def test_non_loopback_bind_needs_the_flag_and_a_token(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="allow-remote"):
         start_local_workspace(data_dir=tmp_path / "a", host="0.0.0.0")
@@ -175,16 +179,22 @@ def test_non_loopback_bind_needs_the_flag_and_a_token(tmp_path: Path) -> None:
     "host_header",
     ["evil.example.com", "evil.example.com:8765", "127.0.0.1.nip.io", "localhost.evil", ""],
 )
-def test_hostile_host_headers_are_refused(local_workspace: LocalWorkspace, host_header) -> None:
-    response = _me(local_workspace.host, local_workspace.token, Host=host_header)
+def test_hostile_host_headers_are_refused(
+    session_local_workspace: LocalWorkspace, host_header
+) -> None:
+    ws = session_local_workspace
+    response = _me(ws.host, ws.token, Host=host_header)
     assert response.status_code in (400, 403)
     if response.status_code == 403:
         assert response.json()["error_code"] == "PERMISSION_DENIED"
 
 
 @pytest.mark.parametrize("host_header", ["localhost", "127.0.0.1:1", "[::1]:8765", "LOCALHOST"])
-def test_loopback_host_headers_are_served(local_workspace: LocalWorkspace, host_header) -> None:
-    assert _me(local_workspace.host, local_workspace.token, Host=host_header).status_code == 200
+def test_loopback_host_headers_are_served(
+    session_local_workspace: LocalWorkspace, host_header
+) -> None:
+    ws = session_local_workspace
+    assert _me(ws.host, ws.token, Host=host_header).status_code == 200
 
 
 def test_more_host_names_only_when_asked(tmp_path: Path) -> None:
@@ -343,9 +353,9 @@ HOSTILE_BODIES = [
 
 
 @pytest.mark.parametrize("body", HOSTILE_BODIES, ids=range(len(HOSTILE_BODIES)))
-def test_hostile_json_is_a_400(api: httpx.Client, body: bytes) -> None:
+def test_hostile_json_is_a_400(shared_api: httpx.Client, body: bytes) -> None:
     for path in ("/api/2.2/jobs/runs/cancel", "/api/2.2/jobs/runs/submit"):
-        response = api.post(path, content=body, headers={"Content-Type": "application/json"})
+        response = shared_api.post(path, content=body, headers={"Content-Type": "application/json"})
         assert response.status_code == 400, (path, response.text[:200])
         assert set(response.json()) == {"error_code", "message"}
 
@@ -362,8 +372,8 @@ def test_hostile_json_is_a_400(api: httpx.Client, body: bytes) -> None:
         ("/api/2.0/serverless-policies", {"page_size": "9" * 25}),
     ],
 )
-def test_out_of_range_numbers_are_a_400(api: httpx.Client, path: str, params: dict) -> None:
-    response = api.get(path, params=params)
+def test_out_of_range_numbers_are_a_400(shared_api: httpx.Client, path: str, params: dict) -> None:
+    response = shared_api.get(path, params=params)
     assert response.status_code == 400, response.text[:200]
     assert response.json()["error_code"] == "INVALID_PARAMETER_VALUE"
 
@@ -418,6 +428,7 @@ def test_a_page_of_long_lines_stays_bounded(tmp_path: Path) -> None:
     assert len(rest) == 72 and token is None
 
 
+@pytest.mark.slow
 def test_airo_commands_read_the_local_token_file(tmp_path: Path) -> None:
     xdg = tmp_path / "xdg"
     with start_local_workspace(data_dir=xdg / "airo" / "workspace") as ws:

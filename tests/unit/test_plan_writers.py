@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -64,6 +65,7 @@ string_keyed = st.recursive(
 )
 
 
+@pytest.mark.slow  # the largest property run (nested maps read back with PyYAML)
 @SETTINGS
 @given(st.dictionaries(words, string_keyed, max_size=6).filter(_without_floats))
 def test_hyperparameters_read_back_as_the_parameters(parameters: dict[str, Any]) -> None:
