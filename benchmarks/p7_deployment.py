@@ -21,6 +21,7 @@ every trial made exactly one run that succeeded (no duplicates, none lost).
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import tempfile
 import threading
@@ -339,6 +340,8 @@ def _plot(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A stop by SIGTERM still tears the deployment and the workspace down (finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = parser_for(__doc__)
     parser.add_argument("--n", type=int, default=None, help="mapped tasks (default 500, quick 40)")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ AIRO_BENCH_SWEEP_SECONDS: comma-separated, used in turn).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pendulum
 from airflow.providers.standard.sensors.time_delta import WaitSensor
@@ -55,4 +56,7 @@ with _dag("air_sweep"):
     )
 
 with _dag("floor_sweep"):
-    WaitSensor.partial(task_id="trial", deferrable=True).expand(time_to_wait=DURATIONS)
+    # A plain number would be minutes to WaitSensor.
+    WaitSensor.partial(task_id="trial", deferrable=True).expand(
+        time_to_wait=[timedelta(seconds=s) for s in DURATIONS]
+    )
