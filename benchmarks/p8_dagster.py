@@ -43,19 +43,15 @@ def _counters(host: str) -> dict[str, int]:
 
 
 def _step_processes(root: Any) -> list[Any]:
-    """The executor's step processes: the children of its forkserver."""
+    """The executor's step processes: the direct children of its forkserver (a step's own
+    children, which inherit the forkserver's command line, are not steps)."""
     import psutil
 
     steps = []
-    for child in root.children(recursive=True):
+    for child in root.children():
         try:
-            parent = child.parent()
-            if (
-                parent is not None
-                and parent.pid != root.pid
-                and "forkserver" in " ".join(parent.cmdline())
-            ):
-                steps.append(child)
+            if "forkserver" in " ".join(child.cmdline()):
+                steps += child.children()
         except psutil.Error:
             continue
     return steps
@@ -83,7 +79,7 @@ def _one(k: int) -> dict[str, Any]:
 
     # Every step process is up and waiting before the first run ends (a step process takes
     # seconds of CPU to start, tens of seconds on a loaded 2-core machine).
-    seconds = 120 + 4 * k
+    seconds = 300 + 8 * k
     workspace = BenchWorkspace()
     home = Path(tempfile.mkdtemp(prefix="airo-bench-p8-"))
     env = {
@@ -108,15 +104,18 @@ def _one(k: int) -> dict[str, Any]:
             )
         root = psutil.Process(proc.pid)
         # All K runs submitted (the workspace's own counter): every materialization waits.
+        # On a machine too busy to start K steps before the first run ends, the window
+        # opens with fewer waiting (recorded as "waiting").
         while _counters(workspace.host).get("jobs/runs/submit", 0) < k:
             if proc.poll() is not None:
                 raise RuntimeError(f"the job ended early:\n{log_path.read_text()[-3000:]}")
-            if time.monotonic() - started > seconds:
-                raise RuntimeError("the K runs were not all submitted in time")
+            if time.monotonic() - started > seconds - 2 * WINDOW_S:
+                break
             time.sleep(0.5)
         all_waiting_after = time.monotonic() - started
         time.sleep(2.0)  # the last submitter reaches its wait
         counters_0 = _counters(workspace.host)
+        waiting_k = counters_0.get("jobs/runs/submit", 0)
         window_0 = time.monotonic()
         peak_per_step: dict[int, int] = {}
         uss_per_step: dict[int, int] = {}
@@ -170,14 +169,15 @@ def _one(k: int) -> dict[str, Any]:
         "rss_job_process_mb": job_rss / 2**20,
         "window_s": window,
         "waiting_requests": waiting,
-        "requests_per_waiting_materialization_per_s": sum(waiting.values()) / k / window,
+        "waiting": waiting_k,
+        "requests_per_waiting_materialization_per_s": sum(waiting.values()) / waiting_k / window,
         "requests_per_materialization_total": sum(counters_end.values()) / k,
         "requests_total_by_endpoint": counters_end,
         "elapsed_s": elapsed,
         "job_succeeded": code == 0,
     }
     print(
-        f"  P8 K={k}: {steps_seen} step processes, RSS/materialization "
+        f"  P8 K={k}: {waiting_k} waiting, {steps_seen} step processes, RSS/materialization "
         f"{fmt(row['rss_per_waiting_materialization_mb'])} MB (own "
         f"{fmt(row['uss_per_waiting_materialization_mb'])} MB), "
         f"{fmt(row['requests_per_waiting_materialization_per_s'])} req/s each while waiting, "
@@ -204,7 +204,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
     }
     met_detail = {
         "all_succeeded": all(r["job_succeeded"] for r in rows),
-        "all_concurrent": all(r["step_processes"] >= r["k"] for r in rows),
+        "all_concurrent": all(r["waiting"] >= r["k"] for r in rows),
         "k_50": last["k"] >= TARGET["k"],
     }
     result = {
