@@ -7,14 +7,15 @@ watched run at most once per interval and picks the cheaper of two ways each cyc
 - few runs: ``runs/get`` per run, spread evenly over the interval;
 - many runs: ``runs/list`` pages, 25 runs a request. The Jobs API lists runs newest-started
   first and filters them by start time (``start_time_from``/``start_time_to``) and by
-  ``active_only`` or ``completed_only``; it has no filter on the end time. So the watched runs
-  are cut into start-time segments, and each segment is listed from whichever side is
-  smaller there: its completed runs (their entries, tasks included, are the final states:
-  a run ending between two sweeps is found in the next one, however long ago it started)
-  or its active runs (a watched run missing from them has ended and is looked up among the
-  segment's completed runs, or with ``runs/get`` when fewer). A run whose start time is
-  not known yet is learnt with ``runs/get`` when few, else from one pass over all active
-  runs. A sweep costs about the smaller side of each segment over 25, not every run.
+  ``active_only`` or ``completed_only``; it has no filter on the end time. So the watched
+  runs are cut into start-time blocks of about a page, each block is listed from whichever
+  side is smaller there, and neighbouring blocks of one side are listed as one range. The
+  completed side: the entries (tasks included) are the final states, so a run ending
+  between two sweeps is found in the next one, however long ago it started. The active
+  side: a watched run missing from it has ended and is looked up among the completed runs
+  of its range (or with ``runs/get`` when fewer). A run whose start time is not known yet is
+  learnt with ``runs/get`` when few, else from one pass over all active runs. A sweep costs
+  about the smaller side of each range over 25, not one request per 25 watched runs.
 
 Every request passes a token bucket, so requests to the workspace stay under
 ``budget_rps`` however many runs are watched (the cycle stretches instead).
@@ -32,6 +33,7 @@ import random
 import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
@@ -45,9 +47,6 @@ logger = logging.getLogger("air_runtime.watcher")
 # The Jobs API answers at most this many runs per runs/list page.
 LIST_PAGE_SIZE = 25
 _PARALLEL_GETS = 8
-# Start-time segments per sweep: more segments follow the ends more closely (each is listed
-# from its cheaper side) but each costs at least one request.
-_MAX_SEGMENTS = 16
 
 OnUpdate = Callable[[RunState], None]
 
@@ -101,6 +100,16 @@ class _Watched:
         self.next_due = first_poll
         self.interval = interval
         self.warned = False
+
+
+@dataclass(slots=True)
+class _Segment:
+    """A start-time range of watched runs and the side it is listed from."""
+
+    low: int
+    high: int
+    members: list[_Watched]
+    completed_side: bool
 
 
 def _credentials_key(credentials: Credentials) -> str:
@@ -354,7 +363,7 @@ class RunWatcher:
 
     async def _sweep_list(self, started: float) -> None:
         requests_before = self.requests
-        segments: list[tuple[int, int, list[_Watched]]] | None = None
+        segments: list[_Segment] | None = None
         unknown = [w for w in self._runs.values() if w.start_ms is None]
         if unknown:
             # One pass over every active run (the workspace's and the watched ones) learns
@@ -368,43 +377,50 @@ class RunWatcher:
                 segments = []  # that pass saw every watched run
         segments = self._segments() if segments is None else segments
         if segments:
-            self._forget_completed_before(segments[0][0])
-        for low, high, members in segments:
-            members = [m for m in members if m.run_id in self._runs]
+            self._forget_completed_before(segments[0].low)
+        for segment in segments:
+            members = [m for m in segment.members if m.run_id in self._runs]
             if not members:
                 continue
-            completed = bisect.bisect_right(self._completed_starts, high) - bisect.bisect_left(
-                self._completed_starts, low
-            )
-            if completed < len(members):
-                await self._sweep_completed(low, high, {m.run_id: m for m in members})
+            if segment.completed_side:
+                wanted = {m.run_id: m for m in members}
+                await self._sweep_completed(segment.low, segment.high, wanted)
             else:
-                await self._sweep_active(started, low, high, members)
+                await self._sweep_active(started, segment.low, segment.high, members)
         now = asyncio.get_running_loop().time()
         for watched in self._runs.values():
             watched.next_due = now
         self._active_estimate = (self.requests - requests_before) * self.page_size
 
-    def _segments(self) -> list[tuple[int, int, list[_Watched]]]:
-        """Watched runs of known start cut into at most ``_MAX_SEGMENTS`` contiguous
-        start-time ranges of about equal count (runs of one start time stay together)."""
+    def _completed_between(self, low: int, high: int) -> int:
+        starts = self._completed_starts
+        return bisect.bisect_right(starts, high) - bisect.bisect_left(starts, low)
+
+    def _segments(self) -> list[_Segment]:
+        """The watched runs of known start, cut into blocks of about a page each (runs of
+        one start time together); each block is priced on both sides (its watched runs,
+        which are active as far as is known, against the completed runs seen in its
+        start-time range), and neighbouring blocks of the same cheaper side are listed as
+        one range. Runs ending in start order (trials of one sweep) leave few ranges,
+        whatever their number."""
         known = sorted(
             (w for w in self._runs.values() if w.start_ms is not None),
             key=lambda w: w.start_ms or 0,
         )
-        if not known:
-            return []
-        count = max(1, min(_MAX_SEGMENTS, math.ceil(len(known) / self.page_size)))
-        size = math.ceil(len(known) / count)
-        segments = []
+        segments: list[_Segment] = []
         i = 0
         while i < len(known):
-            j = min(len(known), i + size)
+            j = min(len(known), i + self.page_size)
             while j < len(known) and known[j].start_ms == known[j - 1].start_ms:
                 j += 1
             low = known[i].start_ms or 0
             high = (known[j].start_ms or 0) - 1 if j < len(known) else known[-1].start_ms or 0
-            segments.append((low, high, known[i:j]))
+            completed_side = self._completed_between(low, high) < j - i
+            if segments and segments[-1].completed_side == completed_side:
+                segments[-1].high = high
+                segments[-1].members += known[i:j]
+            else:
+                segments.append(_Segment(low, high, known[i:j], completed_side))
             i = j
         return segments
 
