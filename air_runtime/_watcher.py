@@ -5,9 +5,17 @@ A waiter costs a future and a few slots; it never polls. One poller task refresh
 watched run at most once per interval and picks the cheaper of two ways each cycle:
 
 - few runs: ``runs/get`` per run, spread evenly over the interval;
-- many runs: ``runs/list?active_only=true`` pages (one request refreshes a whole page), then
-  ``runs/get`` only for watched runs that left the active list (they just ended) or that
-  ended on the page (their tasks are needed for the final state).
+- many runs: ``runs/list`` pages, 25 runs a request. The Jobs API lists runs newest-started
+  first and filters them by start time (``start_time_from``/``start_time_to``) and by
+  ``active_only`` or ``completed_only``; it has no filter on the end time. So the watched
+  runs are cut into start-time blocks of about a page, each block is listed from whichever
+  side is smaller there, and neighbouring blocks of one side are listed as one range. The
+  completed side: the entries (tasks included) are the final states, so a run ending
+  between two sweeps is found in the next one, however long ago it started. The active
+  side: a watched run missing from it has ended and is looked up among the completed runs
+  of its range (or with ``runs/get`` when fewer). A run whose start time is not known yet is
+  learnt with ``runs/get`` when few, else from one pass over all active runs. A sweep costs
+  about the smaller side of each range over 25, not one request per 25 watched runs.
 
 Every request passes a token bucket, so requests to the workspace stay under
 ``budget_rps`` however many runs are watched (the cycle stretches instead).
@@ -16,6 +24,7 @@ Every request passes a token bucket, so requests to the workspace stay under
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import logging
@@ -24,6 +33,7 @@ import random
 import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
@@ -68,10 +78,21 @@ class TokenBucket:
 class _Watched:
     """One run and the waiters on it."""
 
-    __slots__ = ("interval", "key", "next_due", "run_id", "since", "state", "waiters", "warned")
+    __slots__ = (
+        "interval",
+        "key",
+        "next_due",
+        "run_id",
+        "since",
+        "start_ms",
+        "state",
+        "waiters",
+        "warned",
+    )
 
     def __init__(self, run_id: int, now: float, first_poll: float, interval: float) -> None:
         self.run_id = run_id
+        self.start_ms: int | None = None  # the run's start_time, once a listing or get shows it
         self.waiters: list[tuple[asyncio.Future[RunState], OnUpdate | None]] = []
         self.key: tuple[Any, Any, Any] | None = None
         self.state: RunState | None = None
@@ -79,6 +100,16 @@ class _Watched:
         self.next_due = first_poll
         self.interval = interval
         self.warned = False
+
+
+@dataclass(slots=True)
+class _Segment:
+    """A start-time range of watched runs and the side it is listed from."""
+
+    low: int
+    high: int
+    members: list[_Watched]
+    completed_side: bool
 
 
 def _credentials_key(credentials: Credentials) -> str:
@@ -112,8 +143,13 @@ class RunWatcher:
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
         self._runs: dict[int, _Watched] = {}
         self._poller: asyncio.Task[None] | None = None
-        self._active_estimate = 0  # runs the last full list sweep saw
+        self._active_estimate = 0  # runs a sweep costs, in list entries (pages x page size)
+        self._active_total = 0  # active runs the last pass over all of them saw
         self._rng = random.Random()
+        # Start times of completed runs seen in listings (sorted), to price a segment's
+        # completed side; run ids alongside so each counts once.
+        self._completed_starts: list[int] = []
+        self._completed_ids: dict[int, int] = {}
 
     @classmethod
     def shared(
@@ -303,8 +339,16 @@ class RunWatcher:
     async def _list_pages(
         self, params: dict[str, Any], max_pages: int | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """Yield ``runs/list`` pages, each through the budget."""
-        params = {**params, "run_type": "SUBMIT_RUN", "limit": self.page_size}
+        """Yield ``runs/list`` pages, each through the budget. The request is the CLI's
+        (experimental/air/cmd/list.go: SUBMIT_RUN runs, tasks expanded, paged) with the
+        Jobs API's documented state and start-time filters (ListRunsRequest:
+        active_only/completed_only, start_time_from/start_time_to)."""
+        params = {
+            **params,
+            "run_type": "SUBMIT_RUN",
+            "expand_tasks": "true",
+            "limit": self.page_size,
+        }
         pages = 0
         while max_pages is None or pages < max_pages:
             await self.bucket.acquire()
@@ -318,42 +362,154 @@ class RunWatcher:
             params["page_token"] = token
 
     async def _sweep_list(self, started: float) -> None:
+        requests_before = self.requests
+        segments: list[_Segment] | None = None
+        unknown = [w for w in self._runs.values() if w.start_ms is None]
+        if unknown:
+            # One pass over every active run (the workspace's and the watched ones) learns
+            # them all; a runs/get each is cheaper for a few.
+            active = max(self._active_total, len(self._runs))
+            full_pass = max(1, math.ceil(active / self.page_size))
+            if len(unknown) <= full_pass:
+                await self._get_each(unknown)
+            else:
+                await self._sweep_active(started, None, None, list(self._runs.values()))
+                segments = []  # that pass saw every watched run
+        segments = self._segments() if segments is None else segments
+        if segments:
+            self._forget_completed_before(segments[0].low)
+        for segment in segments:
+            members = [m for m in segment.members if m.run_id in self._runs]
+            if not members:
+                continue
+            if segment.completed_side:
+                wanted = {m.run_id: m for m in members}
+                await self._sweep_completed(segment.low, segment.high, wanted)
+            else:
+                await self._sweep_active(started, segment.low, segment.high, members)
+        now = asyncio.get_running_loop().time()
+        for watched in self._runs.values():
+            watched.next_due = now
+        self._active_estimate = (self.requests - requests_before) * self.page_size
+
+    def _completed_between(self, low: int, high: int) -> int:
+        starts = self._completed_starts
+        return bisect.bisect_right(starts, high) - bisect.bisect_left(starts, low)
+
+    def _segments(self) -> list[_Segment]:
+        """The watched runs of known start, cut into blocks of about a page each (runs of
+        one start time together); each block is priced on both sides (its watched runs,
+        which are active as far as is known, against the completed runs seen in its
+        start-time range), and neighbouring blocks of the same cheaper side are listed as
+        one range. Runs ending in start order (trials of one sweep) leave few ranges,
+        whatever their number."""
+        known = sorted(
+            (w for w in self._runs.values() if w.start_ms is not None),
+            key=lambda w: w.start_ms or 0,
+        )
+        segments: list[_Segment] = []
+        i = 0
+        while i < len(known):
+            j = min(len(known), i + self.page_size)
+            while j < len(known) and known[j].start_ms == known[j - 1].start_ms:
+                j += 1
+            low = known[i].start_ms or 0
+            high = (known[j].start_ms or 0) - 1 if j < len(known) else known[-1].start_ms or 0
+            completed_side = self._completed_between(low, high) < j - i
+            if segments and segments[-1].completed_side == completed_side:
+                segments[-1].high = high
+                segments[-1].members += known[i:j]
+            else:
+                segments.append(_Segment(low, high, known[i:j], completed_side))
+            i = j
+        return segments
+
+    def _seen_completed(self, raw: dict[str, Any]) -> None:
+        run_id, start = raw.get("run_id"), raw.get("start_time")
+        if isinstance(run_id, int) and isinstance(start, int) and run_id not in self._completed_ids:
+            self._completed_ids[run_id] = start
+            bisect.insort(self._completed_starts, start)
+
+    def _forget_completed_before(self, start_ms: int) -> None:
+        """Completed runs older than every watched run are never priced again."""
+        cut = bisect.bisect_left(self._completed_starts, start_ms)
+        if cut > 1024:
+            del self._completed_starts[:cut]
+            self._completed_ids = {r: s for r, s in self._completed_ids.items() if s >= start_ms}
+
+    async def _sweep_completed(self, low: int, high: int, wanted: dict[int, _Watched]) -> None:
+        """The segment's completed runs: watched ones among them have ended, with the
+        entry (tasks expanded) as their final state; the others are still going."""
+        params = {"completed_only": "true", "start_time_from": low, "start_time_to": high}
+        async for body in self._list_pages(params):
+            for raw in body.get("runs") or []:
+                self._seen_completed(raw)
+                watched = wanted.pop(raw.get("run_id"), None)
+                if watched is not None:
+                    self._observe(watched, RunState.from_api(raw), final=True)
+
+    async def _sweep_active(
+        self, started: float, low: int | None, high: int | None, members: list[_Watched]
+    ) -> None:
+        """The active runs (of the segment, or all): watched runs among them are refreshed
+        from their entries; watched ones missing have ended and are looked up."""
+        params: dict[str, Any] = {"active_only": "true"}
+        if low is not None and high is not None:
+            params.update(start_time_from=low, start_time_to=high)
         listed: set[int] = set()
         ended: list[_Watched] = []
         total = 0
-        async for body in self._list_pages({"active_only": "true"}):
-            runs = body.get("runs") or []
-            total += len(runs)
-            for raw in runs:
+        async for body in self._list_pages(params):
+            for raw in body.get("runs") or []:
+                total += 1
                 run_id = raw.get("run_id")
                 watched = self._runs.get(run_id) if isinstance(run_id, int) else None
                 if watched is None:
                     continue
+                start = raw.get("start_time")
+                if watched.start_ms is None and isinstance(start, int):
+                    watched.start_ms = start
                 listed.add(watched.run_id)
-                if self._observe_raw(watched, raw):
-                    ended.append(watched)
-        self._active_estimate = total
-        now = asyncio.get_running_loop().time()
-        for watched in self._runs.values():
-            watched.next_due = now
-        # Watched runs missing from the active list have (most likely) just ended. A run
-        # registered after the sweep began may simply be too new to be listed yet.
-        ended += [w for w in self._runs.values() if w.run_id not in listed and w.since <= started]
+                if self._observe_raw(watched, raw):  # ended: the entry has its tasks
+                    self._seen_completed(raw)
+                    self._observe(watched, RunState.from_api(raw), final=True)
+        if low is None:
+            self._active_total = total
+        # A run registered after the sweep began may simply be too new to be listed yet.
+        ended += [
+            w
+            for w in members
+            if w.run_id not in listed and w.since <= started and w.run_id in self._runs
+        ]
         ended = list({w.run_id: w for w in ended}.values())
         if len(ended) > 1:
             ended = await self._resolve_from_completed(ended)
         await self._get_each(ended)
 
     async def _resolve_from_completed(self, ended: list[_Watched]) -> list[_Watched]:
-        """Many runs ending together (a sweep of trials) would cost one ``runs/get`` each;
-        the newest completed runs come a page at a time instead. Answers the runs not found
-        in the first few pages (they get ``runs/get``)."""
+        """Runs that left the active list, looked up among completed runs (one page answers
+        25) when that is cheaper than a ``runs/get`` each: within their start times when
+        known, else the newest few pages. Answers the runs not found (they get
+        ``runs/get``)."""
         wanted = {w.run_id: w for w in ended}
-        max_pages = math.ceil(len(wanted) / self.page_size) + 2
-        pages = self._list_pages({"completed_only": "true"}, max_pages)
+        starts = [w.start_ms for w in ended if w.start_ms is not None]
+        params: dict[str, Any] = {"completed_only": "true"}
+        if len(starts) == len(ended):
+            low, high = min(starts), max(starts)
+            priced = bisect.bisect_right(self._completed_starts, high) - bisect.bisect_left(
+                self._completed_starts, low
+            )
+            if math.ceil((priced + len(ended)) / self.page_size) >= len(ended):
+                return ended
+            params.update(start_time_from=low, start_time_to=high)
+            max_pages = None
+        else:
+            max_pages = math.ceil(len(wanted) / self.page_size) + 2
+        pages = self._list_pages(params, max_pages)
         async with contextlib.aclosing(pages):
             async for body in pages:
                 for raw in body.get("runs") or []:
+                    self._seen_completed(raw)
                     watched = wanted.pop(raw.get("run_id"), None)
                     if watched is not None:
                         self._observe(watched, RunState.from_api(raw), final=True)
@@ -363,7 +519,7 @@ class RunWatcher:
 
     def _observe_raw(self, watched: _Watched, raw: dict[str, Any]) -> bool:
         """Update from a list entry without building objects when nothing changed; True
-        when the run ended (its full state must be fetched)."""
+        when the run ended (the caller finishes it)."""
         state_body = raw.get("state") or {}
         key = (
             state_body.get("life_cycle_state"),
@@ -380,6 +536,8 @@ class RunWatcher:
         return False
 
     def _observe(self, watched: _Watched, state: RunState, *, final: bool) -> None:
+        if watched.start_ms is None and state.start_time:
+            watched.start_ms = state.start_time
         key = (state.life_cycle_state, state.result_state, state.state_message or None)
         if key != watched.key:
             watched.key = key

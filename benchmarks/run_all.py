@@ -1,4 +1,4 @@
-"""Run the performance benchmarks P1-P5 in sequence and print a summary table.
+"""Run the performance benchmarks P1-P8 in sequence and print a summary table.
 
     python -m benchmarks.run_all [--quick] [--only P1,P3]
 
@@ -26,8 +26,12 @@ MODULES = {
     "P3": "benchmarks.p3_submit",
     "P5": "benchmarks.p5_local",
     "P1": "benchmarks.p1_triggers",
+    # The scale benchmarks: minutes each (P7 starts a whole Airflow deployment).
+    "P6": "benchmarks.p6_end_detection",
+    "P8": "benchmarks.p8_dagster",
+    "P7": "benchmarks.p7_deployment",
 }
-ORDER = ["P1", "P2", "P3", "P4", "P5"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"]
 
 
 def _p1(r: dict[str, Any]) -> tuple[str, str]:
@@ -85,17 +89,60 @@ def _p5(r: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _p6(r: dict[str, Any]) -> tuple[str, str]:
+    rows = r["per_n"]
+    top, small = rows[-1], rows[0]
+    anchor = small["databricks"]
+    return (
+        "p99 <= 10 s at N=10,000 with <= 10 req/s",
+        f"N={top['n']}: p50 {fmt(top['air']['latency_p50_s'], 2)} s, p99 "
+        f"{fmt(top['air']['latency_p99_s'], 2)} s, max {fmt(top['air']['latency_max_s'], 2)} s at "
+        f"{fmt(top['air']['requests_per_s'], 2)} req/s (anchor at N={small['n']}: p99 "
+        f"{fmt(anchor['latency_p99_s'], 2)} s at {fmt(anchor['requests_per_s'], 2)} req/s; "
+        f"N/30 = {fmt(top['databricks_requests_per_s_extrapolated'], 3)} req/s at N={top['n']})",
+    )
+
+
+def _p7(r: dict[str, Any]) -> tuple[str, str]:
+    air, floor = r["air"], r["floor"]
+    remote = air["remote_runs"]
+    return (
+        ">=500 mapped deferrable tasks, all succeed, one run each",
+        f"N={r['inputs']['n']}: {air['task_states']}, {remote['duplicates']} duplicates, "
+        f"{remote['lost']} lost; wall {fmt(air['wall_s'])} s vs WaitSensor "
+        f"{fmt(floor['wall_s'])} s ({fmt(air['wall_ratio_to_floor'], 2)}x); triggerer "
+        f"{fmt(air['triggerer_cpu_ms_per_task'], 2)} CPU ms and "
+        f"{fmt(air['triggerer_peak_rss_kb_per_waiting_task'], 2)} KB peak RSS per task (floor "
+        f"{fmt(floor['triggerer_cpu_ms_per_task'], 2)} ms, "
+        f"{fmt(floor['triggerer_peak_rss_kb_per_waiting_task'], 2)} KB); "
+        f"{fmt(air['workspace_requests_per_s'], 2)} req/s",
+    )
+
+
+def _p8(r: dict[str, Any]) -> tuple[str, str]:
+    rows = r["per_k"]
+    parts = [
+        f"K={row['k']}: {fmt(row['rss_per_waiting_materialization_mb'])} MB, "
+        f"{fmt(row['requests_per_waiting_materialization_per_s'], 2)} req/s each"
+        for row in rows
+    ]
+    return ("50 concurrent materializations: RSS, requests each, growth", "; ".join(parts))
+
+
 SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P1": _p1,
     "P2": _p2,
     "P3": _p3,
     "P4": _p4,
     "P5": _p5,
+    "P6": _p6,
+    "P7": _p7,
+    "P8": _p8,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the benchmarks P1-P5.")
+    parser = argparse.ArgumentParser(description="Run the benchmarks P1-P8.")
     parser.add_argument("--quick", action="store_true", help="smaller, faster runs")
     parser.add_argument("--only", default="", help="comma-separated ids, e.g. P1,P3")
     args = parser.parse_args(argv)
@@ -117,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             failures[bench_id] = code
             print(f"{bench_id} failed with exit code {code}", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for bench_id in ORDER:
         if bench_id not in wanted or bench_id in failures:
             continue

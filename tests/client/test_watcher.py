@@ -79,6 +79,8 @@ async def test_500_waiters_share_one_poller_within_the_budget(workspace_factory)
     assert total <= BUDGET_RPS * elapsed + 1
     # Coalesced: far fewer requests than one per run, let alone one per run per interval.
     assert total < WAITERS / 2
+    # The ends come from listings (completed entries are final states), not a get per run.
+    assert requests.get("jobs/runs/get", 0) <= 5, requests
     assert watcher.watched == 0
 
 
@@ -151,3 +153,51 @@ async def test_a_stage_ends_before_its_run(local_workspace):
             raise AssertionError("the slow stage cannot have ended")
         await client.cancel(submitted.run_id)
         assert watcher.requests >= 2
+
+
+async def test_sweep_finds_each_end_once_from_completed_listings(workspace_factory):
+    """Many watched runs: ends are learnt from start-time segments of completed runs, with
+    the listed entry as the final state (no runs/get); a run that ended long before the
+    watcher started is found too; every end reaches its waiter once."""
+    ws = workspace_factory(
+        mode="simulate", simulate={"pending_s": 0.0, "running_s": 0.0, "result": "SUCCESS"}
+    )
+    (old,) = await _submit_many(ws, 1, "ended-long-ago")
+    async with AsyncAirClient(ws.host, ws.token) as client:
+        while not (await client.get_run(old)).is_terminal:
+            await asyncio.sleep(0.05)
+        ws.admin.set_simulation(running_s=3600)
+        waiting = await _submit_many(ws, 80, "sweep")
+        ws.admin.reset_counters()
+        watcher = RunWatcher(client, interval=0.3, budget_rps=50)
+        terminal_updates: dict[int, int] = {}
+
+        def on_update(state) -> None:
+            if state.is_terminal:
+                terminal_updates[state.run_id] = terminal_updates.get(state.run_id, 0) + 1
+
+        waits = {
+            run_id: asyncio.ensure_future(watcher.wait(run_id, timeout=60, on_update=on_update))
+            for run_id in [old, *waiting]
+        }
+        assert (await waits[old]).is_success
+        # Two waves of ends, each between sweeps: the first wave while the rest still run.
+        first, rest = waiting[:30], waiting[30:]
+        for wave in (first, rest):
+            await asyncio.sleep(0.5)
+            for run_id in wave:
+                await client.cancel(run_id)
+            states = await asyncio.gather(*(waits[r] for r in wave))
+            assert {s.result_state for s in states} == {"CANCELED"}
+            assert all(s.end_time and s.tasks for s in states)
+            if wave is first:
+                assert not any(waits[r].done() for r in rest)
+        assert watcher.watched == 0
+    requests = ws.admin.counters()["requests"]
+    # 80 ends learnt from listings; at most the run that ended before the watcher started
+    # costs a runs/get of its own (one get is cheaper than a listing for one run).
+    assert requests.get("jobs/runs/get", 0) <= 1, requests
+    assert requests["jobs/runs/list"] + requests.get("jobs/runs/get", 0) == watcher.requests
+    assert requests["jobs/runs/list"] < 40, requests
+    assert all(count == 1 for count in terminal_updates.values()), terminal_updates
+    assert set(terminal_updates) == {old, *waiting}

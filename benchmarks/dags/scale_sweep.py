@@ -1,0 +1,62 @@
+"""The two DAGs of the deployment benchmark (P7): one sweep of mapped deferrable tasks each.
+
+``air_sweep`` maps ``AirRunOperator`` over N trials, each a run that the local workspace (in
+simulate mode) holds for its own ``AIRO_SIMULATE`` running time; ``floor_sweep`` maps
+Airflow's own deferrable ``WaitSensor`` over the same durations, so its wall time is what the
+deployment needs for the same waiting with no remote runs at all.
+
+N and the durations come from the environment of the deployment (AIRO_BENCH_SWEEP_N,
+AIRO_BENCH_SWEEP_SECONDS: comma-separated, used in turn).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from airflow.providers.standard.sensors.time_delta import WaitSensor
+from airflow.sdk import DAG
+from airflow_air.operators import AirRunOperator
+
+WIDTH = int(os.environ.get("AIRO_BENCH_SWEEP_N", "40"))
+SECONDS = [float(s) for s in os.environ.get("AIRO_BENCH_SWEEP_SECONDS", "30").split(",")]
+DURATIONS = [SECONDS[i % len(SECONDS)] for i in range(WIDTH)]
+
+
+def _dag(dag_id: str) -> DAG:
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_tasks=WIDTH,
+        tags=["benchmark"],
+    )
+
+
+with _dag("air_sweep"):
+    AirRunOperator.partial(
+        task_id="trial",
+        workload={
+            "experiment_name": "air_sweep",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": "python train.py",
+        },
+        deferrable=True,
+    ).expand(
+        overrides=[
+            {
+                "experiment_name": f"air_sweep_{i:04d}",
+                "env_variables.AIRO_SIMULATE": f"pending_s=0,running_s={seconds:g}",
+            }
+            for i, seconds in enumerate(DURATIONS)
+        ]
+    )
+
+with _dag("floor_sweep"):
+    # A plain number would be minutes to WaitSensor.
+    WaitSensor.partial(task_id="trial", deferrable=True).expand(
+        time_to_wait=[timedelta(seconds=s) for s in DURATIONS]
+    )

@@ -1,0 +1,377 @@
+"""P7: a real Airflow deployment carrying one sweep of N mapped deferrable AI Runtime tasks.
+
+Airflow 3 with the LocalExecutor on PostgreSQL (database ``airflow_scale``), one scheduler,
+one triggerer, one DAG processor and the API server as separate processes
+(tests/e2e/airflow_deployment.py), against the local workspace in simulate mode in its own
+process. Two DAGs (benchmarks/dags/scale_sweep.py) run one after the other (ours first):
+
+- ``floor_sweep``: Airflow's own deferrable ``WaitSensor`` mapped over the N durations, the
+  deployment's floor for the same waiting;
+- ``air_sweep``: ``AirRunOperator.partial(...).expand(...)`` over the same N durations, each
+  trial a run held for its duration by the workspace.
+
+Reported per DAG: wall time from trigger to the DAG run's end, every task's state, the
+triggerer's CPU seconds and peak RSS (its whole process tree, sampled every 0.5 s) and the
+most tasks deferred at once; for ``air_sweep`` also requests/s at the workspace and whether
+every trial made exactly one run that succeeded (no duplicates, none lost).
+
+    python -m benchmarks.p7_deployment [--quick] [--n 500]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from benchmarks._common import REPO, RESULTS, fmt, parser_for, write_result
+from benchmarks.p1_triggers import TOKEN, BenchWorkspace
+
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+T = TypeVar("T")
+POSTGRES = "postgresql://postgres@127.0.0.1:5432"
+DATABASE = "airflow_scale"
+TARGET = {"n": 500, "duplicates": 0, "lost": 0, "failed_tasks": 0}
+# Durations used in turn by the trials (seconds); long enough that the sweep waits together.
+SECONDS = (60, 75, 90, 105, 120)
+QUICK_SECONDS = (30, 40, 50)
+
+
+def _ensure_database() -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(f"{POSTGRES}/postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+            if cur.fetchone() is None:
+                cur.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        conn.close()
+
+
+class TreeSampler:
+    """CPU seconds and peak RSS of a process and its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, period: float = 0.5) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.period = period
+        self.peak_rss = 0
+        self.baseline_rss = self._rss()
+        self._cpu: dict[int, float] = {}
+        self._cpu0 = self._cpu_total()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[Any]:
+        import psutil
+
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _rss(self) -> int:
+        total = 0
+        for proc in self._tree():
+            try:
+                total += proc.memory_info().rss
+            except Exception:  # a child that just exited
+                continue
+        return total
+
+    def _cpu_total(self) -> float:
+        for proc in self._tree():
+            try:
+                times = proc.cpu_times()
+                self._cpu[proc.pid] = times.user + times.system
+            except Exception:
+                continue
+        return sum(self._cpu.values())
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.peak_rss = max(self.peak_rss, self._rss())
+            self._cpu_total()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            "cpu_s": self._cpu_total() - self._cpu0,
+            "rss_baseline_mb": self.baseline_rss / 2**20,
+            "rss_peak_mb": max(self.peak_rss, self.baseline_rss) / 2**20,
+        }
+
+
+def _patiently(call: Callable[[], T], attempts: int = 10) -> T:
+    """The API server answers slowly while hundreds of tasks run on two cores: retry."""
+    for _ in range(attempts - 1):
+        try:
+            return call()
+        except httpx.HTTPError:
+            time.sleep(5)
+    return call()
+
+
+def _task_states(deployment: Any, dag_id: str, run_id: str) -> Counter[str]:
+    states: Counter[str] = Counter()
+    offset = 0
+    while True:
+        body = deployment.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+            params={"limit": 100, "offset": offset},
+        )
+        tis = body["task_instances"]
+        states.update(str(t["state"]) for t in tis)
+        offset += len(tis)
+        if not tis or offset >= body["total_entries"]:
+            return states
+
+
+def _deferred(deployment: Any, dag_id: str, run_id: str) -> int:
+    body = deployment.api(
+        "GET",
+        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+        params={"limit": 1, "state": "deferred"},
+    )
+    return int(body["total_entries"])
+
+
+async def _workspace_runs(host: str) -> list[dict[str, Any]]:
+    import httpx
+
+    runs: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(
+        base_url=host, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    ) as http:
+        token = None
+        while True:
+            params: dict[str, Any] = {"limit": 25}
+            if token:
+                params["page_token"] = token
+            body = (await http.get("/api/2.2/jobs/runs/list", params=params)).json()
+            runs += body.get("runs") or []
+            token = body.get("next_page_token")
+            if not token:
+                return runs
+
+
+def _counters(host: str) -> dict[str, int]:
+    import httpx
+
+    response = httpx.get(
+        f"{host}/api/2.0/airo-admin/counters",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return {k: v for k, v in response.json()["requests"].items() if not k.startswith("airo-admin")}
+
+
+def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> dict[str, Any]:
+    triggerer = next(p for p in deployment.processes if p.name == "triggerer")
+    counters_0 = _counters(workspace.host)
+    sampler = TreeSampler(triggerer.popen.pid)
+    started = time.monotonic()
+    run_id = deployment.trigger(dag_id)  # not retried: a lost answer would start a 2nd run
+    peak_deferred = 0
+    state = "running"
+    while state not in ("success", "failed"):
+        time.sleep(2)
+        try:
+            peak_deferred = max(peak_deferred, _deferred(deployment, dag_id, run_id))
+            state = deployment.dag_run(dag_id, run_id)["state"]
+        except httpx.HTTPError:  # the API server is slow under this load: ask again
+            continue
+        dead = [p.name for p in deployment.processes if not p.alive]
+        if dead:
+            raise RuntimeError(f"Airflow services exited: {dead}\n{deployment.logs()}")
+        if time.monotonic() - started > 3600:
+            raise RuntimeError(f"{dag_id} did not finish within an hour")
+    wall = time.monotonic() - started
+    triggerer_use = sampler.stop()
+    counters_1 = _counters(workspace.host)
+    requests = {k: counters_1.get(k, 0) - counters_0.get(k, 0) for k in counters_1}
+    requests = {k: v for k, v in requests.items() if v}
+    states = _patiently(lambda: _task_states(deployment, dag_id, run_id))
+    waiting = max(peak_deferred, 1)
+    row = {
+        "dag_id": dag_id,
+        "n": n,
+        "dag_run_state": state,
+        "wall_s": wall,
+        "task_states": dict(states),
+        "all_tasks_succeeded": states.get("success", 0) == n and sum(states.values()) == n,
+        "peak_deferred": peak_deferred,
+        "triggerer": triggerer_use,
+        "triggerer_cpu_ms_per_task": 1000 * triggerer_use["cpu_s"] / n,
+        "triggerer_peak_rss_kb_per_waiting_task": 1024
+        * (triggerer_use["rss_peak_mb"] - triggerer_use["rss_baseline_mb"])
+        / waiting,
+        "workspace_requests": requests,
+        "workspace_requests_per_s": sum(requests.values()) / wall,
+    }
+    print(
+        f"  P7 {dag_id} N={n}: {state} in {wall:.0f} s, tasks {dict(states)}, peak deferred "
+        f"{peak_deferred}, triggerer {triggerer_use['cpu_s']:.1f} CPU s, peak RSS "
+        f"{triggerer_use['rss_peak_mb']:.0f} MB, {row['workspace_requests_per_s']:.2f} req/s",
+        flush=True,
+    )
+    return row
+
+
+def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
+    from airflow_deployment import AirflowDeployment, airflow_connection_env
+
+    n = n or (40 if quick else 500)
+    seconds = QUICK_SECONDS if quick else SECONDS
+    _ensure_database()
+    started = time.monotonic()
+    workspace = BenchWorkspace()
+    root = Path(tempfile.mkdtemp(prefix="airo-bench-p7-"))
+    parallelism = 16
+    env = {
+        **airflow_connection_env(ConnectionTarget(workspace)),
+        "AIRO_BENCH_SWEEP_N": str(n),
+        "AIRO_BENCH_SWEEP_SECONDS": ",".join(str(s) for s in seconds),
+        # The default triggerer capacity is 1,000 triggers; the sweep must fit in one.
+        "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, n + 10)),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(n),
+        "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "5",
+    }
+    deployment = AirflowDeployment(
+        root,
+        executor="LocalExecutor",
+        database_dsn=f"{POSTGRES}/{DATABASE}",
+        dag_folders={"bench": REPO / "benchmarks" / "dags"},
+        extra_env=env,
+        parallelism=parallelism,
+    )
+    try:
+        deployment.migrate()
+        deployment.start()
+        deployment.wait_for_dags(["air_sweep", "floor_sweep"], timeout=300)
+        # Ours first; each sweep's row is kept as soon as it is measured.
+        air = _sweep(deployment, workspace, "air_sweep", n)
+        runs = asyncio.run(_workspace_runs(workspace.host))
+        write_result("P7", {"partial": True, "inputs": {"n": n}, "air": air, "met": False})
+        floor = _sweep(deployment, workspace, "floor_sweep", n)
+    finally:
+        deployment.stop()
+        workspace.stop()
+    names = Counter(r.get("run_name") for r in runs)
+    sweep_names = {name for name in names if str(name).startswith("air_sweep_")}
+    duplicates = sum(c - 1 for name, c in names.items() if name in sweep_names and c > 1)
+    results = Counter(
+        (r.get("state") or {}).get("result_state")
+        for r in runs
+        if str(r.get("run_name")).startswith("air_sweep_")
+    )
+    air["remote_runs"] = {
+        "runs": sum(names[name] for name in sweep_names),
+        "distinct_trials": len(sweep_names),
+        "duplicates": duplicates,
+        "lost": n - len(sweep_names),
+        "result_states": dict(results),
+    }
+    air["wall_ratio_to_floor"] = air["wall_s"] / floor["wall_s"]
+    met_detail = {
+        "n_at_least_500": n >= TARGET["n"],
+        "all_tasks_succeeded": air["all_tasks_succeeded"] and floor["all_tasks_succeeded"],
+        "one_run_per_trial": duplicates == 0 and len(sweep_names) == n,
+        "all_runs_succeeded": results.get("SUCCESS", 0) == n,
+    }
+    result = {
+        "what": "one DAG of N mapped deferrable AirRunOperator tasks in a real deployment "
+        "(LocalExecutor, PostgreSQL, one triggerer) vs the same DAG of WaitSensor",
+        "quick": quick,
+        "inputs": {"n": n, "seconds": seconds, "parallelism": parallelism},
+        "target": TARGET,
+        "floor": floor,
+        "air": air,
+        "met_detail": met_detail,
+        "met": all(v for k, v in met_detail.items() if not (quick and k == "n_at_least_500")),
+        "elapsed_s": time.monotonic() - started,
+        "plot": "p7_deployment.png",
+    }
+    _plot(result)
+    return result
+
+
+class ConnectionTarget:
+    """The host and token of the benchmark workspace, as airflow_connection_env reads them."""
+
+    def __init__(self, workspace: BenchWorkspace) -> None:
+        self.host = workspace.host
+        self.token = TOKEN
+
+
+def _plot(result: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    floor, air = result["floor"], result["air"]
+    labels = ["WaitSensor (floor)", "AirRunOperator"]
+    panels = [
+        ("wall time (s)", [floor["wall_s"], air["wall_s"]]),
+        ("triggerer CPU (s)", [floor["triggerer"]["cpu_s"], air["triggerer"]["cpu_s"]]),
+        (
+            "triggerer peak RSS growth per waiting task (KB)",
+            [
+                floor["triggerer_peak_rss_kb_per_waiting_task"],
+                air["triggerer_peak_rss_kb_per_waiting_task"],
+            ],
+        ),
+        (
+            "requests/s at the workspace",
+            [floor["workspace_requests_per_s"], air["workspace_requests_per_s"]],
+        ),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4))
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        ax.bar(labels, values, color=["#999999", "#d9822b"])
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"P7: {result['inputs']['n']} mapped deferrable tasks in one deployment")
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS / "p7_deployment.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A stop by SIGTERM still tears the deployment and the workspace down (finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = parser_for(__doc__)
+    parser.add_argument("--n", type=int, default=None, help="mapped tasks (default 500, quick 40)")
+    args = parser.parse_args(argv)
+    result = measure(quick=args.quick, n=args.n)
+    path = write_result("P7", result)
+    print(
+        f"P7 written to {path}; met={result['met']}; air {fmt(result['air']['wall_s'])} s vs "
+        f"floor {fmt(result['floor']['wall_s'])} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
