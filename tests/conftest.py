@@ -24,6 +24,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if _SLOW_FOLDERS & set(item.path.parts) or _ORCHESTRATOR_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """Under ``pytest -n N --dist loadgroup`` (make test): the Airflow tests share one
+    process's Airflow configuration and Dag runs, in their file order; the deployments (whole
+    Airflow or Dagster installations with their daemons) run one at a time."""
+    parts = set(item.path.parts)
+    if "airflow" in parts and "tests" in parts and "e2e" not in parts:
+        return "airflow"
+    if "e2e" in parts or item.path.name in ("test_airflow_daemons.py", "test_deployments.py"):
+        return "deployments"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
