@@ -41,9 +41,9 @@ services:
 	@bash .ci/services.sh >/dev/null 2>&1 || true
 
 # Two workers: most tests wait on runs and processes rather than compute (tests/conftest.py
-# keeps the Airflow tests together and the deployments one at a time).
+# schedules whole files, the Airflow tests together, the deployments one at a time).
 test: venv lint services test-lowest
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 # A few Airflow tests on the lowest supported versions (the whole suite runs on the locked ones).
 test-lowest: venv-lowest

@@ -24,21 +24,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if _SLOW_FOLDERS & set(item.path.parts) or _ORCHESTRATOR_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
-        group = _xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """Under ``pytest -n N --dist loadgroup`` (make test): the Airflow tests share one
-    process's Airflow configuration and Dag runs, in their file order; the deployments (whole
-    Airflow or Dagster installations with their daemons) run one at a time."""
-    parts = set(item.path.parts)
-    if "airflow" in parts and "tests" in parts and "e2e" not in parts:
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under ``pytest -n N`` (make test) each worker takes whole scopes: a test file, or all
+    the Airflow tests (they share one process's Airflow configuration and Dag runs, in file
+    order), or all the deployments (whole Airflow or Dagster installations with their
+    daemons: one at a time)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_scope(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
+def scheduling_scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/airflow/"):
         return "airflow"
-    if "e2e" in parts or item.path.name in ("test_airflow_daemons.py", "test_deployments.py"):
+    if path.startswith("tests/e2e/") or path in (
+        "tests/reliability/test_airflow_daemons.py",
+        "tests/dagster/test_deployments.py",
+    ):
         return "deployments"
-    return None
+    return path
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
