@@ -50,7 +50,7 @@ test-lowest: venv-lowest
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -x -m "not e2e and not slow"
+	$(BIN)/python -m pytest -q -x -m "not e2e and not slow" -n 2
 
 demo: venv
 	$(BIN)/python -m demo

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# dg check defs and dg launch as subprocesses: a minute (make test-fast leaves it out).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "examples" / "dagster" / "README.md"
 
