@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,38 @@ def _instrument(side: str) -> Any:
 # --- the parent: workspace, runs, alternating children, results ---------------------------
 
 
+async def submit_runs(
+    http: Any, submit_body: dict[str, Any], indices: Iterable[int], *, token_prefix: str
+) -> list[int]:
+    """Submit one run per index (32 at once) with the client ``http`` of a bench workspace;
+    the run ids in index order."""
+    limit = asyncio.Semaphore(32)
+
+    async def one(i: int) -> int:
+        async with limit:
+            response = await http.post(
+                "/api/2.2/jobs/runs/submit",
+                json={**submit_body, "idempotency_token": f"{token_prefix}-{i}"},
+            )
+            response.raise_for_status()
+            return int(response.json()["run_id"])
+
+    return list(await asyncio.gather(*(one(i) for i in indices)))
+
+
+def workspace_counters(host: str) -> dict[str, int]:
+    """Requests the bench workspace has served, by endpoint (its own admin calls left out)."""
+    import httpx
+
+    response = httpx.get(
+        f"{host}/api/2.0/airo-admin/counters",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return {k: v for k, v in response.json()["requests"].items() if not k.startswith("airo-admin")}
+
+
 class BenchWorkspace:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="airo-bench-p1-"))
@@ -354,21 +387,12 @@ class BenchWorkspace:
             }
         )
         body = build_plan(workload, user_name="local-user@example.com", idempotency_token="x")
-        limit = asyncio.Semaphore(32)
         async with httpx.AsyncClient(
             base_url=self.host, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120
         ) as http:
-
-            async def one(i: int) -> int:
-                async with limit:
-                    response = await http.post(
-                        "/api/2.2/jobs/runs/submit",
-                        json={**body.submit_body, "idempotency_token": f"bench-p1-{i}"},
-                    )
-                    response.raise_for_status()
-                    return int(response.json()["run_id"])
-
-            ids = await asyncio.gather(*(one(start + i) for i in range(count)))
+            ids = await submit_runs(
+                http, body.submit_body, range(start, start + count), token_prefix="bench-p1"
+            )
             # wait until every run is RUNNING
             for _ in range(600):
                 active = await self._count_running(http)

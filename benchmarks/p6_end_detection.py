@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULTS, fmt, parser_for, percentile, run_child, write_result
-from benchmarks.p1_triggers import TOKEN, BenchWorkspace
+from benchmarks.p1_triggers import TOKEN, BenchWorkspace, submit_runs
 
 TARGET = {"n": 10_000, "latency_p99_s": 10.0, "budget_rps": 10.0}
 ANCHOR_INTERVAL_S = 30.0  # DatabricksExecutionTrigger's default polling_period_seconds
@@ -167,21 +167,10 @@ async def _submit(host: str, n: int, durations: tuple[float, float], seed: int) 
     )
     body = build_plan(workload, user_name="local-user@example.com", idempotency_token="x")
     rng = random.Random(seed)
-    limit = asyncio.Semaphore(32)
     ids: list[int] = []
     async with httpx.AsyncClient(
         base_url=host, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120
     ) as http:
-
-        async def one(i: int) -> int:
-            async with limit:
-                response = await http.post(
-                    "/api/2.2/jobs/runs/submit",
-                    json={**body.submit_body, "idempotency_token": f"bench-p6-{seed}-{i}"},
-                )
-                response.raise_for_status()
-                return int(response.json()["run_id"])
-
         groups = min(GROUPS, n)
         for g in range(groups):
             running_s = rng.uniform(*durations)
@@ -191,7 +180,7 @@ async def _submit(host: str, n: int, durations: tuple[float, float], seed: int) 
             )
             response.raise_for_status()
             share = range(g * n // groups, (g + 1) * n // groups)
-            ids += await asyncio.gather(*(one(i) for i in share))
+            ids += await submit_runs(http, body.submit_body, share, token_prefix=f"bench-p6-{seed}")
     return ids
 
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import httpx
 
 from benchmarks._common import REPO, RESULTS, fmt, parser_for, write_result
-from benchmarks.p1_triggers import TOKEN, BenchWorkspace
+from benchmarks.p1_triggers import TOKEN, BenchWorkspace, workspace_counters
 
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
@@ -172,21 +172,9 @@ async def _workspace_runs(host: str) -> list[dict[str, Any]]:
                 return runs
 
 
-def _counters(host: str) -> dict[str, int]:
-    import httpx
-
-    response = httpx.get(
-        f"{host}/api/2.0/airo-admin/counters",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=30,
-    )
-    response.raise_for_status()
-    return {k: v for k, v in response.json()["requests"].items() if not k.startswith("airo-admin")}
-
-
 def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> dict[str, Any]:
     triggerer = next(p for p in deployment.processes if p.name == "triggerer")
-    counters_0 = _counters(workspace.host)
+    counters_0 = workspace_counters(workspace.host)
     sampler = TreeSampler(triggerer.popen.pid)
     started = time.monotonic()
     run_id = deployment.trigger(dag_id)  # not retried: a lost answer would start a 2nd run
@@ -206,7 +194,7 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
             raise RuntimeError(f"{dag_id} did not finish within an hour")
     wall = time.monotonic() - started
     triggerer_use = sampler.stop()
-    counters_1 = _counters(workspace.host)
+    counters_1 = workspace_counters(workspace.host)
     requests = {k: counters_1.get(k, 0) - counters_0.get(k, 0) for k in counters_1}
     requests = {k: v for k, v in requests.items() if v}
     states = _patiently(lambda: _task_states(deployment, dag_id, run_id))

@@ -23,23 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks._common import PYTHON, REPO, RESULTS, fmt, median, parser_for, write_result
-from benchmarks.p1_triggers import TOKEN, BenchWorkspace
+from benchmarks.p1_triggers import TOKEN, BenchWorkspace, workspace_counters
 
 TARGET = {"k": 50}
 WINDOW_S = 15.0
-
-
-def _counters(host: str) -> dict[str, int]:
-    response = httpx.get(
-        f"{host}/api/2.0/airo-admin/counters",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=30,
-    )
-    response.raise_for_status()
-    return {k: v for k, v in response.json()["requests"].items() if not k.startswith("airo-admin")}
 
 
 def _step_processes(root: Any) -> list[Any]:
@@ -106,7 +94,7 @@ def _one(k: int) -> dict[str, Any]:
         # All K runs submitted (the workspace's own counter): every materialization waits.
         # On a machine too busy to start K steps before the first run ends, the window
         # opens with fewer waiting (recorded as "waiting").
-        while _counters(workspace.host).get("jobs/runs/submit", 0) < k:
+        while workspace_counters(workspace.host).get("jobs/runs/submit", 0) < k:
             if proc.poll() is not None:
                 raise RuntimeError(f"the job ended early:\n{log_path.read_text()[-3000:]}")
             if time.monotonic() - started > seconds - 2 * WINDOW_S:
@@ -114,7 +102,7 @@ def _one(k: int) -> dict[str, Any]:
             time.sleep(0.5)
         all_waiting_after = time.monotonic() - started
         time.sleep(2.0)  # the last submitter reaches its wait
-        counters_0 = _counters(workspace.host)
+        counters_0 = workspace_counters(workspace.host)
         waiting_k = counters_0.get("jobs/runs/submit", 0)
         window_0 = time.monotonic()
         peak_per_step: dict[int, int] = {}
@@ -139,10 +127,10 @@ def _one(k: int) -> dict[str, Any]:
             job_rss = max(job_rss, sum(_rss([root])))
             time.sleep(0.5)
         window = time.monotonic() - window_0
-        counters_1 = _counters(workspace.host)
+        counters_1 = workspace_counters(workspace.host)
         code = proc.wait(timeout=seconds + 600)
         elapsed = time.monotonic() - started
-        counters_end = _counters(workspace.host)
+        counters_end = workspace_counters(workspace.host)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -189,6 +189,8 @@ def validate_submit(body: Any) -> Errors:
             keys.append("")
             continue
         key = task.get("task_key")
+        # The Jobs API's task_key: ASCII letters, digits, '-' and '_', at most 100 (the CLI
+        # checks it before submitting: runconfig.go taskKeyRe, validateExperimentName).
         if not isinstance(key, str) or not TASK_KEY_RE.match(key):
             errors.append(
                 _error(f"{path}.task_key", f"must match {TASK_KEY_RE.pattern}, got {key!r}")
