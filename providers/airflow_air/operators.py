@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
-# Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
-# the trigger; the trigger cancels the run at the deadline itself.
-_DEFER_GRACE = timedelta(minutes=5)
 _DEFAULT_XCOM_BACKEND = "airflow.sdk.execution_time.xcom.BaseXCom"
 # Airflow's next_method for a deferral that ended without an event (trigger timeout or crash).
 _TRIGGER_FAIL = "__fail__"
@@ -95,11 +92,16 @@ def _run_has_ended(client: AirClient, run_id: int, wait_s: float = 10.0) -> bool
 
 
 def _defer_timeout(deadline: float | None) -> timedelta | None:
+    """The deferral's timeout: the task's deadline plus ``[air] defer_timeout_grace``, the
+    extra time the triggerer gets before Airflow gives up on the trigger (the trigger
+    cancels the run at the deadline itself; past the grace ``resume_execution`` does)."""
     if deadline is None:
         return None
     import time
 
-    return timedelta(seconds=max(deadline - time.time(), 0)) + _DEFER_GRACE
+    from airflow_air.hooks import defer_timeout_grace
+
+    return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
 
 
 class AirRunOperator(BaseOperator):
