@@ -425,6 +425,10 @@ class ClientCore:
             what += f" {code}"
         if message:
             what += f": {message}"
+        if code == "FEATURE_DISABLED":
+            # A service not rolled out to this workspace, whatever status it comes with (a
+            # 403 among them): callers name the feature (pools.go poolAPIError).
+            return PlatformError(what, status_code=status, error_code=code)
         if status == 401:
             return AuthError(
                 f"{self.host} refused the credentials from {self.credentials.source} "

@@ -92,7 +92,10 @@ async def runs_get(request: Request) -> dict[str, Any]:
         specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
         return task_json(task, specs.get(task["task_key"], {}), host)
     offset = int_param(params.get("page_token") or 0, "page_token")
-    return run_json(state.store, row, host, task_offset=offset)
+    return {
+        **run_json(state.store, row, host, task_offset=offset),
+        "creator_user_name": state.options.user_name,
+    }
 
 
 @router.get("/api/2.2/jobs/runs/get-output")
@@ -167,7 +170,13 @@ async def runs_list(request: Request) -> dict[str, Any]:
     host = host_url(request)
     expand = flag(params.get("expand_tasks"))
     result: dict[str, Any] = {
-        "runs": [run_json(state.store, r, host, with_tasks=expand) for r in rows],
+        "runs": [
+            {
+                **run_json(state.store, r, host, with_tasks=expand),
+                "creator_user_name": state.options.user_name,
+            }
+            for r in rows
+        ],
         "has_more": has_more,
     }
     if has_more:

@@ -449,6 +449,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="another name accepted in the Host header (besides loopback names and --host)",
     )
     parser.add_argument("--mode", choices=("execute", "simulate"), default=None)
+    parser.add_argument(
+        "--gpu-pool",
+        action="append",
+        default=None,
+        metavar="ID=TYPE:COUNT",
+        help="serve a GPU pool, e.g. pool-a10=GPU_1xA10:8 (repeatable); runs with "
+        "compute.pool_id ID count against it",
+    )
     parser.add_argument("--faults", default=None, help="fault injection settings as JSON")
     parser.add_argument(
         "--config", default=None, help="any other workspace options as a JSON object"
@@ -480,6 +488,13 @@ def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
         values["allowed_hosts"] = [*(values.get("allowed_hosts") or []), *args.allowed_host]
     if args.mode:
         values["mode"] = args.mode
+    if args.gpu_pool:
+        from air_runtime.local._options import parse_pool_argument
+
+        values["gpu_pools"] = [
+            *(values.get("gpu_pools") or []),
+            *(parse_pool_argument(text) for text in args.gpu_pool),
+        ]
     if args.faults:
         values["faults"] = json.loads(args.faults)
     values["faults"] = normalize_faults(values.get("faults"))
