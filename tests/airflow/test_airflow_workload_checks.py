@@ -13,11 +13,15 @@ def test_validate_dag_workloads_checks_every_task():
 
     workloads = validate_dag_workloads(REPO / "dags")
     assert sorted(workloads) == [
+        *(f"hyperparameter_sweep.trial[{i}]" for i in range(4)),
         "rl_pipeline.rl.evaluate",
         "rl_pipeline.rl.grpo",
         "scheduled_training.train",
     ]
     # Rendered with the sample context (ds) and the Dag's params (rl_pipeline's output_root).
+    # Each expanded value of the mapped sweep, rendered with the Dag's params (gpu_pool).
+    assert workloads["hyperparameter_sweep.trial[2]"].env_variables["LEARNING_RATE"] == "0.01"
+    assert workloads["hyperparameter_sweep.trial[0]"].compute.pool_id == "team-a10"
     nightly = workloads["scheduled_training.train"]
     assert nightly.env_variables["TRAINING_DATE"] == "2026-01-01"
     grpo_env = workloads["rl_pipeline.rl.grpo"].raw_mapping()["env_variables"]
