@@ -9,7 +9,6 @@ import json
 import httpx
 import pytest
 from airflow_runs import repo_dag, task_states, xcom
-from conftest import connection_json
 
 from air_runtime import AirClient, GpuPool
 
@@ -21,7 +20,8 @@ def pool_workspace(tmp_path, airflow_db, monkeypatch):
     from air_runtime.local import start_local_workspace
 
     ws = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[GPU_POOL])
-    monkeypatch.setenv("AIRFLOW_CONN_DATABRICKS_DEFAULT", connection_json(ws.host, ws.token))
+    connection = {"conn_type": "databricks", "host": ws.host, "password": ws.token}
+    monkeypatch.setenv("AIRFLOW_CONN_DATABRICKS_DEFAULT", json.dumps(connection))
     try:
         yield ws
     finally:
