@@ -164,10 +164,10 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log):
     lines in the trigger's log and the submission's secret keys deleted; the first-poll
     delay does not hold it back (a task the trigger ends cannot meet the deferral race)."""
     from airflow.triggers.base import TaskSuccessEvent
-
-    from air_runtime.client import SubmissionSecrets
     from airflow_air.links import AirMlflowRunLink, AirRunLink
     from airflow_air.triggers import AirRunTrigger
+
+    from air_runtime.client import SubmissionSecrets
 
     run_id = _run_of(workspace, 'echo "trial line one"\necho "trial line two"')
     secrets = SubmissionSecrets.of(
@@ -223,7 +223,6 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log):
 
 def test_trigger_resumes_a_failed_run_in_a_worker_after_first_poll_at(workspace):
     from airflow.triggers.base import BaseTaskEndEvent
-
     from airflow_air.triggers import AirRunTrigger
 
     run_id = _run_of(workspace, 'echo "about to fail"\nexit 3')
