@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--accelerators-per-trial", type=int, required=True)
     parser.add_argument("--conn-id", default=DEFAULT_CONN_ID, help="the databricks connection")
     args = parser.parse_args(argv)
+    from air_runtime import AirError
+
     try:
         slots = size_airflow_pool(
             args.airflow_pool,
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             accelerators_per_trial=args.accelerators_per_trial,
             databricks_conn_id=args.conn_id,
         )
-    except ValueError as exc:
+    except (ValueError, AirError) as exc:  # no such pool, several pools, too small
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"Airflow pool {args.airflow_pool}: {slots} slots (deferred tasks count)")

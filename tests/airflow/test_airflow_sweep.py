@@ -79,3 +79,12 @@ def test_capped_sweep_runs_every_trial_in_the_pool_and_picks_the_best(pool_works
             headers={"Authorization": f"Bearer {pool_workspace.token}"},
         ).json()
         assert '"provisioned_capacity_id": "team-a10"' in json.dumps(body), body
+
+
+def test_sizing_names_the_problem(pool_workspace, capsys):
+    from airflow_air.pools import main
+
+    assert main(["gpu_sweep", "--gpu-pool", "team-a10", "--accelerators-per-trial", "4"]) == 2
+    assert "reserves 2 GPU_1xA10 accelerators, fewer than one trial's 4" in capsys.readouterr().err
+    assert main(["gpu_sweep", "--gpu-pool", "no-such-pool", "--accelerators-per-trial", "1"]) == 2
+    assert "no-such-pool" in capsys.readouterr().err
