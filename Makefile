@@ -8,7 +8,9 @@ STAMP := $(VENV)/.synced
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.synced
 LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflow_workload_checks.py \
-	tests/airflow/test_airflow_operator.py::test_success
+	tests/airflow/test_airflow_operator.py::test_success \
+	tests/airflow/test_airflow_deferral.py::test_trigger_ends_a_successful_run_itself \
+	tests/airflow/test_airflow_deferral.py::test_trigger_resumes_a_failed_run_in_a_worker_after_first_poll_at
 
 .PHONY: venv venv-lowest services test test-lowest test-fast lint demo bench reliability workspace clean
 
