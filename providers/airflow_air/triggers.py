@@ -18,7 +18,8 @@ secret keys and yields ``TaskSuccessEvent`` with every XCom the worker would hav
 the task takes one worker run instead of two. A run that failed, timed out or could not be
 read resumes in a worker as before (the rich failure message, retry rules and fail-fast
 errors live there). ``dag.test()`` and ``airflow dags test`` turn a ``TaskSuccessEvent`` into
-its bare state, so under their in-process runner the trigger always resumes the task.
+its bare state, so under their in-process runner the trigger always resumes the task (at once:
+they run the trigger inline, with no scheduler to race with).
 
 Resuming too early. Airflow 3.3 can fail a deferred task whose trigger fires within moments of
 the deferral: the executor's "success" for the try that just deferred is only read on a later
@@ -191,11 +192,12 @@ class AirRunTrigger(BaseTrigger):
         from air_runtime import AirError, RunTimeout
         from airflow_air._submission import Outcome
 
-        finish_here = (
-            self.finish_in_triggerer and self.task_key is None and not _under_in_process_runner()
-        )
+        # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
+        # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
+        inline = _under_in_process_runner()
+        finish_here = self.finish_in_triggerer and self.task_key is None and not inline
         try:
-            if not finish_here:
+            if not finish_here and not inline:
                 await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)

@@ -240,3 +240,13 @@ def test_trigger_resumes_a_failed_run_in_a_worker_after_first_poll_at(workspace)
     assert not isinstance(event, BaseTaskEndEvent), event
     assert event.payload["status"] == "failed", event.payload
     assert "exit code 3" in event.payload["message"], event.payload
+
+
+def test_inline_triggers_do_not_wait_for_the_first_poll_delay(workspace, task_log, monkeypatch):
+    """``dag.test()`` / ``airflow dags test`` run the trigger inline, with no scheduler to
+    race: a delay of an hour would hang this test (its timeout fails it) if it were paid."""
+    monkeypatch.setenv("AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY", "3600")
+    dag = load_test_dag("air_test_deferred")
+    dag_run = dag.test(run_conf={"command": "sleep 5; echo done"})
+    assert task_states(dag_run) == {"run": "success"}
+    assert DEFERRED in task_log.text()
