@@ -125,3 +125,64 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         assert f"Cancelled run {held_run}: the deferral ended with" in log, log[-3000:]
     finally:
         deployment.stop()
+
+
+def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres: str) -> None:
+    """dags/hyperparameter_sweep.py on a real scheduler: its Airflow pool sized from a GPU pool
+    of one accelerator (one slot, deferred trials holding it) lets one trial run at a time;
+    the recorded start and end of the trials never overlap."""
+    import sys
+    from datetime import datetime
+
+    from airflow_deployment import REPO_ROOT
+    from managed_process import run_command
+
+    from air_runtime.local import start_local_workspace
+
+    gpu_pool = {"pool_id": "team-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 1}
+    workspace = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[gpu_pool])
+    deployment = AirflowDeployment(
+        tmp_path,
+        executor="LocalExecutor",
+        database_dsn=f"{postgres}/airo_airflow",
+        dag_folders={"project": REPO_ROOT / "dags"},
+        parallelism=4,
+    )
+    try:
+        deployment.migrate()
+        deployment.start()
+        add_airflow_connections(deployment, workspace)
+        # Sized the documented way, by the command, with the deployment's database.
+        run_command(
+            "size-pool",
+            [
+                sys.executable, "-m", "airflow_air.pools", "gpu_sweep",
+                "--gpu-pool", "team-a10", "--accelerators-per-trial", "1",
+            ],  # fmt: skip
+            env={**deployment.env},
+            log_dir=deployment.log_dir,
+            timeout=120,
+        )
+        pool = deployment.api("GET", "/pools/gpu_sweep")
+        assert (pool["slots"], pool["include_deferred"]) == (1, True), pool
+        deployment.wait_for_dags(["hyperparameter_sweep"])
+        run = deployment.trigger("hyperparameter_sweep")
+        states = deployment.wait_for_runs([("hyperparameter_sweep", run)], timeout=420)
+        assert states[("hyperparameter_sweep", run)]["state"] == "success", deployment.diagnose(
+            [("hyperparameter_sweep", run)]
+        )
+        body = deployment.api(
+            "GET", f"/dags/hyperparameter_sweep/dagRuns/{run}/taskInstances/trial/listMapped"
+        )
+        trials = sorted(
+            (datetime.fromisoformat(t["start_date"]), datetime.fromisoformat(t["end_date"]))
+            for t in body["task_instances"]
+        )
+        assert len(trials) == 4 and all(t["state"] == "success" for t in body["task_instances"])
+        for (_, earlier_end), (later_start, _) in zip(trials, trials[1:], strict=False):
+            assert later_start >= earlier_end, trials
+        best = deployment.xcom("hyperparameter_sweep", run, "pick_best", "return_value")
+        assert best["best"]["learning_rate"] == "0.01", best
+    finally:
+        deployment.stop()
+        workspace.stop()
