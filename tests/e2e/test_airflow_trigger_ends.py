@@ -131,6 +131,7 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
     """dags/hyperparameter_sweep.py on a real scheduler: its Airflow pool sized from a GPU pool
     of one accelerator (one slot, deferred trials holding it) lets one trial run at a time;
     the recorded start and end of the trials never overlap."""
+    import itertools
     import sys
     from datetime import datetime
 
@@ -155,10 +156,8 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
         # Sized the documented way, by the command, with the deployment's database.
         run_command(
             "size-pool",
-            [
-                sys.executable, "-m", "airflow_air.pools", "gpu_sweep",
-                "--gpu-pool", "team-a10", "--accelerators-per-trial", "1",
-            ],  # fmt: skip
+            [sys.executable, "-m", "airflow_air.pools", "gpu_sweep", "--gpu-pool", "team-a10"]
+            + ["--accelerators-per-trial", "1"],
             env={**deployment.env},
             log_dir=deployment.log_dir,
             timeout=120,
@@ -179,7 +178,7 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
             for t in body["task_instances"]
         )
         assert len(trials) == 4 and all(t["state"] == "success" for t in body["task_instances"])
-        for (_, earlier_end), (later_start, _) in zip(trials, trials[1:], strict=False):
+        for (_, earlier_end), (later_start, _) in itertools.pairwise(trials):
             assert later_start >= earlier_end, trials
         best = deployment.xcom("hyperparameter_sweep", run, "pick_best", "return_value")
         assert best["best"]["learning_rate"] == "0.01", best
