@@ -154,10 +154,10 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
         deployment.start()
         add_airflow_connections(deployment, workspace)
         # Sized the documented way, by the command, with the deployment's database.
+        size = ["gpu_sweep", "--gpu-pool", "team-a10", "--accelerators-per-trial", "1"]
         run_command(
             "size-pool",
-            [sys.executable, "-m", "airflow_air.pools", "gpu_sweep", "--gpu-pool", "team-a10"]
-            + ["--accelerators-per-trial", "1"],
+            [sys.executable, "-m", "airflow_air.pools", *size],
             env={**deployment.env},
             log_dir=deployment.log_dir,
             timeout=120,
