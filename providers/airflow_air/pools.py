@@ -25,12 +25,33 @@ fail. Resize the Airflow pool when the reservation changes.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from airflow_air.exceptions import AirConfigurationError
+from airflow_air.hooks import AirHook
 
 if TYPE_CHECKING:
     from air_runtime import GpuPool
 
-DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID
+DEFAULT_CONN_ID = AirHook.default_conn_name
+
+
+class MetadataDatabaseHook(AirHook):
+    """``AirHook`` for commands that run beside the scheduler: outside a task the Task SDK
+    finds a connection only in the environment and the secrets backends, while a deployment's
+    own connections are in its metadata database, which such a command may read."""
+
+    def _connection(self) -> Any:
+        try:
+            return super()._connection()
+        except AirConfigurationError:
+            from airflow.models.connection import Connection
+
+            try:
+                return Connection.get_connection_from_secrets(self.databricks_conn_id)
+            except Exception:
+                pass
+            raise
 
 
 def trial_slots(gpu_pool: GpuPool, accelerators_per_trial: int) -> int:
@@ -60,9 +81,7 @@ def size_airflow_pool(
     slots. Needs the metadata database (see the module docstring)."""
     from airflow.models.pool import Pool
 
-    from airflow_air.hooks import AirHook
-
-    with AirHook(databricks_conn_id).get_client() as client:
+    with MetadataDatabaseHook(databricks_conn_id).get_client() as client:
         gpu_pool = client.get_gpu_pool(gpu_pool_id)
     slots = trial_slots(gpu_pool, accelerators_per_trial)
     Pool.create_or_update_pool(
