@@ -94,8 +94,9 @@ class RunOptionRules(CodeSourceRules):
             else:
                 level = self.string(data["level"], f"{path}.level")
                 if level is not None:
-                    if level.upper() in PERMISSION_LEVELS:
-                        entry["level"] = level.upper()
+                    if level.strip().upper() in PERMISSION_LEVELS:
+                        # sent as written (runpermissions.go permissionAccessControl)
+                        entry["level"] = level
                     else:
                         self.add(
                             f"{path}.level",

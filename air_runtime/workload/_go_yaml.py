@@ -114,6 +114,8 @@ def _block_style(node: ScalarNode) -> str | None:
         return None
     if _special(value) or _space_break(value) or value.endswith(" "):
         return None  # the emitter falls back to double quotes
+    if any(b in value for b in "\r\x85\u2028\u2029"):
+        return None  # would not read back as written: a block keeps only "\n" breaks
     return style
 
 

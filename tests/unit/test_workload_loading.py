@@ -29,12 +29,30 @@ VALID_YAML = textwrap.dedent(
       echo hi
     """
 )
+# VALID_YAML as the CLI uploads it (runconfig_load.go: go-yaml v3's layout, styles kept)
+VALID_YAML_AS_UPLOADED = textwrap.dedent(
+    """\
+    experiment_name: exp
+    compute:
+        accelerator_type: GPU_1xA10
+        num_accelerators: 2
+    env_variables:
+        RANK: 0
+        X: 1.50
+        B: yes
+        T: true
+        N: 0x1F
+        Q: "quoted"
+    command: |
+        echo hi
+    """
+)
 
 
 def test_env_values_keep_literal_text() -> None:
     w = load_workload(VALID_YAML)
     assert w.env_variables == {"RANK": "0", "X": "1.50", "B": "yes", "T": "true", "N": "0x1F", "Q": "quoted"}
-    assert w.source_text == VALID_YAML
+    assert w.source_text == VALID_YAML_AS_UPLOADED
 
 
 def test_container_variables_keep_literal_text() -> None:
@@ -115,7 +133,7 @@ def test_file_path_source_and_base_dir(tmp_path: Path) -> None:
     path.write_text(VALID_YAML)
     w = load_workload(str(path))
     assert w.base_dir == str(tmp_path.resolve())
-    assert load_workload(path).source_text == VALID_YAML
+    assert load_workload(path).source_text == VALID_YAML_AS_UPLOADED
     assert load_workload(VALID_YAML, base_dir=tmp_path).base_dir == str(tmp_path)
     problem = only_problem(str(tmp_path / "missing.yaml"))
     assert "cannot read" in problem.message
