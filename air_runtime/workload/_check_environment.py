@@ -116,8 +116,8 @@ class EnvironmentRules(VariableRules):
             if int(match.group(1)) < 5:
                 self.add(
                     path,
-                    f"{path} {_short(value)} is too old: databricks_ai_v<N> needs AI Runtime "
-                    "version 5 or higher",
+                    f"{path} {_short(value)} is too old: databricks_ai_v<N> needs N >= 5 "
+                    "(AI Runtime version 5 or higher)",
                     hint,
                 )
                 return None

@@ -189,7 +189,9 @@ def _block(node: Node, indent: int, out: list[str]) -> None:
     pad = " " * indent
     if isinstance(node, MappingNode):
         for key, value in node.value:
-            head = pad + (_inline(key, in_flow=False) if isinstance(key, ScalarNode) else _flow(key))
+            head = pad + (
+                _inline(key, in_flow=False) if isinstance(key, ScalarNode) else _flow(key)
+            )
             _value(head + ":", value, _nested(indent), out)
         return
     assert isinstance(node, SequenceNode)
@@ -353,4 +355,3 @@ def set_node(root: Node, parts: list[str | int], node: Node) -> None:
 def go_yaml_dump(value: Any) -> str:
     """Python data as go-yaml writes it, in the data's own key order."""
     return encode_go_yaml(node_from_value(value))
-
