@@ -275,6 +275,19 @@ def load_workload(
             for parts, node in applied:
                 set_node(marks.root, parts, node)
             text = encode_go_yaml(marks.root)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_BYTES:  # runupload.go maxConfigYAMLBytes: the run page renders it
+            raise WorkloadError(
+                [
+                    Problem(
+                        "",
+                        f"training_config.yaml would be {size / (1024 * 1024):.2f} MB, over the "
+                        "1 MB limit",
+                        "reduce parameters or command (move data into code_source or a volume)",
+                    )
+                ],
+                label,
+            )
         workload = _to_models(normalized, text, folder, label)
         workload._raw = raw
         return workload
