@@ -313,6 +313,14 @@ def load_workload(
 def lint_workload(workload: Workload) -> list[str]:
     """Warnings that do not block a submit."""
     warnings: list[str] = []
+    for i, permission in enumerate(workload.permissions):
+        if permission.level != permission.level.strip().upper():
+            # Sent as written, as the CLI does (runpermissions.go); the permissions API
+            # knows the upper-case names only.
+            warnings.append(
+                f"permissions[{i}].level {permission.level!r} is sent as written: the workspace "
+                f"knows {permission.level.strip().upper()}; write it that way"
+            )
     image = workload.environment.docker_image
     if image is not None and workload.command:
         for line in workload.command.splitlines():

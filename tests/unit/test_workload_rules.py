@@ -388,6 +388,16 @@ def test_permissions() -> None:
     ]
 
 
+def test_lower_case_level_is_linted() -> None:
+    from air_runtime.workload import lint_workload
+
+    w = load_workload(minimal(permissions=[{"group_name": "ml", "level": "can_view"},
+                                           {"user_name": "a", "level": "CAN_MANAGE"}]))
+    assert lint_workload(w) == [
+        "permissions[0].level 'can_view' is sent as written: the workspace knows CAN_VIEW; write it that way"
+    ]
+
+
 def test_containers_merge() -> None:
     containers = [
         {**TWO_CONTAINERS[0], "environment_variables": {"variables": {
