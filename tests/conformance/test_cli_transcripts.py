@@ -733,53 +733,6 @@ def test_a_file_as_mlflow_experiment_directory_is_refused(
     assert not stub.to("POST", "/api/2.2/jobs/runs/submit")
 
 
-def test_permissions_on_the_job_and_the_experiment(stub: StubWorkspace, client: AirClient) -> None:
-    """cmd/air/runpermissions.go: the job ACL, then the same principals on the run's own
-    MLflow experiment (from runs/get-output): CAN_VIEW -> CAN_READ, CAN_MANAGE_RUN ->
-    CAN_EDIT, CAN_MANAGE -> CAN_MANAGE."""
-    submit_stub(stub)
-    stub.stub(
-        "GET /api/2.2/jobs/runs/get",
-        (200, {"run_id": 555, "job_id": 777, "state": {"life_cycle_state": "PENDING"},
-               "tasks": [{"task_key": "perm", "run_id": 556}]}),
-    )  # fmt: skip
-    stub.stub(
-        "GET /api/2.2/jobs/runs/get-output",
-        (200, {"ai_runtime_task_output": {"mlflow_experiment_id": "exp-9"}}),
-    )
-    stub.stub("PATCH /api/2.0/permissions/jobs/777", (200, {}))
-    stub.stub("PATCH /api/2.0/permissions/experiments/exp-9", (200, {}))
-    client.submit_workload(
-        load_workload(
-            "experiment_name: perm\ncommand: echo hi\n"
-            "compute: {accelerator_type: GPU_1xA10, num_accelerators: 1}\n"
-            "permissions:\n"
-            "  - {user_name: a@example.com, level: CAN_VIEW}\n"
-            "  - {group_name: ml, level: CAN_MANAGE_RUN}\n"
-            "  - {service_principal_name: sp-1, level: CAN_MANAGE}\n"
-        )
-    )
-    (jobs,) = stub.to("PATCH", "/api/2.0/permissions/jobs/777")
-    assert jobs.body == {
-        "access_control_list": [
-            {"user_name": "a@example.com", "permission_level": "CAN_VIEW"},
-            {"group_name": "ml", "permission_level": "CAN_MANAGE_RUN"},
-            {"service_principal_name": "sp-1", "permission_level": "CAN_MANAGE"},
-        ]
-    }
-    (experiment,) = stub.to("PATCH", "/api/2.0/permissions/experiments/exp-9")
-    assert experiment.body == {
-        "access_control_list": [
-            {"user_name": "a@example.com", "permission_level": "CAN_READ"},
-            {"group_name": "ml", "permission_level": "CAN_EDIT"},
-            {"service_principal_name": "sp-1", "permission_level": "CAN_MANAGE"},
-        ]
-    }
-    (output,) = stub.to("GET", "/api/2.2/jobs/runs/get-output")
-    assert output.query == {"run_id": "556"}
-    assert jobs.seq < experiment.seq
-
-
 # --- preflight ----------------------------------------------------------------------------------
 
 

@@ -326,6 +326,7 @@ def test_run_submit_permissions_as_written(stub: StubWorkspace, client: AirClien
             {"permission_level": "CAN_EDIT", "service_principal_name": "training-sp"},
         ]
     }
+    assert job.seq < experiment.seq
     # runs/get once (applySubmittedPermissions), then get-output for the task's run
     assert len(stub.to("GET", "/api/2.2/jobs/runs/get")) == 1
     assert [r.query for r in stub.to("GET", "/api/2.2/jobs/runs/get-output")] == [{"run_id": "556"}]
