@@ -301,8 +301,8 @@ def node_from_value(value: Any) -> Node:
 
 def override_node(text: str | None, value: Any) -> Node:
     """The node an override puts in the tree: its text parsed as YAML when it was given as
-    text (runconfig_override.go ``parseOverrideNode``), else the value itself. A text the
-    validator took as a string (a list or mapping written inline) stays a string."""
+    text (runconfig_override.go ``parseOverrideNode``), else the value itself. A variable's
+    value given as a list or mapping is kept as text, and written as a string."""
     if text is not None:
         import yaml
 
@@ -312,10 +312,8 @@ def override_node(text: str | None, value: Any) -> Node:
             node = None
         if node is None and not text.strip():
             return ScalarNode("tag:yaml.org,2002:null", "null")
-        if isinstance(node, ScalarNode):
-            if isinstance(value, str) and node.tag != _STR:
-                return ScalarNode(_STR, value, style='"')  # kept as text: quoted
-            return node
+        if isinstance(node, ScalarNode) or (node is not None and not isinstance(value, str)):
+            return node  # as parsed, also where the value is kept as text (variables)
     return node_from_value(value)
 
 

@@ -128,8 +128,7 @@ def _parse_overrides(
             value = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError:
             value = text
-        if isinstance(value, list | dict):
-            value = text  # only scalars: "a: b" stays a string
+        # any YAML, as runconfig_override.go parseOverrideNode: "[1, 2]" is a list
         items.append((key, value, text))
     return items, problems
 

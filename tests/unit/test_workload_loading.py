@@ -342,3 +342,14 @@ def test_with_env_variables_adds_only_what_the_workload_does_not_set() -> None:
     plan = build_plan(added, user_name="me@example.com", idempotency_token="t")
     (env_file,) = [f for f in plan.files if f.path.endswith("/env_vars.json")]
     assert b'{"name":"NEW","value":"1"}' in env_file.content
+
+
+def test_override_values_are_yaml_and_keep_their_style_in_the_uploaded_config() -> None:
+    """runconfig_override.go parseOverrideNode: the value is YAML (a list stays a list);
+    variables keep their text (runconfig.go decodes them into strings)."""
+    w = load_workload(VALID_YAML, ["parameters.layers=[64, 32]", "env_variables.X=2.50",
+                                   "env_variables.Y=a: b"])
+    assert w.parameters == {"layers": [64, 32]}
+    assert (w.env_variables["X"], w.env_variables["Y"]) == ("2.50", "a: b")
+    assert "    X: 2.50\n" in w.source_text and '    Y: "a: b"\n' in w.source_text
+    assert w.source_text.endswith("parameters:\n    layers: [64, 32]\n")
