@@ -91,6 +91,13 @@ def _inline(node: ScalarNode, in_flow: bool) -> str:
     style = _style(node)
     if style in ("|", ">"):
         style = '"'  # block styles cannot appear in flow context or as keys
+    # An explicit tag is not written, so the style must carry the type (go-yaml writes the
+    # tag instead): a string that reads as something else plain is quoted, a typed value
+    # written in quotes is written plain.
+    if style == "" and node.tag == _STR and plain_scalar_tag(value) != _STR:
+        style = '"'
+    elif style in ("'", '"') and node.tag != _STR and plain_scalar_tag(value) == node.tag:
+        style = ""
     if style == "" and (value == "" and in_flow):
         style = "'"
     if style in ("", "'") and (
@@ -296,7 +303,8 @@ def node_from_value(value: Any) -> Node:
     if isinstance(value, list | tuple):
         return SequenceNode(_SEQ, [node_from_value(v) for v in value])
     text, style = _scalar_text(value)
-    return ScalarNode(_STR, text, style=style or None)
+    tag = _STR if isinstance(value, str) else plain_scalar_tag(text)
+    return ScalarNode(tag, text, style=style or None)
 
 
 def override_node(text: str | None, value: Any) -> Node:

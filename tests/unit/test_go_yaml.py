@@ -49,6 +49,8 @@ def reencoded(text: str) -> str:
         ("a: '\ttab'\n", "a: \"\\ttab\"\n"),
         ("a: \"\\U0001F680 \\x7f\"\n", "a: \"\\U0001F680 \\x7F\"\n"),
         ("a: é\n", "a: é\n"),
+        # explicit tags are not written: the style carries the type instead
+        ("a: !!str 5\nb: !!int \"7\"\n", "a: \"5\"\nb: 7\n"),
     ],
 )
 def test_layout_and_styles(source: str, written: str) -> None:
