@@ -640,3 +640,29 @@ def test_unity_catalog_image_refusals(environment: str, refused: str, stub: Stub
     assert problem.path == "environment.unity_catalog_image" and refused in problem.message
     assert problem.line == 5
     assert not stub.requests
+
+
+def test_every_refusal_is_reported_at_once_with_its_line(stub: StubWorkspace) -> None:
+    """Where the CLI stops at its first problem (runconfig.go validate), we list them all,
+    each at its line:column, and nothing is sent."""
+    with pytest.raises(WorkloadError) as refused:
+        load_workload(
+            "experiment_name: many\n"  # 1
+            "command: x\n"  # 2
+            "compute:\n"  # 3
+            "  accelerator_type: GPU_1xA10\n"  # 4
+            "  num_accelerators: 1\n"  # 5
+            "  priority_class: urgent\n"  # 6
+            "environment:\n"  # 7
+            "  unity_catalog_image: main.rl:1\n"  # 8
+            "code_source:\n"  # 9
+            "  root_path: .\n"  # 10
+            "  git: {branch: main, remote: origin}\n"  # 11
+        )
+    located = [(p.path, p.line, p.column) for p in refused.value.problems]
+    assert located == [
+        ("compute.priority_class", 6, 19),
+        ("environment.unity_catalog_image", 8, 24),
+        ("code_source.git.remote", 11, 31),
+    ]
+    assert not stub.requests
