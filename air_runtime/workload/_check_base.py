@@ -178,7 +178,8 @@ class CheckerBase:
         text = self.string(value, path)
         if text is None:
             return None
-        lines = len(text.splitlines())
+        # runconfig.go validateCommand counts line breaks + 1 (a trailing one included)
+        lines = text.count("\n") + 1
         if lines > MAX_COMMAND_LINES:
             self.add(
                 path,
