@@ -119,6 +119,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
      "'CAN_FLY'"),
     ("policy both", minimal(usage_policy_name="n", usage_policy_id=UUID), "usage_policy_id", "mutually exclusive"),
     ("policy uuid", minimal(usage_policy_id="not-a-uuid"), "usage_policy_id", "not a UUID"),
+    ("policy name long", minimal(usage_policy_name="p" * 128), "usage_policy_name", "at most 127 characters, got 128"),
     ("unknown top key", minimal(comand="x"), "comand", "unknown key 'comand'"),
     ("unknown compute key", minimal(compute={**TWO_NODES, "num_gpus": 2}), "compute.num_gpus", "unknown key"),
     ("unknown environment key", minimal(environment={"verison": 6}), "environment.verison", "unknown key"),
