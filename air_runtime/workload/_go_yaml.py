@@ -17,7 +17,6 @@ Differences, all outside what a workload needs: anchors and aliases are written 
 from __future__ import annotations
 
 import decimal
-import itertools
 import math
 import re
 from typing import Any
@@ -49,17 +48,22 @@ def _printable(ch: str) -> bool:
     )
 
 
+# A character no style but double quotes can hold: not printable for libyaml
+# (``is_printable``), other than a tab (fine, as in go-yaml v3) and line breaks.
+_SPECIAL = re.compile("[^\t\n\r\x85\u2028\u2029\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd]")
+_SPACE_BREAK = re.compile("[ ][\r\n\x85\u2028\u2029]|[\r\n\x85\u2028\u2029][ ]")
+_ANY_BREAK = re.compile("[\r\n\x85\u2028\u2029]")
+_PRINTABLE_ASCII = re.compile("[\x20-\x7e]+")
+_NON_NEWLINE_BREAK = re.compile("[\r\x85\u2028\u2029]")
+
+
 def _special(value: str) -> bool:
-    """A character no style but double quotes can hold (tabs are fine, as in go-yaml v3)."""
-    return any(ch != "\t" and ch not in _BREAKS and not _printable(ch) for ch in value)
+    return _SPECIAL.search(value) is not None
 
 
 def _space_break(value: str) -> bool:
     """A space right before a line break, or a break right before a space."""
-    return any(
-        (a == " " and b in _BREAKS) or (a in _BREAKS and b == " ")
-        for a, b in itertools.pairwise(value)
-    )
+    return _SPACE_BREAK.search(value) is not None
 
 
 def _double_quoted(value: str) -> str:
@@ -89,6 +93,12 @@ def _inline(node: ScalarNode, in_flow: bool) -> str:
     """A scalar on one line: plain, single- or double-quoted."""
     value = node.value
     style = _style(node)
+    if (
+        style == ""
+        and _PRINTABLE_ASCII.fullmatch(value) is not None
+        and (node.tag != _STR or plain_scalar_tag(value) == _STR)
+    ):
+        return value  # the common case: a plain word as written
     if style in ("|", ">"):
         style = '"'  # block styles cannot appear in flow context or as keys
     # An explicit tag is not written, so the style must carry the type (go-yaml writes the
@@ -101,7 +111,7 @@ def _inline(node: ScalarNode, in_flow: bool) -> str:
     if style == "" and (value == "" and in_flow):
         style = "'"
     if style in ("", "'") and (
-        _special(value) or "\t" in value or _space_break(value) or any(b in value for b in _BREAKS)
+        "\t" in value or _ANY_BREAK.search(value) is not None or _special(value)
     ):
         style = '"'
     if style == "":
@@ -121,7 +131,7 @@ def _block_style(node: ScalarNode) -> str | None:
         return None
     if _special(value) or _space_break(value) or value.endswith(" "):
         return None  # the emitter falls back to double quotes
-    if any(b in value for b in "\r\x85\u2028\u2029"):
+    if _NON_NEWLINE_BREAK.search(value) is not None:
         return None  # would not read back as written: a block keeps only "\n" breaks
     return style
 
