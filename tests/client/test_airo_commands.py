@@ -266,7 +266,7 @@ def test_interrupting_the_wait_leaves_the_run_going(workspace_factory, tmp_path:
     ws = workspace_factory()
     process, run_id = _start_waiting(ws, tmp_path, "interrupted")
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 130
     assert f"Run {run_id} is still going" in err and f"airo cancel {run_id}" in err
     with AirClient(ws.host, ws.token) as client:
