@@ -144,6 +144,17 @@ def test_the_service_check_names_refused_variable_names():
         "run_options": {"env_variables": {"1INVALID": "value", "OK": "1"}},
     }
     errors = validate_config(body)
+    pools = [{"pool_id": "p", "accelerator_type": "GPU_1xA10", "accelerator_count": 8}]
+    compute = body["task"]["deployments"][0]["compute"]
+    compute["provisioned_capacity_id"] = "p"
+    assert validate_config(body, pools)[0] == {
+        "path": "deployments[0].compute.accelerator_type",
+        "message": "accelerator_type must be GPU_1xA10, the type of GPU pool p, but was GPU_8xH100.",
+        "code": "FAILED_PRECONDITION",
+    }
+    compute["provisioned_capacity_id"] = "elsewhere"
+    assert validate_config(body, pools)[0]["code"] == "NOT_FOUND"
+    del compute["provisioned_capacity_id"]
     # acceptance/air/run-backend-error/test.toml: both fields, in the service's words.
     assert errors == [
         {
