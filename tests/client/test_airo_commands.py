@@ -9,10 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from run_states import wait_for_state
 
 from air_runtime import AirClient
 from air_runtime.cli import main as airo
@@ -40,16 +40,6 @@ def _job(tmp_path: Path, name: str, command: str) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(JOB.format(name=name, command=command))
     return path
-
-
-def _wait_for_state(ws, run_id: int, wanted: str) -> None:
-    with AirClient(ws.host, ws.token) as client:
-        while True:
-            state = client.get_run(run_id)
-            if state.life_cycle_state == wanted:
-                return
-            assert not state.is_terminal, state.describe()
-            time.sleep(0.05)
 
 
 def test_pools_print_what_the_cli_prints(workspace_factory, tmp_path: Path, capsys):
@@ -162,7 +152,7 @@ def test_get_list_cancel_and_task_run_ids(workspace_factory, tmp_path: Path, cap
     options = f" --host {ws.host} --token-file {tmp_path / 'token'}"
     assert f"airo logs {going_id} --follow{options}" in out  # the commands to follow it
     assert f"airo cancel {going_id}{options}" in out
-    _wait_for_state(ws, going_id, "RUNNING")
+    wait_for_state(ws.host, ws.token, going_id, "RUNNING")
 
     assert airo(["get", str(done_id), "--json", *auth]) == 0
     got = json.loads(capsys.readouterr().out)

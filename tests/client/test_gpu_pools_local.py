@@ -5,10 +5,10 @@ acceptance/air/pools)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from run_states import wait_for_state
 
 from air_runtime import AirClient, AsyncAirClient, GpuPool, load_workload
 from air_runtime._errors import ConfigurationError, NotFound
@@ -17,16 +17,6 @@ POOLS = [
     {"pool_id": "pool-8xh100-alpha", "accelerator_type": "GPU_8xH100", "accelerator_count": 64},
     {"pool_id": "pool-1xa10-beta", "accelerator_type": "GPU_1xA10", "accelerator_count": 4},
 ]
-
-
-def _wait_for_state(client: AirClient, run_id: int, wanted: str) -> None:
-    """Until the run reaches ``wanted`` (or ends): the event, never a time."""
-    while True:
-        state = client.get_run(run_id)
-        if state.life_cycle_state == wanted:
-            return
-        assert not state.is_terminal, state.describe()
-        time.sleep(0.05)
 
 
 def test_list_and_get_follow_the_cli_wire(workspace_factory, recorder):
@@ -105,7 +95,7 @@ def test_usage_follows_the_runs_on_the_pool(workspace_factory, tmp_path: Path):
     )
     with AirClient(ws.host, ws.token) as client:
         run = client.submit_workload(workload)
-        _wait_for_state(client, run.run_id, "RUNNING")
+        wait_for_state(ws.host, ws.token, run.run_id, "RUNNING")
         during = client.get_gpu_pool("pool-1xa10-beta")
         other = client.get_gpu_pool("pool-8xh100-alpha")
         release.touch()

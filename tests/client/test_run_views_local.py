@@ -4,10 +4,10 @@ logs.go, logmlflow.go, validateconfig.go) and what they make of the answers."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from run_states import wait_for_state
 
 from air_runtime import AirClient, AsyncAirClient, load_workload
 from air_runtime._errors import ConfigurationError
@@ -24,15 +24,6 @@ def _workload(name: str, command: str, **extra):
     )
 
 
-def _wait_for_state(client: AirClient, run_id: int, wanted: str) -> None:
-    while True:
-        state = client.get_run(run_id)
-        if state.life_cycle_state == wanted:
-            return
-        assert not state.is_terminal, state.describe()
-        time.sleep(0.05)
-
-
 def test_summary_list_and_the_workflows_index(workspace_factory, recorder, tmp_path: Path):
     ws = workspace_factory()
     release = tmp_path / "release"
@@ -42,7 +33,7 @@ def test_summary_list_and_the_workflows_index(workspace_factory, recorder, tmp_p
         going = client.submit_workload(
             _workload("going", f"while [ ! -e {release} ]; do sleep 0.05; done")
         )
-        _wait_for_state(client, going.run_id, "RUNNING")
+        wait_for_state(ws.host, ws.token, going.run_id, "RUNNING")
         summary = client.run_summary(done.run_id)
         active = client.list_run_summaries()
         every = client.list_run_summaries(all_status=True, limit=5)
@@ -88,7 +79,7 @@ def test_task_run_ids_and_active_runs(workspace_factory, tmp_path: Path):
         run = client.submit_workload(
             _workload("active", f"while [ ! -e {release} ]; do sleep 0.05; done")
         )
-        _wait_for_state(client, run.run_id, "RUNNING")
+        wait_for_state(ws.host, ws.token, run.run_id, "RUNNING")
         task_run = client.get_run(run.run_id).tasks[0].run_id
         assert task_run is not None
         ref = client.task_run_ref(task_run)
