@@ -215,12 +215,13 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
     except AirError as error:
         return fail(error, client)
     if args.json:
-        print(json.dumps({"valid": not problems, "errors": [p.to_dict() for p in problems]}))
+        errors = client.redactor.redact_data([p.to_dict() for p in problems])
+        print(json.dumps({"valid": not problems, "errors": errors}))
     elif problems:
         # The workspace's field errors, one per line (validateconfig.go formatConfigErrors).
         print("error: config validation failed:", file=sys.stderr)
         for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
+            print(client.redactor(f"  {problem}"), file=sys.stderr)
     else:
         print(f"{args.file}: valid (checked here and by {host}); nothing was submitted")
     return EXIT_INVALID_WORKLOAD if problems else EXIT_OK

@@ -292,3 +292,40 @@ def test_a_second_interrupt_ends_the_process_at_once():
     assert process.stdout.readline().strip() == "STOPPED"
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == -signal.SIGINT
+
+
+@pytest.mark.slow
+def test_waiting_on_a_terminal_shows_a_spinner_and_ends_with_the_totals(
+    workspace_factory, tmp_path: Path
+):
+    import pty
+
+    ws = workspace_factory()
+    release = tmp_path / "release"
+    job = _job(tmp_path, "spinner", f"while [ ! -e {release} ]; do sleep 0.05; done")
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "air_runtime.cli", "run", str(job), "--wait", *_auth(ws, tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        text=True,
+    )
+    os.close(secondary)
+    seen = ""
+    while not ("\r" in seen and "RUNNING (" in seen):  # a spinner frame of the running run
+        seen += os.read(primary, 4096).decode(errors="replace")
+    release.touch()
+    out, _ = process.communicate(timeout=120)
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the other side closed: the process has exited
+            break
+        if not chunk:
+            break
+        seen += chunk.decode(errors="replace")
+    os.close(primary)
+    assert process.returncode == 0
+    assert any(frame in seen for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+    assert "TERMINATED/SUCCESS" in seen
+    assert "succeeded in " in out and "GPU-hours" in out
