@@ -356,6 +356,9 @@ def _logs(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             print(f"airo logs: --{name} must be positive, got {value:g}", file=sys.stderr)
             return EXIT_USAGE
+    if args.node is not None and args.node < 0:
+        print(f"airo logs: --node must not be negative, got {args.node}", file=sys.stderr)
+        return EXIT_USAGE
     client = None
     try:
         with open_client(args) as client:

@@ -82,13 +82,14 @@ class RunSummary:
             return None
         return datetime.fromtimestamp(self.start_time / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def mlflow_logs_url(self, host: str) -> str | None:
+    @property
+    def mlflow_logs_url(self) -> str | None:
         """The CLI's ``mlflow_url``: node 0's log artifacts (mlflow.go mlflowLogsURL)."""
         if not self.mlflow_run_url:
             return None
         return f"{self.mlflow_run_url}/artifacts/logs/node_0"
 
-    def to_dict(self, host: str) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The ``--json`` payload: get.go's fields (ids as strings, as the CLI prints
         them) with GPU-hours and the state's parts."""
         return {
@@ -107,7 +108,7 @@ class RunSummary:
             "num_accelerators": self.num_accelerators,
             "gpu_hours": self.gpu_hours,
             "dashboard_url": self.run_page_url,
-            "mlflow_url": self.mlflow_logs_url(host),
+            "mlflow_url": self.mlflow_logs_url,
             "mlflow_run_url": self.mlflow_run_url,
         }
 

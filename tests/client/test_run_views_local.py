@@ -46,7 +46,7 @@ def test_summary_list_and_the_workflows_index(workspace_factory, recorder, tmp_p
     assert summary.mlflow_run_url and summary.mlflow_run_url.startswith(
         f"{ws.host}/ml/experiments/"
     )
-    as_json = summary.to_dict(ws.host)
+    as_json = summary.to_dict()
     assert as_json["run_id"] == str(done.run_id)
     assert as_json["mlflow_url"] == summary.mlflow_run_url + "/artifacts/logs/node_0"
     assert [r.run_id for r in active] == [going.run_id]
