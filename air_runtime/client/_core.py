@@ -460,12 +460,14 @@ class ClientCore:
         retry: bool = True,
         raw: bool = False,
         policy: RetryPolicy | None = None,
+        binary: bool = False,
     ) -> Flow[Any]:
         """One API call with auth, retries and typed errors; returns the decoded JSON body
         (``{}`` when empty) or the ``httpx.Response`` when ``raw``.
 
         ``retry=False`` is for requests that must not be repeated (a submit without an
         idempotency token); connection failures before sending are retried either way.
+        ``binary``: the answer is a file's content, not JSON; the response is returned.
         """
         policy = policy or self.retry
         started = time.monotonic()
@@ -507,6 +509,8 @@ class ClientCore:
                     )
                 if status < 400:
                     logger.debug("%s %s -> %d", method, path, status)
+                    if binary:
+                        return response
                     try:
                         body = decode_answer(response, what)
                     except InvalidResponse as invalid:

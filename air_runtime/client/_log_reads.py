@@ -122,7 +122,7 @@ def _download(core: ClientCore, mlflow_run_id: str, root: str, path: str) -> Flo
     volume = _volume_root(root)
     if volume is not None:
         response = yield from core.call(
-            "GET", f"/api/2.0/fs/files{quote(f'{volume}/{path}')}", raw=True
+            "GET", f"/api/2.0/fs/files{quote(f'{volume}/{path}')}", binary=True
         )
         return str(response.content.decode("utf-8", "replace"))
     # A pre-signed URL (logmlflow.go downloadArtifact): fetched without the workspace's

@@ -25,6 +25,7 @@ from air_runtime.local._execution import (
     run_attempt,
 )
 from air_runtime.local._files import VolumeTree, WorkspaceTree
+from air_runtime.local._log_artifacts import publish_to_volume
 from air_runtime.local._logs import LogBook
 from air_runtime.local._options import WorkspaceOptions
 from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Store, now_ms
@@ -369,13 +370,18 @@ class RunEngine:
         attempt = 0
         while True:
             outcome = await self._attempt(run_id, body, spec, task_run_id, cancel, timeout)
+            output = self._output(spec, task_run_id, outcome)
+            # Before the attempt reads as ended: whoever sees the end finds its artifacts.
+            await asyncio.to_thread(
+                publish_to_volume, self.volumes, self.logbook, spec, task_run_id, json.dumps(output)
+            )
             self.store.update_task(
                 task_run_id,
                 life_cycle_state=outcome.life_cycle_state,
                 result_state=outcome.result_state,
                 state_message=outcome.message,
                 end_time=now_ms(),
-                output=self._output(spec, task_run_id, outcome),
+                output=output,
             )
             retryable = (
                 outcome.result_state == "FAILED" and outcome.life_cycle_state == "TERMINATED"

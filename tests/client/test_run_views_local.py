@@ -218,3 +218,24 @@ async def test_async_logs_fallback_and_tail(workspace_factory):
         await client.wait(run.run_id, poll_interval=0.1)
         lines = [r.body async for r in client.read_logs(run.run_id, tail=1)]
     assert lines == ["b"]
+
+
+def test_mlflow_artifacts_in_a_volume_are_read_with_the_files_api(workspace_factory, recorder):
+    ws = workspace_factory(disabled_features=["log-records"])
+    workload = _workload(
+        "volume-logs",
+        "echo v1; echo v2",
+        mlflow_artifact_location="/Volumes/main/ml/artifacts/runs",
+    )
+    with AirClient(ws.host, ws.token, transport=recorder) as client:
+        run = client.submit_workload(workload)
+        assert client.wait(run.run_id, poll_interval=0.1).is_success
+        lines = [r.body for r in client.read_logs(run.run_id)]
+    assert lines == ["v1", "v2"]
+    # logmlflow.go volumeArtifactRoot: a dbfs:/Volumes/ root is listed and read as files.
+    paths = [e.path for e in recorder.exchanges]
+    assert any(
+        p.startswith("/api/2.0/fs/directories/Volumes/main/ml/artifacts/runs/") for p in paths
+    )
+    assert any(p.startswith("/api/2.0/fs/files/Volumes/main/ml/artifacts/runs/") for p in paths)
+    assert "/api/2.0/mlflow/artifacts/credentials-for-read" not in paths
