@@ -239,3 +239,31 @@ def test_mlflow_artifacts_in_a_volume_are_read_with_the_files_api(workspace_fact
     )
     assert any(p.startswith("/api/2.0/fs/files/Volumes/main/ml/artifacts/runs/") for p in paths)
     assert "/api/2.0/mlflow/artifacts/credentials-for-read" not in paths
+
+
+def test_following_an_active_run_through_its_mlflow_artifacts(workspace_factory, tmp_path: Path):
+    import threading
+
+    ws = workspace_factory(disabled_features=["log-records"])
+    release = tmp_path / "release"
+    workload = _workload(
+        "follow-mlflow", f"echo first; while [ ! -e {release} ]; do sleep 0.05; done; echo last"
+    )
+    seen: list[str] = []
+    first = threading.Event()
+    with AirClient(ws.host, ws.token) as client:
+        run = client.submit_workload(workload)
+
+        def follow() -> None:
+            for record in client.read_logs(run.run_id, follow=True):
+                seen.append(record.body)
+                if record.body == "first":
+                    first.set()
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        while not first.wait(0.1):  # read from the chunk while the run goes on
+            assert follower.is_alive(), "the follower stopped before the first line"
+        release.touch()
+        follower.join()
+    assert seen == ["first", "last"]  # each complete line once
