@@ -161,6 +161,8 @@ class _Progress:
                 print(self._line(), file=sys.stderr, flush=True)
 
     def stop(self) -> None:
+        if self._done.is_set():
+            return
         self._done.set()
         if self._ticker is not None:
             self._ticker.join()
@@ -274,6 +276,8 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
     except _Interrupted as interrupt:
         progress.stop()
         return _interrupted(args, client, run_id, interrupt.signum)
+    finally:
+        progress.stop()  # the spinner never outlives the wait, an error included
     result = client.run_result(state)
     duration = ""
     if state.start_time and state.end_time:
