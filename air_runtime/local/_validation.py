@@ -178,6 +178,16 @@ def _pool_errors(compute: dict[str, Any], pools: Sequence[dict[str, Any]]) -> Er
                 "FAILED_PRECONDITION",
             )
         ]
+    count = compute.get("accelerator_count")
+    if _is_int(count) and count > pool["accelerator_count"]:
+        return [
+            _error(
+                "deployments[0].compute.accelerator_count",
+                f"accelerator_count must be at most {pool['accelerator_count']}, the "
+                f"accelerators of GPU pool {pool['pool_id']}, but was {count}.",
+                "OUT_OF_RANGE",
+            )
+        ]
     return []
 
 
