@@ -477,22 +477,14 @@ def _cancel_all(args: argparse.Namespace, client: Any) -> int:
         if not _confirm(f"\nCancel {len(runs)} run(s) in {client.host}?"):
             print("Cancellation aborted.", file=sys.stderr)
             return EXIT_USAGE
-    cancelled, failed = [], []
-    for run in runs:
-        try:
-            client.cancel(run.run_id)
-        except AirError as error:
-            failed.append({"run_id": str(run.run_id), "error": client.redactor(str(error))})
-            continue
-        cancelled.append(str(run.run_id))
-        if not args.json:
-            print(f"cancellation of run {run.run_id} requested")
+    result = client.cancel_runs([run.run_id for run in runs])
+    failed = [{"run_id": str(r), "error": message} for r, message in result.failed]
     if args.json:
-        print(
-            json.dumps(
-                {"cancelled": cancelled, "all": True, **({"failed": failed} if failed else {})}
-            )
-        )
+        body: dict[str, Any] = {"cancelled": [str(r) for r in result.cancelled], "all": True}
+        print(json.dumps({**body, **({"failed": failed} if failed else {})}))
+    else:
+        for run_id in result.cancelled:
+            print(f"cancellation of run {run_id} requested")
     for item in failed:
         print(f"failed to cancel run {item['run_id']}: {item['error']}", file=sys.stderr)
     return EXIT_OK if not failed else EXIT_ERROR

@@ -16,7 +16,7 @@ from .._errors import AirError, ConfigurationError
 from .._states import RunState, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
-from ._runs import RUNS_API, get_output, get_run_body
+from ._runs import RUNS_API, cancel, get_output, get_run_body
 
 # list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
 LIST_PAGE_LIMIT = 25
@@ -277,6 +277,36 @@ def active_runs_of_current_user(core: ClientCore) -> Flow[list[RunSummary]]:
             f"failed to list active runs: stopped after scanning {MAX_LIST_SCAN} runs"
         )
     return [summarize(r, core.host) for r in runs]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """Which runs were asked to cancel, and why the others could not be (cancel.go
+    cancelData: cancelled, failed)."""
+
+    cancelled: tuple[int, ...]
+    failed: tuple[tuple[int, str], ...] = ()
+
+
+def cancel_runs(core: ClientCore, run_ids: list[int]) -> Flow[CancelResult]:
+    """Cancel each run; one that cannot be cancelled does not stop the others."""
+    cancelled: list[int] = []
+    failed: list[tuple[int, str]] = []
+    for run_id in run_ids:
+        try:
+            yield from cancel(core, run_id)
+        except AirError as error:
+            failed.append((run_id, core.redactor(str(error))))
+            continue
+        cancelled.append(run_id)
+    return CancelResult(tuple(cancelled), tuple(failed))
+
+
+def cancel_all_active(core: ClientCore) -> Flow[CancelResult]:
+    """``airo cancel --all`` without its confirmation: every active run of the caller,
+    all listed before the first cancel (cancel.go)."""
+    runs = yield from active_runs_of_current_user(core)
+    return (yield from cancel_runs(core, [r.run_id for r in runs]))
 
 
 @dataclass(frozen=True, slots=True)

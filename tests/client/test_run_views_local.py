@@ -267,3 +267,22 @@ def test_following_an_active_run_through_its_mlflow_artifacts(workspace_factory,
         release.touch()
         follower.join()
     assert seen == ["first", "last"]  # each complete line once
+
+
+async def test_cancel_all_active_in_the_async_client(workspace_factory, tmp_path: Path):
+    ws = workspace_factory()
+    release = tmp_path / "release"
+    async with AsyncAirClient(ws.host, ws.token) as client:
+        runs = [
+            await client.submit_workload(
+                _workload(f"all-{i}", f"while [ ! -e {release} ]; do sleep 0.05; done")
+            )
+            for i in range(2)
+        ]
+        result = await client.cancel_all_active()
+        ended = [await client.wait(r.run_id, poll_interval=0.1) for r in runs]
+        assert (await client.cancel_all_active()).cancelled == ()
+        missing = await client.cancel_runs([999])
+    assert sorted(result.cancelled) == sorted(r.run_id for r in runs) and result.failed == ()
+    assert [s.result_state for s in ended] == ["CANCELED", "CANCELED"]
+    assert missing.cancelled == () and "999 does not exist" in missing.failed[0][1]
