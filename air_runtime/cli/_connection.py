@@ -61,10 +61,9 @@ def add_workspace_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_loopback(host: str) -> bool:
-    name = urlsplit(host if "://" in host else f"http://{host}").hostname or ""
-    if name in ("localhost", "::1") or name.endswith(".localhost"):
-        return True
-    return name.startswith("127.")
+    from air_runtime.client._core import _is_loopback as loopback_name
+
+    return loopback_name(urlsplit(host if "://" in host else f"http://{host}").hostname)
 
 
 def _local_token_file() -> Path | None:
