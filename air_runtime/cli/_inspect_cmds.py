@@ -1,5 +1,5 @@
 """``airo pools list|get``, ``airo get RUN_ID`` and ``airo list``: what a workspace has and
-runs, as today's CLI shows it (pools.go, get.go, list.go), each with ``--json``."""
+runs, as today's CLI shows it (pools.go, acceptance/air/get, list.go), each with ``--json``."""
 
 from __future__ import annotations
 

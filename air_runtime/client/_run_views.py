@@ -1,5 +1,5 @@
 """What ``airo get``, ``airo list`` and ``airo cancel --all`` show of runs: one run's summary
-(get.go's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
+(acceptance/air/get's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
 caller's AI Runtime runs newest first (list.go), and what a task-run id given for a run id
 belongs to."""
 
@@ -90,7 +90,7 @@ class RunSummary:
         return f"{self.mlflow_run_url}/artifacts/logs/node_0"
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` payload: get.go's fields (ids as strings, as the CLI prints
+        """The ``--json`` payload: acceptance/air/get's fields (ids as strings, as the CLI prints
         them) with GPU-hours and the state's parts."""
         return {
             "run_id": str(self.run_id),
@@ -148,7 +148,7 @@ def summarize(
 
 
 def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
-    """runs/get, and the newest task's runs/get-output for the MLflow ids (get.go); a
+    """runs/get, and the newest task's runs/get-output for the MLflow ids (list_detail.go, mlflow.go mlflowIDs); a
     missing output only leaves the MLflow link out."""
     body = yield from get_run_body(core, run_id)
     state = RunState.from_api(body)
