@@ -154,10 +154,8 @@ class CodeSourceRules(ContainerRules):
                 "remove git.remote",
             )
             return False
-        if (
-            remote is True
-            or (isinstance(remote, str) and remote != "")
-            or (not isinstance(remote, bool | str) and remote is not None)
+        if remote is True or (isinstance(remote, str) and remote != "") or (
+            not isinstance(remote, bool | str) and remote is not None
         ):
             self.add(
                 f"{path}.remote",
