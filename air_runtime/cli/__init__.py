@@ -21,7 +21,11 @@ _COMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="airo", description="Run Databricks AI Runtime workloads and a local workspace."
+        prog="airo",
+        description="Run Databricks AI Runtime workloads and a local workspace.",
+        epilog="exit codes: 0 done; 1 the workload is invalid (here or by the workspace's "
+        "check); 2 bad arguments; 3 the waited-for run did not succeed; 4 credentials, "
+        "connection or an error of the workspace; 130/143 interrupted",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:

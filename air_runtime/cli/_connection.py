@@ -14,6 +14,7 @@ import configparser
 import os
 import shlex
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,18 +61,17 @@ def add_workspace_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_loopback(host: str) -> bool:
-    name = urlsplit(host if "://" in host else f"http://{host}").hostname or ""
-    if name in ("localhost", "::1") or name.endswith(".localhost"):
-        return True
-    return name.startswith("127.")
+    from air_runtime.client._core import _is_loopback as loopback_name
+
+    return loopback_name(urlsplit(host if "://" in host else f"http://{host}").hostname)
 
 
 def _local_token_file() -> Path | None:
-    try:
-        from air_runtime.local._security import TOKEN_FILE
-        from air_runtime.local._server import default_data_dir
-    except ModuleNotFoundError:  # the core without the [local] extra: no local workspace here
+    if find_spec("fastapi") is None:  # the core without the [local] extra: no workspace here
         return None
+    from air_runtime.local._arguments import default_data_dir
+    from air_runtime.local._security import TOKEN_FILE
+
     return default_data_dir() / TOKEN_FILE
 
 
@@ -79,13 +79,11 @@ def _local_token(host: str | None) -> str | None:
     """The token of the local workspace in its default data dir, for a loopback host."""
     if not host or not _is_loopback(host):
         return None
-    try:
-        from air_runtime.local._security import read_token_file
-    except ModuleNotFoundError:
-        return None
     path = _local_token_file()
     if path is None:
         return None
+    from air_runtime.local._security import read_token_file
+
     try:
         return read_token_file(path)
     except (OSError, ValueError):

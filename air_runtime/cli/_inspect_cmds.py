@@ -1,5 +1,5 @@
 """``airo pools list|get``, ``airo get RUN_ID`` and ``airo list``: what a workspace has and
-runs, as today's CLI shows it (pools.go, get.go, list.go), each with ``--json``."""
+runs, as today's CLI shows it (pools.go, acceptance/air/get, list.go), each with ``--json``."""
 
 from __future__ import annotations
 
@@ -133,11 +133,10 @@ def _get(args: argparse.Namespace) -> int:
     try:
         with open_client(args) as client:
             summary = client.run_summary(args.run_id)
-            host = client.host
     except AirError as error:
         return fail(error, client)
     if args.json:
-        print(json.dumps(summary.to_dict(host), indent=2))
+        print(json.dumps(summary.to_dict(), indent=2))
         return EXIT_OK
     state = summary.status + (f": {summary.state_message}" if summary.state_message else "")
     for label, value in (
@@ -167,11 +166,10 @@ def _list(args: argparse.Namespace) -> int:
     try:
         with open_client(args) as client:
             runs = client.list_run_summaries(limit=args.limit, all_status=args.all_status)
-            host = client.host
     except AirError as error:
         return fail(error, client)
     if args.json:
-        print(json.dumps({"runs": [r.to_dict(host) for r in runs]}, indent=2))
+        print(json.dumps({"runs": [r.to_dict() for r in runs]}, indent=2))
         return EXIT_OK
     if not runs:
         print("No runs found." if args.all_status else "No active runs found.")

@@ -161,6 +161,8 @@ class _Progress:
                 print(self._line(), file=sys.stderr, flush=True)
 
     def stop(self) -> None:
+        if self._done.is_set():
+            return
         self._done.set()
         if self._ticker is not None:
             self._ticker.join()
@@ -215,12 +217,13 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
     except AirError as error:
         return fail(error, client)
     if args.json:
-        print(json.dumps({"valid": not problems, "errors": [p.to_dict() for p in problems]}))
+        errors = client.redactor.redact_data([p.to_dict() for p in problems])
+        print(json.dumps({"valid": not problems, "errors": errors}))
     elif problems:
         # The workspace's field errors, one per line (validateconfig.go formatConfigErrors).
         print("error: config validation failed:", file=sys.stderr)
         for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
+            print(client.redactor(f"  {problem}"), file=sys.stderr)
     else:
         print(f"{args.file}: valid (checked here and by {host}); nothing was submitted")
     return EXIT_INVALID_WORKLOAD if problems else EXIT_OK
@@ -273,6 +276,8 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
     except _Interrupted as interrupt:
         progress.stop()
         return _interrupted(args, client, run_id, interrupt.signum)
+    finally:
+        progress.stop()  # the spinner never outlives the wait, an error included
     result = client.run_result(state)
     duration = ""
     if state.start_time and state.end_time:
@@ -355,6 +360,9 @@ def _logs(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             print(f"airo logs: --{name} must be positive, got {value:g}", file=sys.stderr)
             return EXIT_USAGE
+    if args.node is not None and args.node < 0:
+        print(f"airo logs: --node must not be negative, got {args.node}", file=sys.stderr)
+        return EXIT_USAGE
     client = None
     try:
         with open_client(args) as client:
@@ -469,22 +477,14 @@ def _cancel_all(args: argparse.Namespace, client: Any) -> int:
         if not _confirm(f"\nCancel {len(runs)} run(s) in {client.host}?"):
             print("Cancellation aborted.", file=sys.stderr)
             return EXIT_USAGE
-    cancelled, failed = [], []
-    for run in runs:
-        try:
-            client.cancel(run.run_id)
-        except AirError as error:
-            failed.append({"run_id": str(run.run_id), "error": client.redactor(str(error))})
-            continue
-        cancelled.append(str(run.run_id))
-        if not args.json:
-            print(f"cancellation of run {run.run_id} requested")
+    result = client.cancel_runs([run.run_id for run in runs])
+    failed = [{"run_id": str(r), "error": message} for r, message in result.failed]
     if args.json:
-        print(
-            json.dumps(
-                {"cancelled": cancelled, "all": True, **({"failed": failed} if failed else {})}
-            )
-        )
+        body: dict[str, Any] = {"cancelled": [str(r) for r in result.cancelled], "all": True}
+        print(json.dumps({**body, **({"failed": failed} if failed else {})}))
+    else:
+        for run_id in result.cancelled:
+            print(f"cancellation of run {run_id} requested")
     for item in failed:
         print(f"failed to cancel run {item['run_id']}: {item['error']}", file=sys.stderr)
     return EXIT_OK if not failed else EXIT_ERROR

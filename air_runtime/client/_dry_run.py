@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 from .._errors import AuthError, NotFound, PlatformError, Problem
 from ._core import ClientCore, Flow, RetryPolicy
-from ._submit import PREFLIGHT_PATH, field_problems, plan_workload
+from ._submit import PREFLIGHT_PATH, PREFLIGHT_TIMEOUT_S, field_problems, plan_workload
 
 if TYPE_CHECKING:
     from ..plan import Stage
     from ..workload import Workload
 
-# One request; a second only after 429/503 (dryRunValidationMaxAttempts = 2), within the
-# CLI's submission validation timeout of 5 s.
-DRY_RUN_RETRY = RetryPolicy(max_attempts=2, max_total_s=5.0)
+# One request; a second only after 429/503 (dryRunValidationMaxAttempts = 2), each within
+# the CLI's validation timeout.
+DRY_RUN_RETRY = RetryPolicy(max_attempts=2, max_total_s=2 * PREFLIGHT_TIMEOUT_S)
 
 
 def preflight(
@@ -35,7 +35,13 @@ def preflight(
     problems: list[Problem] = []
     for body in plan.preflight_bodies:
         try:
-            answer = yield from core.call("POST", PREFLIGHT_PATH, json=body, policy=DRY_RUN_RETRY)
+            answer = yield from core.call(
+                "POST",
+                PREFLIGHT_PATH,
+                json=body,
+                policy=DRY_RUN_RETRY,
+                timeout_s=PREFLIGHT_TIMEOUT_S,
+            )
         except AuthError:
             raise
         except NotFound as error:

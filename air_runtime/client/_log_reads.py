@@ -6,6 +6,7 @@ service is not there (FEATURE_DISABLED, 404) or served nothing for an ended run
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import time
 from collections.abc import Mapping
@@ -18,6 +19,8 @@ from .._errors import AirError, ConfigurationError, InvalidResponse, PlatformErr
 from .._states import RunState, TaskState, mlflow_ids
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep, Transmit
 from ._runs import FOLLOW_POLL_S, get_output, get_run, iter_run_logs
+
+logger = logging.getLogger("air_runtime.client")
 
 # logmlflow.go: chunk files logs-<index>.chunk.txt under logs/node_<n> (one attempt per
 # MLflow run) or logs/attempt_<a>/node_<n>.
@@ -79,6 +82,11 @@ def read_logs(
     state = yield from get_run(core, run_id)
     if emitted == 0 and not state.is_terminal:
         return  # nothing written yet
+    if minutes is not None:
+        # logmlflow.go mlflowLogFallback: chunks are not time-indexed.
+        logger.warning(
+            "the last %g minutes cannot be picked from MLflow log artifacts: showing all", minutes
+        )
     yield from mlflow_logs(
         core, state, task_key=task_key, node=node, attempt=attempt, tail=tail, follow=follow
     )
@@ -122,7 +130,7 @@ def _download(core: ClientCore, mlflow_run_id: str, root: str, path: str) -> Flo
     volume = _volume_root(root)
     if volume is not None:
         response = yield from core.call(
-            "GET", f"/api/2.0/fs/files{quote(f'{volume}/{path}')}", raw=True
+            "GET", f"/api/2.0/fs/files{quote(f'{volume}/{path}')}", binary=True
         )
         return str(response.content.decode("utf-8", "replace"))
     # A pre-signed URL (logmlflow.go downloadArtifact): fetched without the workspace's

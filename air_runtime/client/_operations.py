@@ -12,7 +12,7 @@ from .._errors import Problem
 from . import _dry_run, _log_reads, _pools, _run_views
 from ._core import ClientCore, Flow, LogRecord
 from ._pools import GpuPool
-from ._run_views import RunSummary, TaskRunRef
+from ._run_views import CancelResult, RunSummary, TaskRunRef
 
 if TYPE_CHECKING:
     from ..plan import Stage
@@ -53,6 +53,14 @@ class SyncOperations:
 
     def active_runs_of_current_user(self) -> list[RunSummary]:
         return self._run(_run_views.active_runs_of_current_user(self._core))
+
+    def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+        """Cancel each run; the ones that could not be, with why."""
+        return self._run(_run_views.cancel_runs(self._core, run_ids))
+
+    def cancel_all_active(self) -> CancelResult:
+        """Cancel every active run of the caller (listed in full first)."""
+        return self._run(_run_views.cancel_all_active(self._core))
 
     def preflight(
         self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None
@@ -119,6 +127,12 @@ class AsyncOperations:
 
     async def active_runs_of_current_user(self) -> list[RunSummary]:
         return await self._run(_run_views.active_runs_of_current_user(self._core))
+
+    async def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+        return await self._run(_run_views.cancel_runs(self._core, run_ids))
+
+    async def cancel_all_active(self) -> CancelResult:
+        return await self._run(_run_views.cancel_all_active(self._core))
 
     async def preflight(
         self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None

@@ -1,5 +1,5 @@
 """What ``airo get``, ``airo list`` and ``airo cancel --all`` show of runs: one run's summary
-(get.go's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
+(acceptance/air/get's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
 caller's AI Runtime runs newest first (list.go), and what a task-run id given for a run id
 belongs to."""
 
@@ -16,7 +16,7 @@ from .._errors import AirError, ConfigurationError
 from .._states import RunState, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
-from ._runs import RUNS_API, get_output, get_run_body
+from ._runs import RUNS_API, cancel, get_output, get_run_body
 
 # list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
 LIST_PAGE_LIMIT = 25
@@ -82,14 +82,15 @@ class RunSummary:
             return None
         return datetime.fromtimestamp(self.start_time / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def mlflow_logs_url(self, host: str) -> str | None:
+    @property
+    def mlflow_logs_url(self) -> str | None:
         """The CLI's ``mlflow_url``: node 0's log artifacts (mlflow.go mlflowLogsURL)."""
         if not self.mlflow_run_url:
             return None
         return f"{self.mlflow_run_url}/artifacts/logs/node_0"
 
-    def to_dict(self, host: str) -> dict[str, Any]:
-        """The ``--json`` payload: get.go's fields (ids as strings, as the CLI prints
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` payload: acceptance/air/get's fields (ids as strings, as the CLI prints
         them) with GPU-hours and the state's parts."""
         return {
             "run_id": str(self.run_id),
@@ -107,7 +108,7 @@ class RunSummary:
             "num_accelerators": self.num_accelerators,
             "gpu_hours": self.gpu_hours,
             "dashboard_url": self.run_page_url,
-            "mlflow_url": self.mlflow_logs_url(host),
+            "mlflow_url": self.mlflow_logs_url,
             "mlflow_run_url": self.mlflow_run_url,
         }
 
@@ -147,7 +148,7 @@ def summarize(
 
 
 def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
-    """runs/get, and the newest task's runs/get-output for the MLflow ids (get.go); a
+    """runs/get, and the newest task's runs/get-output for the MLflow ids (list_detail.go, mlflow.go mlflowIDs); a
     missing output only leaves the MLflow link out."""
     body = yield from get_run_body(core, run_id)
     state = RunState.from_api(body)
@@ -276,6 +277,36 @@ def active_runs_of_current_user(core: ClientCore) -> Flow[list[RunSummary]]:
             f"failed to list active runs: stopped after scanning {MAX_LIST_SCAN} runs"
         )
     return [summarize(r, core.host) for r in runs]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """Which runs were asked to cancel, and why the others could not be (cancel.go
+    cancelData: cancelled, failed)."""
+
+    cancelled: tuple[int, ...]
+    failed: tuple[tuple[int, str], ...] = ()
+
+
+def cancel_runs(core: ClientCore, run_ids: list[int]) -> Flow[CancelResult]:
+    """Cancel each run; one that cannot be cancelled does not stop the others."""
+    cancelled: list[int] = []
+    failed: list[tuple[int, str]] = []
+    for run_id in run_ids:
+        try:
+            yield from cancel(core, run_id)
+        except AirError as error:
+            failed.append((run_id, core.redactor(str(error))))
+            continue
+        cancelled.append(run_id)
+    return CancelResult(tuple(cancelled), tuple(failed))
+
+
+def cancel_all_active(core: ClientCore) -> Flow[CancelResult]:
+    """``airo cancel --all`` without its confirmation: every active run of the caller,
+    all listed before the first cancel (cancel.go)."""
+    runs = yield from active_runs_of_current_user(core)
+    return (yield from cancel_runs(core, [r.run_id for r in runs]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,19 @@ class _LogCursor:
         return stamp, body
 
 
+def _logs_page(
+    core: ClientCore, run_id: int, params: dict[str, Any]
+) -> Flow[dict[str, Any] | None]:
+    """One page of a stream's log records; None when the log service is not there."""
+    try:
+        body: dict[str, Any] = yield from core.call("GET", _logs_path(run_id), params=params)
+    except AirError as error:
+        if _logs_unavailable(error):
+            return None
+        raise
+    return body
+
+
 def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]] | None]:
     """The records of one stream not read before, every page of them; None when logs are
     unavailable."""
@@ -181,12 +194,9 @@ def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]
     while True:
         if page_token:
             params["page_token"] = page_token
-        try:
-            body = yield from core.call("GET", _logs_path(cursor.run_id), params=params)
-        except AirError as error:
-            if _logs_unavailable(error):
-                return None
-            raise
+        body = yield from _logs_page(core, cursor.run_id, params)
+        if body is None:
+            return None
         for raw in body.get("log_records") or []:
             if isinstance(raw, dict) and (item := cursor.fresh(raw)) is not None:
                 fresh.append(item)
@@ -256,12 +266,9 @@ def tail_records(
     params.pop("from", None)
     while len(newest) < count:
         params["page_size"] = min(_LOG_PAGE_SIZE, count - len(newest))
-        try:
-            body = yield from core.call("GET", _logs_path(cursor.run_id), params=params)
-        except AirError as error:
-            if _logs_unavailable(error):
-                return None
-            raise
+        body = yield from _logs_page(core, cursor.run_id, params)
+        if body is None:
+            return None
         for raw in body.get("log_records") or []:
             if isinstance(raw, dict):
                 newest.append((int(raw.get("time_unix_nano") or 0), str(raw.get("body") or "")))

@@ -28,7 +28,8 @@ router = APIRouter()
 
 @router.post("/api/2.0/ai-training/config:validate")
 async def config_validate(request: Request) -> dict[str, Any]:
-    return {"errors": validate_config(await json_body(request))}
+    state = workspace_state(request)
+    return {"errors": validate_config(await json_body(request), state.options.gpu_pools)}
 
 
 _WORKFLOWS_PAGE = 100

@@ -5,15 +5,14 @@ targets with `compute.pool_id`, configured when the workspace starts (option `gp
 What is served follows pools.go and acceptance/air/pools/test.toml: resource names
 `provisioned-capacities/<id>`, the reservation in `spec`, usage in `status.usage` only on
 get (the list never carries it), `page_size`/`page_token` paging. Used accelerators are
-those of the task attempts this workspace is running (RUNNING or TERMINATING) whose compute
-names the pool (`provisioned_capacity_id`, validateconfig.go); the rest are idle. With the
+those held by the attempts this workspace runs on the pool (`_pool_ledger`: from the moment
+an attempt gets them until it ends); the rest are idle. With the
 feature disabled (option `disabled_features: ["gpu-pools"]`) every call answers
 FEATURE_DISABLED, as a workspace the API is not rolled out to does (pools.go poolAPIError).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -26,7 +25,6 @@ from air_runtime.local._request_params import (
     make_page_token,
     read_page_token,
 )
-from air_runtime.local._store import Store
 from air_runtime.local._workspace_state import WorkspaceState, workspace_state
 
 router = APIRouter()
@@ -39,28 +37,6 @@ _MAX_PAGE = 100
 def _check_enabled(state: WorkspaceState) -> None:
     if GPU_POOLS_FEATURE in state.options.disabled_features:
         raise ApiError(403, "FEATURE_DISABLED", "GPU pools are not enabled for this workspace.")
-
-
-def used_accelerators(store: Store) -> dict[str, int]:
-    """Accelerators held on each pool by the task attempts running now."""
-    rows = store.query(
-        "SELECT t.task_key, r.body FROM tasks t JOIN runs r ON r.run_id = t.run_id"
-        " WHERE r.active = 1 AND t.life_cycle_state IN ('RUNNING', 'TERMINATING')"
-    )
-    used: dict[str, int] = {}
-    bodies: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        body = bodies.setdefault(row["body"], json.loads(row["body"]))
-        for task in body.get("tasks") or []:
-            if task.get("task_key") != row["task_key"]:
-                continue
-            deployments = (task.get("ai_runtime_task") or {}).get("deployments") or [{}]
-            compute = deployments[0].get("compute") or {}
-            pool = compute.get("provisioned_capacity_id")
-            count = compute.get("accelerator_count")
-            if isinstance(pool, str) and isinstance(count, int):
-                used[pool.strip()] = used.get(pool.strip(), 0) + count
-    return used
 
 
 def _pool_json(pool: dict[str, Any], used: int | None = None) -> dict[str, Any]:
@@ -104,5 +80,5 @@ async def get_pool(request: Request, pool_id: str) -> dict[str, Any]:
     _check_enabled(state)
     for pool in state.options.gpu_pools:
         if pool["pool_id"] == pool_id:
-            return _pool_json(pool, used_accelerators(state.store).get(pool_id, 0))
+            return _pool_json(pool, state.engine.pools.used(pool_id))
     raise not_found(f"Provisioned capacity {pool_id} does not exist.")

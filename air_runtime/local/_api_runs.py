@@ -29,7 +29,9 @@ _MAX_LIST_LIMIT = 25  # as the platform: runs/list pages hold 1..25 runs
 
 
 def _check_runnable(state: WorkspaceState, body: dict[str, Any]) -> None:
-    problems = [f"{e['path']}: {e['message']}" for e in validate_submit(body)]
+    problems = [
+        f"{e['path']}: {e['message']}" for e in validate_submit(body, state.options.gpu_pools)
+    ]
     if problems:
         raise invalid("; ".join(problems))
     for i, task in enumerate(body["tasks"]):

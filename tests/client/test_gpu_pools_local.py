@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_states import wait_for_state
 
 from air_runtime import AirClient, AsyncAirClient, GpuPool, load_workload
 from air_runtime._errors import ConfigurationError, NotFound
@@ -17,16 +18,6 @@ POOLS = [
     {"pool_id": "pool-8xh100-alpha", "accelerator_type": "GPU_8xH100", "accelerator_count": 64},
     {"pool_id": "pool-1xa10-beta", "accelerator_type": "GPU_1xA10", "accelerator_count": 4},
 ]
-
-
-def _wait_for_state(client: AirClient, run_id: int, wanted: str) -> None:
-    """Until the run reaches ``wanted`` (or ends): the event, never a time."""
-    while True:
-        state = client.get_run(run_id)
-        if state.life_cycle_state == wanted:
-            return
-        assert not state.is_terminal, state.describe()
-        time.sleep(0.05)
 
 
 def test_list_and_get_follow_the_cli_wire(workspace_factory, recorder):
@@ -105,7 +96,7 @@ def test_usage_follows_the_runs_on_the_pool(workspace_factory, tmp_path: Path):
     )
     with AirClient(ws.host, ws.token) as client:
         run = client.submit_workload(workload)
-        _wait_for_state(client, run.run_id, "RUNNING")
+        wait_for_state(ws.host, ws.token, run.run_id, "RUNNING")
         during = client.get_gpu_pool("pool-1xa10-beta")
         other = client.get_gpu_pool("pool-8xh100-alpha")
         release.touch()
@@ -131,3 +122,51 @@ def test_workspace_option_parsing():
         WorkspaceOptions.from_mapping({"gpu_pools": [POOLS[0], POOLS[0]]})
     with pytest.raises(ValueError, match="unknown disabled_features"):
         WorkspaceOptions.from_mapping({"disabled_features": ["nope"]})
+
+
+def _pooled(name: str, count: int, release: Path):
+    return load_workload(
+        {
+            "experiment_name": name,
+            "compute": {
+                "accelerator_type": "GPU_1xA10",
+                "num_accelerators": count,
+                "pool_id": "pool-1xa10-beta",
+            },
+            "max_retries": 0,
+            "command": f"while [ ! -e {release} ]; do sleep 0.05; done",
+        }
+    )
+
+
+def _wait_for_message(client: AirClient, run_id: int, words: str) -> None:
+    while words not in client.get_run(run_id).state_message:
+        time.sleep(0.05)
+
+
+def test_a_full_pool_makes_runs_wait_for_capacity(workspace_factory, tmp_path: Path):
+    ws = workspace_factory(gpu_pools=POOLS)
+    first, second = tmp_path / "first", tmp_path / "second"
+    with AirClient(ws.host, ws.token) as client:
+        big = client.submit_workload(_pooled("big", 3, first))
+        wait_for_state(ws.host, ws.token, big.run_id, "RUNNING")
+        small = client.submit_workload(_pooled("small", 2, second))
+        _wait_for_message(client, small.run_id, "Waiting for GPU compute capacity")
+        waiting = client.get_run(small.run_id)
+        assert waiting.is_waiting_for_capacity
+        assert client.get_gpu_pool("pool-1xa10-beta").used_accelerators == 3
+        never = client.submit_workload(_pooled("never", 4, second))
+        _wait_for_message(client, never.run_id, "Waiting for GPU compute capacity")
+        client.cancel(never.run_id)  # a waiting run can be cancelled: it never started
+        assert client.wait(never.run_id, poll_interval=0.1).result_state == "CANCELED"
+        first.touch()  # the big run ends and gives its accelerators back
+        wait_for_state(ws.host, ws.token, small.run_id, "RUNNING")
+        assert client.get_gpu_pool("pool-1xa10-beta").used_accelerators == 2
+        second.touch()
+        assert client.wait(small.run_id, poll_interval=0.1).is_success
+        assert client.get_gpu_pool("pool-1xa10-beta").idle_accelerators == 4
+        # More than the whole pool is refused before anything runs.
+        problems = client.preflight(_pooled("too-big", 8, second))
+    assert [(p.path, p.hint) for p in problems] == [
+        ("deployments[0].compute.accelerator_count", "workspace validation code OUT_OF_RANGE")
+    ]
