@@ -125,7 +125,9 @@ def test_delete_sweep_and_prune(local_workspace, capsys):
             assert any(k.startswith(kept.prefix) for k in left)
 
         # A task deleting its own keys once its run ended.
-        assert client.delete_submission_secrets(other_task) == 3
+        assert (
+            client.delete_submission_secrets(other_task) == 3
+        )
 
         # Prune: nothing is old enough yet.
         host, token = local_workspace.host, local_workspace.token

@@ -164,3 +164,5 @@ def reset_postgres_database(dsn: str) -> None:
             cur.execute("CREATE SCHEMA public")
     finally:
         conn.close()
+
+
