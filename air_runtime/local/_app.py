@@ -12,6 +12,7 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_usage_policies` | usage (serverless budget) policies |
 | `_api_ai_training` | workload validation and task log records |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
+| `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from air_runtime.local import (
     _api_runs,
     _api_secrets,
     _api_usage_policies,
+    _pages,
 )
 from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
@@ -60,7 +62,9 @@ _API_ROUTERS = (
     _api_ai_training.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
-_PUBLIC_ROUTERS = (_api_identity.public_router, _api_admin.public_router)
+# The run pages check their own credentials (a browser without a session is sent to the
+# login form instead of getting the API's JSON error).
+_PUBLIC_ROUTERS = (_api_identity.public_router, _api_admin.public_router, _pages.router)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
