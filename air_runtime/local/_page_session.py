@@ -101,13 +101,15 @@ def remember_login_form(request: Request, response: Response, csrf: str) -> None
 
 
 def same_origin(request: Request) -> bool:
-    """False for a request a page of another site made the browser send."""
+    """False for a request a page of another site made the browser send: `Sec-Fetch-Site`
+    decides where the browser sends it, else `Origin` (an opaque "null" origin, or neither
+    header as from a terminal browser, leaves it to the login cookie)."""
     fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return False
+    if fetch_site is not None:
+        return fetch_site in ("same-origin", "none")
     origin = request.headers.get("origin")
-    if origin is None:
-        return True  # not sent by every client (e.g. terminal browsers); the CSRF cookie still is
+    if origin is None or origin == "null":
+        return True
     parts = urlsplit(origin)
     return (
         parts.scheme == request.url.scheme

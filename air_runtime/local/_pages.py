@@ -72,7 +72,7 @@ def _headers(nonce: str) -> dict[str, str]:
         ),
         "X-Content-Type-Options": "nosniff",
         "X-Frame-Options": "DENY",
-        "Referrer-Policy": "no-referrer",
+        "Referrer-Policy": "same-origin",
         "Cache-Control": "no-store",
     }
 
