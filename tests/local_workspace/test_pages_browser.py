@@ -97,7 +97,9 @@ def test_log_in_and_read_a_two_container_run(
     browser.get(f"{local_workspace.host}/jobs/runs/{task_run_id}/logs/1")
     assert "trainer: step 1 mean reward 0.3" in _text(browser, "body")
     browser.get(f"{local_workspace.host}/jobs/runs")
-    assert str(run["run_id"]) in _text(browser, "table") and "rl_pipeline" in _text(browser, "table")
+    assert str(run["run_id"]) in _text(browser, "table") and "rl_pipeline" in _text(
+        browser, "table"
+    )
 
 
 def test_a_running_runs_log_tail_grows(
@@ -107,7 +109,11 @@ def test_a_running_runs_log_tail_grows(
     waits = f'echo "rank $POD_RANK waiting"\nwhile [ ! -e "{flag}" ]; do sleep 0.05; done\n'
     task = workloads.containers_task(
         [
-            {"name": "inference", "ranks": [0], "command": waits + 'echo "inference after the flag"'},
+            {
+                "name": "inference",
+                "ranks": [0],
+                "command": waits + 'echo "inference after the flag"',
+            },
             {"name": "trainer", "ranks": [1], "command": waits + 'echo "trainer after the flag"'},
         ]
     )
@@ -156,7 +162,7 @@ def test_markup_from_a_workload_shows_as_text(
     from selenium.webdriver.common.by import By
 
     line = "<script>document.title='owned'</script><b id=injected>bold</b>"
-    task = workloads.command_task(f"echo \"{line}\"", key="markup")
+    task = workloads.command_task(f'echo "{line}"', key="markup")
     run = workloads.wait(workloads.submit(task, run_name="<img src=x id=injected-name>"))
     task_run_id = run["tasks"][0]["run_id"]
 
