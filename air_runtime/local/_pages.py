@@ -90,6 +90,7 @@ def _render(request: Request, template: str, status: int = 200, **context: Any) 
     context.setdefault("user", None)
     context.setdefault("refresh", False)
     context.setdefault("live", False)
+    context.setdefault("reload", False)
     html = _templates.get_template(template).render(nonce=nonce, **context)
     return HTMLResponse(html, status_code=status, headers=_headers(nonce))
 
@@ -205,7 +206,8 @@ async def runs_page(request: Request) -> Response:
     views = await asyncio.to_thread(lambda: [run_view(state, r, with_logs=False) for r in rows])
     older = views[-1].run_id if more and views else None
     live = any(v.active for v in views)
-    return _render(request, "runs.html", user=user, runs=views, older=older, refresh=live)
+    # No script on the list: while a run is going it reloads itself every few seconds.
+    return _render(request, "runs.html", user=user, runs=views, older=older, reload=live)
 
 
 @router.get("/jobs/runs/{ident}")

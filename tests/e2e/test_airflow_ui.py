@@ -80,8 +80,9 @@ def test_airflow_ui_links_lead_to_the_run_pages(
         deployment.wait_for_dags([DAG_ID])
         run_id = deployment.trigger(DAG_ID, {"flag": str(flag)})
         wait_for(
-            lambda: deployment.task_instance(DAG_ID, run_id, "two_containers")["state"]
-            == "deferred",
+            lambda: (
+                deployment.task_instance(DAG_ID, run_id, "two_containers")["state"] == "deferred"
+            ),
             timeout=240,
             what="two_containers deferred",
             processes=deployment.processes,
@@ -113,8 +114,10 @@ def test_airflow_ui_links_lead_to_the_run_pages(
             wait_until(browser, lambda d: d.current_url == run_page, "the run page after login")
             wait_until(
                 browser,
-                lambda d: "policy server ready on rank 0" in _page_text(d)
-                and "trainer started on rank 1" in _page_text(d),
+                lambda d: (
+                    "policy server ready on rank 0" in _page_text(d)
+                    and "trainer started on rank 1" in _page_text(d)
+                ),
                 "both containers' first lines on the run page",
             )
             text = _page_text(browser)
@@ -143,8 +146,10 @@ def test_airflow_ui_links_lead_to_the_run_pages(
             assert links["MLflow run"].startswith(f"{local_workspace.host}/ml/experiments/")
             wait_until(
                 browser,
-                lambda d: "node 1 attempt 1] trainer step 1 mean reward 0.42" in _page_text(d)
-                and "node 0 attempt 1] policy server done" in _page_text(d),
+                lambda d: (
+                    "node 1 attempt 1] trainer step 1 mean reward 0.42" in _page_text(d)
+                    and "node 0 attempt 1] policy server done" in _page_text(d)
+                ),
                 "the node lines in the task log of the UI",
             )
             browser.get(links["MLflow run"])

@@ -218,3 +218,30 @@ def test_mlflow_link_leads_to_the_task_run(api: httpx.Client, workloads: Workloa
 def test_other_paths_keep_the_api_answer(api: httpx.Client, path: str) -> None:
     answer = api.get(path)
     assert answer.status_code == 404 and answer.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+
+
+def test_the_links_the_client_hands_out_are_pages(
+    local_workspace: LocalWorkspace, api: httpx.Client
+) -> None:
+    # What the Airflow links and XComs and the Dagster metadata are built from.
+    from air_runtime import AirClient, load_workload, mlflow_run_url
+
+    workload = load_workload(
+        {
+            "experiment_name": "links",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "command": "echo linked",
+        }
+    )
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        submitted = client.submit_workload(workload)
+        state = client.wait(submitted.run_id, timeout=120, poll_interval=0.2)
+    assert state.is_success
+    page = api.get(submitted.run_page_url)
+    assert page.status_code == 200 and "linked" in page.text
+    task_run_id = state.tasks[0].run_id
+    output = api.get("/api/2.2/jobs/runs/get-output", params={"run_id": task_run_id}).json()
+    ids = output["ai_runtime_task_output"]
+    url = mlflow_run_url(local_workspace.host, ids["mlflow_experiment_id"], ids["mlflow_run_id"])
+    assert url is not None
+    assert api.get(url).headers["location"] == f"/jobs/runs/{task_run_id}#mlflow-{task_run_id}"

@@ -67,6 +67,4 @@ with DAG(
         overrides=[{"env_variables.INDEX": "0"}, {"env_variables.INDEX": "1"}]
     )
     with AirWorkflowTaskGroup("stages", run_name="air_ui_stages"):
-        AirRunOperator(
-            task_id="train", workload={**QUICK, "env_variables": {"INDEX": "stage"}}
-        )
+        AirRunOperator(task_id="train", workload={**QUICK, "env_variables": {"INDEX": "stage"}})
