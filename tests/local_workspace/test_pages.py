@@ -245,3 +245,14 @@ def test_the_links_the_client_hands_out_are_pages(
     url = mlflow_run_url(local_workspace.host, ids["mlflow_experiment_id"], ids["mlflow_run_id"])
     assert url is not None
     assert api.get(url).headers["location"] == f"/jobs/runs/{task_run_id}#mlflow-{task_run_id}"
+
+
+def test_pages_are_not_the_api_for_faults_and_counters(
+    local_workspace: LocalWorkspace, api: httpx.Client
+) -> None:
+    local_workspace.admin.set_faults({"*": {"rate_5xx": 1.0}, "seed": 1})
+    assert api.get("/jobs/runs").status_code == 200
+    assert api.get("/api/2.2/jobs/runs/list").status_code >= 500
+    local_workspace.admin.set_faults({})
+    paths = [entry["path"] for entry in local_workspace.admin.request_log()]
+    assert "/api/2.2/jobs/runs/list" in paths and "/jobs/runs" not in paths
