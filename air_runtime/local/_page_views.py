@@ -45,18 +45,37 @@ class ContainerView:
 
 
 @dataclass
-class AttemptView:
-    task_key: str
-    task_run_id: int
-    attempt_number: int
+class Progress:
+    """State, result and times of a run or of a task attempt."""
+
     life_cycle_state: str
     result_state: str | None
     state_message: str
     start: str
     end: str
     duration: str
-    gpu_hours: float
     active: bool
+
+
+def _progress(row: sqlite3.Row) -> dict[str, Any]:
+    """The `Progress` fields of a row of `runs` or of `tasks` (they share these columns)."""
+    return {
+        "life_cycle_state": str(row["life_cycle_state"]),
+        "result_state": row["result_state"],
+        "state_message": str(row["state_message"] or ""),
+        "start": clock(row["start_time"]),
+        "end": clock(row["end_time"]),
+        "duration": duration(row["start_time"], row["end_time"]),
+        "active": row["life_cycle_state"] in ACTIVE_LIFE_CYCLES,
+    }
+
+
+@dataclass
+class AttemptView(Progress):
+    task_key: str
+    task_run_id: int
+    attempt_number: int
+    gpu_hours: float
     accelerator_type: str
     accelerator_count: int
     node_count: int
@@ -85,17 +104,10 @@ class TaskView:
 
 
 @dataclass
-class RunView:
+class RunView(Progress):
     run_id: int
     run_name: str
-    life_cycle_state: str
-    result_state: str | None
-    state_message: str
-    start: str
-    end: str
-    duration: str
     gpu_hours: float
-    active: bool
     mode: str
     tasks: list[TaskView]
 
@@ -178,14 +190,8 @@ def attempt_view(
         task_key=str(row["task_key"]),
         task_run_id=task_run_id,
         attempt_number=int(row["attempt_number"]),
-        life_cycle_state=str(row["life_cycle_state"]),
-        result_state=row["result_state"],
-        state_message=str(row["state_message"] or ""),
-        start=clock(row["start_time"]),
-        end=clock(row["end_time"]),
-        duration=duration(row["start_time"], row["end_time"]),
         gpu_hours=attempt.gpu_hours(now_ms()),
-        active=row["life_cycle_state"] in ACTIVE_LIFE_CYCLES,
+        **_progress(row),
         accelerator_type=str(compute.get("accelerator_type") or "-"),
         accelerator_count=int(compute.get("accelerator_count") or 0),
         node_count=attempt.node_count,
@@ -256,15 +262,9 @@ def run_view(state: WorkspaceState, run: sqlite3.Row, *, with_logs: bool = True)
     return RunView(
         run_id=int(run["run_id"]),
         run_name=str(run["run_name"]),
-        life_cycle_state=str(run["life_cycle_state"]),
-        result_state=run["result_state"],
-        state_message=str(run["state_message"] or ""),
-        start=clock(run["start_time"]),
-        end=clock(run["end_time"]),
-        duration=duration(run["start_time"], run["end_time"]),
         gpu_hours=sum(t.gpu_hours for t in tasks),
-        active=bool(run["active"]),
         mode=str(run["mode"]),
+        **_progress(run),
         tasks=tasks,
     )
 
