@@ -79,9 +79,17 @@ def chromium() -> Iterator[Any]:
 
 def wait_until(driver: Any, condition: Callable[[Any], Any], message: str) -> Any:
     """Wait for an event on the page (polled by Selenium); fails after EVENT_TIMEOUT_S."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    return WebDriverWait(driver, EVENT_TIMEOUT_S, poll_frequency=0.1).until(condition, message)
+    # A page that re-renders (Airflow's UI does) replaces elements while they are read.
+    wait = WebDriverWait(
+        driver,
+        EVENT_TIMEOUT_S,
+        poll_frequency=0.1,
+        ignored_exceptions=(StaleElementReferenceException,),
+    )
+    return wait.until(condition, message)
 
 
 def screenshot(driver: Any, name: str) -> None:
