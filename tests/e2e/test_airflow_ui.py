@@ -34,6 +34,16 @@ def _links(driver: Any) -> dict[str, str]:
     }
 
 
+def _click(driver: Any, name: str) -> bool:
+    from selenium.webdriver.common.by import By
+
+    for link in driver.find_elements(By.CSS_SELECTOR, "a[href]"):
+        if link.text == name:
+            link.click()
+            return True
+    return False
+
+
 def _ti_page(
     deployment: AirflowDeployment, run_id: str, task_id: str, index: int = -1, tab: str = ""
 ) -> str:
@@ -107,14 +117,9 @@ def test_airflow_ui_links_lead_to_the_run_pages(
                 "deferred"
             )
             screenshot(browser, "airflow-task-instance.png")
-            from selenium.webdriver.common.by import By
 
             airflow_window = browser.current_window_handle
-            next(
-                a
-                for a in browser.find_elements(By.CSS_SELECTOR, "a[href]")
-                if a.text == "AI Runtime run"
-            ).click()
+            wait_until(browser, lambda d: _click(d, "AI Runtime run"), "the link clicked")
             wait_until(
                 browser,
                 lambda d: (
