@@ -111,6 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=STAGE_TIMEOUT_SECONDS,
         help="seconds each stage may take (default: %(default)s)",
     )
+    parser.add_argument(
+        "--simulate",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="start the local workspace in simulate mode: no rank processes, every run stays "
+        "RUNNING for SECONDS and then succeeds (shows the orchestration without training)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,7 +133,13 @@ def run(args: argparse.Namespace) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="airo-demo-"))
     try:
         serve = args.serve if args.serve is not None else sys.stdin.isatty() and sys.stdout.isatty()
-        demo = Demo(work_dir, Console(sys.stdout), timeout=float(args.timeout), serve=serve)
+        demo = Demo(
+            work_dir,
+            Console(sys.stdout),
+            timeout=float(args.timeout),
+            simulate=args.simulate,
+            serve=serve,
+        )
         return demo.run(stages)
     finally:
         if args.keep:
@@ -136,11 +150,18 @@ def run(args: argparse.Namespace) -> int:
 
 class Demo:
     def __init__(
-        self, work_dir: Path, console: Console, *, timeout: float, serve: bool = False
+        self,
+        work_dir: Path,
+        console: Console,
+        *,
+        timeout: float,
+        simulate: float | None = None,
+        serve: bool = False,
     ) -> None:
         self.work_dir = work_dir
         self.console = console
         self.timeout = timeout
+        self.simulate = simulate
         self.serve = serve
 
     def run(self, stages: Sequence[str]) -> int:
@@ -149,8 +170,13 @@ class Demo:
         started = time.monotonic()
         c = self.console
         c.heading("Local workspace")
-        with start_local_workspace(data_dir=self.work_dir / "workspace") as workspace:
+        mode: dict[str, Any] = {}
+        if self.simulate is not None:
+            mode = {"mode": "simulate", "simulate": {"running_s": self.simulate}}
+        with start_local_workspace(data_dir=self.work_dir / "workspace", **mode) as workspace:
             c.line(f"  serving the Databricks REST API at {workspace.host}")
+            if self.simulate is not None:
+                c.line(f"  simulate mode: every run stays RUNNING for {self.simulate:g}s")
             client = AirClient(workspace.host, workspace.token)
             try:
                 stored = store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
