@@ -59,6 +59,7 @@ _templates = Environment(
 RUNS_PER_PAGE = 25
 TAIL_BATCH = 500  # lines per node and poll; a busy node catches up over a few polls
 _MAX_TAILED_NODES = 256
+_LOG_CHUNK = 64 * 1024
 _MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -250,17 +251,27 @@ async def run_page(request: Request, ident: str) -> Response:
 
 
 def _whole_log(state: WorkspaceState, task_run_id: int, node: int) -> Iterator[bytes]:
+    """The bodies of a node's log, a line each, in chunks of about 64 KiB (each chunk is one
+    hop to the threadpool of the streaming response, so never one per line)."""
     path = state.logbook.path(task_run_id, node)
     try:
         handle = path.open("rb")
     except OSError:
         return
+    chunk: list[bytes] = []
+    size = 0
     with handle:
         for line in handle:
             if not line.endswith(b"\n"):
-                return  # a record still being written
+                break  # a record still being written
             body = str(json.loads(line).get("body", ""))
-            yield (body + "\n").encode("utf-8", errors="replace")
+            chunk.append((body + "\n").encode("utf-8", errors="replace"))
+            size += len(chunk[-1])
+            if size >= _LOG_CHUNK:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
 
 
 @router.get("/jobs/runs/{ident}/logs/{node}")
