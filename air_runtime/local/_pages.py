@@ -344,7 +344,7 @@ async def tail(request: Request, ident: str) -> Response:
         "active": view.active,
         "changed": signature != request.query_params.get("signature"),
     }
-    return JSONResponse(answer, headers={"Cache-Control": "no-store"})
+    return JSONResponse(answer, headers=_plain_headers())
 
 
 @router.get("/ml/experiments/{experiment_id}/runs/{mlflow_run_id}")
