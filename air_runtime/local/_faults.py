@@ -203,11 +203,7 @@ class FaultInjector:
         return merged
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"].startswith((ADMIN_PREFIX, *PAGE_PREFIXES))
-            or scope["path"] == "/"
-        ):
+        if scope["type"] != "http" or scope["path"].startswith((ADMIN_PREFIX, *PAGE_PREFIXES)):
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]

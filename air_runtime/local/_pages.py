@@ -125,11 +125,6 @@ def _run_signature(view: RunView) -> str:
 # --- session -----------------------------------------------------------------------------
 
 
-@router.get("/")
-async def home() -> RedirectResponse:
-    return RedirectResponse("/jobs/runs", 303)
-
-
 @router.get("/login")
 async def login_form(request: Request) -> Response:
     target = session.safe_next(request.query_params.get("next"))
