@@ -1,6 +1,6 @@
 """The local workspace's run pages, at the addresses its answers hand out: `run_page_url`
 (`/jobs/runs/<run id>`, also a task run's `/jobs/runs/<task run id>`, as the CLI's
-`dashboardURL` in cmd/air/list_format.go forms them, `?o=<workspace id>` ignored) and the
+`dashboardURL` in cmd/air/format.go forms them, `?o=<workspace id>` ignored) and the
 MLflow run (`/ml/experiments/<id>/runs/<run id>`, `mlflow_run_url` in the core), which leads
 to the task run that logged to it.
 
