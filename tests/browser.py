@@ -93,7 +93,8 @@ def wait_until(driver: Any, condition: Callable[[Any], Any], message: str) -> An
 
 
 def screenshot(driver: Any, name: str) -> None:
-    """Save a PNG of the page into $AIRO_SCREENSHOT_DIR (how docs/ images are made)."""
+    """Save a PNG of the whole page into $AIRO_SCREENSHOT_DIR when it is set (to look at
+    what a test saw)."""
     folder = os.environ.get("AIRO_SCREENSHOT_DIR")
     if not folder:
         return

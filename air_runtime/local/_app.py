@@ -11,6 +11,8 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_permissions` | permissions of runs and of their MLflow experiments |
 | `_api_usage_policies` | usage (serverless budget) policies |
 | `_api_ai_training` | workload validation and task log records |
+| `_api_pools` | GPU pools (provisioned capacities) and their usage |
+| `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
 | `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
@@ -34,7 +36,9 @@ from air_runtime.local import (
     _api_files,
     _api_identity,
     _api_images,
+    _api_mlflow,
     _api_permissions,
+    _api_pools,
     _api_runs,
     _api_secrets,
     _api_usage_policies,
@@ -60,11 +64,18 @@ _API_ROUTERS = (
     _api_permissions.router,
     _api_usage_policies.router,
     _api_ai_training.router,
+    _api_pools.router,
+    _api_mlflow.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
 # The run pages check their own credentials (a browser without a session is sent to the
 # login form instead of getting the API's JSON error).
-_PUBLIC_ROUTERS = (_api_identity.public_router, _api_admin.public_router, _pages.router)
+_PUBLIC_ROUTERS = (
+    _api_identity.public_router,
+    _api_admin.public_router,
+    _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
+    _pages.router,
+)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
