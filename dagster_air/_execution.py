@@ -39,11 +39,12 @@ from air_runtime import (
 )
 from air_runtime.client import SubmissionSecrets
 
+from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
-from ._pipes import StepPipes
+from ._pipes import StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage, workload_hash
@@ -51,6 +52,11 @@ from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
 OUTPUT_URI_KEY = "dagster/uri"
+# GPU-hours, named apart so a metric summing one of them never counts an attempt twice:
+# materializations carry every attempt's total (sum this one), the observation of each
+# ended attempt only that attempt's.
+GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
+ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
 AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
@@ -195,9 +201,10 @@ def stage_metadata(
         metadata[f"{META_PREFIX}container/{row['name']}"] = (
             f"ranks {row['ranks']}, image {row['image']}"
         )
-    # Every attempt of the stage's task: what the platform held, retries included.
+    # Every attempt of the stage's task: what the platform held, retries included. This is
+    # the figure to sum; the per-attempt observations carry ATTEMPT_GPU_HOURS_KEY instead.
     gpu_hours = state.gpu_hours(task.task_key if task is not None else None)
-    metadata[f"{META_PREFIX}gpu_hours"] = dg.MetadataValue.float(round(gpu_hours, 6))
+    metadata[GPU_HOURS_KEY] = dg.MetadataValue.float(round(gpu_hours, 6))
     duration = _duration_s(state, task)
     if duration is not None:
         metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
@@ -229,6 +236,8 @@ class StepRun:
         self.pipes: StepPipes | None = None
         self._selected: list[LoadedStage] = []
         self._attempts_seen: set[tuple[str, int]] = set()
+        self._client: AirClient | None = None  # while the step waits (to cancel blocked tasks)
+        self.blocking: BlockingChecks | None = None
 
     # --- preparing ------------------------------------------------------------------
 
@@ -419,18 +428,29 @@ class StepRun:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
             yield from self._attempt_ends(state)
+            self._follow_blocking(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
             record, line = value
             line = self.redact(line)
             # Pipes messages of every node; printed lines of every node or the chosen one.
-            if self.pipes is not None and self.pipes.reader.handle_line(line):
+            if self.pipes is not None and self.pipes.reader.handle_line(
+                line, record.task_key, record.attempt
+            ):
                 return
             node = self._log_node()
             if self.workspace.stream_logs and (node is None or record.node_index == node):
                 sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
                 sys.stdout.flush()
+
+    def _follow_blocking(self, state: RunState) -> None:
+        if self.blocking is None:
+            self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
+        if self.pipes is not None:
+            self.blocking.update(
+                self._client, state, self.pipes.reports(), self.context.log, self.redact
+            )
 
     def _log_node(self) -> int | None:
         if self.workflow.log_node is not None:
@@ -453,7 +473,7 @@ class StepRun:
                 f"{META_PREFIX}run_id": dg.MetadataValue.int(state.run_id),
                 f"{META_PREFIX}attempt": attempt.attempt_number + 1,
                 f"{META_PREFIX}attempt_state": final,
-                f"{META_PREFIX}gpu_hours": dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
+                ATTEMPT_GPU_HOURS_KEY: dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
             }
             if attempt.state_message:
                 metadata[f"{META_PREFIX}state_message"] = self.redact(attempt.state_message)
@@ -465,9 +485,24 @@ class StepRun:
             )
             yield dg.AssetObservation(
                 asset_key=asset_key,
-                partition=self.context.partition_key if self.context.has_partition_key else None,
+                partition=self._partition_of_task(attempt.task_key),
                 metadata=metadata,
             )
+
+    def _partition_of_task(self, task_key: str) -> str | None:
+        return self.context.partition_key if self.context.has_partition_key else None
+
+    def _run_tasks(self) -> dict[str, RunTask]:
+        """The tasks of the run and their dependencies (for blocking checks)."""
+        if len(self._selected) == 1 and not self.workflow.always_workflow:
+            return {}
+        keys = {s.key for s in self._selected}
+        return {
+            s.key: RunTask(
+                s.key, s.asset_key, None, tuple(d for d in s.stage.depends_on if d in keys)
+            )
+            for s in self._selected
+        }
 
     def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
         selected = self._selected
@@ -553,6 +588,7 @@ class StepRun:
             self.workspace.get_client() as client,
         ):
             self.redact = client.redactor.with_values(())
+            self._client = client
             namespace = deployment_namespace(
                 self.context.instance, self.workspace.deployment_namespace
             )
@@ -633,6 +669,23 @@ class StepRun:
                 metadata={"reason": "the workload did not report this check (dagster-pipes)"},
             )
 
+    def _earlier_attempts(self, state: RunState, submitted: SubmittedRun) -> Iterator[AirEvent]:
+        """What retried attempts reported, as observations (the final attempt's reports are
+        the materialization and the check results)."""
+        assert self.pipes is not None
+        for reports in self.pipes.final_reports(state)[1]:
+            asset_key = self._asset_of_task(reports.task_key)
+            if asset_key is not None:
+                yield earlier_attempt_observation(
+                    reports, asset_key, self._partition_of_task(reports.task_key), submitted.run_id
+                )
+
+    def _blocked_message(self, blocked: Mapping[str, str]) -> str:
+        cancelled = self.blocking is not None and self.blocking.cancelled
+        lines = [f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())]
+        tail = " (their unfinished tasks were cancelled)" if cancelled else ""
+        return "downstream of a failed blocking check" + tail + ":\n" + "\n".join(lines)
+
     def _results(
         self,
         client: AirClient,
@@ -643,7 +696,13 @@ class StepRun:
         generation: int,
     ) -> Iterator[AirEvent]:
         single = len(selected) == 1 and not self.workflow.always_workflow
-        reported, checks = self.pipes.reported() if self.pipes is not None else ({}, [])
+        reported: dict[dg.AssetKey, dg.MaterializeResult] = {}
+        checks: list[dg.AssetCheckResult] = []
+        if self.pipes is not None:
+            self._follow_blocking(state)
+            yield from self._earlier_attempts(state, submitted)
+            reported, checks = self.pipes.reported(state)
+        blocked = self.blocking.blocked if self.blocking is not None else {}
         failed_asset = selected[0].asset_key
         failed_task = state.failed_task
         materialized: set[dg.AssetKey] = set()
@@ -655,6 +714,11 @@ class StepRun:
                 and task.task_key == failed_task.task_key
             ):
                 failed_asset = loaded.asset_key
+            if loaded.key in blocked:
+                self.context.log.warning(
+                    f"stage {loaded.key} is not recorded as materialized: {blocked[loaded.key]}"
+                )
+                continue
             if task.is_success if task is not None else state.is_success:
                 metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
                 metadata.update(self._output_metadata(workloads[loaded.key]))
@@ -667,6 +731,14 @@ class StepRun:
                     data_version=from_pipes.data_version if from_pipes else None,
                 )
         yield from self._check_results(checks, materialized)
+        if blocked:
+            yield terminal_failure_observation(
+                self.context, failed_asset, submitted, state, generation
+            )
+            raise dg.Failure(
+                description=self.redact(self._blocked_message(blocked)),
+                metadata=run_metadata(submitted, state),
+            )
         if state.is_success:
             return
         yield terminal_failure_observation(self.context, failed_asset, submitted, state, generation)
