@@ -66,7 +66,7 @@ class BlockingChecks:
     blocking: set[dg.AssetCheckKey]
     # task key -> why it is blocked ("blocking check X of asset Y [partition p] failed")
     blocked: dict[str, str] = field(default_factory=dict)
-    cancelled: bool = False
+    cancelled: set[int] = field(default_factory=set)  # the run ids cancelled
     _told: set[str] = field(default_factory=set)
 
     def failed_checks(self, state: RunState, reports: list[AttemptReports]) -> dict[str, str]:
@@ -80,11 +80,11 @@ class BlockingChecks:
             if not current.is_terminal or current.attempt_number != report.attempt:
                 continue  # still running, or an earlier attempt a retry replaces
             names = sorted(
-                c.check_name
+                str(c.check_name)
                 for c in report.checks
                 if not c.passed
                 and c.severity == dg.AssetCheckSeverity.ERROR
-                and dg.AssetCheckKey(task.asset_key, c.check_name) in self.blocking
+                and dg.AssetCheckKey(task.asset_key, str(c.check_name)) in self.blocking
             )
             if names:
                 where = f" partition {task.partition}" if task.partition is not None else ""
@@ -107,7 +107,7 @@ class BlockingChecks:
         for root, reason in self.failed_checks(state, reports).items():
             for key in downstream_of(self.tasks, [root]):
                 self.blocked.setdefault(key, reason)
-        if not self.blocked or state.is_terminal or self.cancelled or client is None:
+        if not self.blocked or state.is_terminal or state.run_id in self.cancelled or not client:
             return
         unfinished = {
             t.task_key for t in state.tasks if t.task_key in self.tasks and not t.is_terminal
@@ -123,7 +123,7 @@ class BlockingChecks:
             )
             try:
                 client.cancel(state.run_id)
-                self.cancelled = True
+                self.cancelled.add(state.run_id)
             except AirError as error:
                 log.error(f"could not cancel run {state.run_id}: {redact(str(error))}")
             return

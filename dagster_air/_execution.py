@@ -43,7 +43,7 @@ from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
-from ._partitions import PartitionParameters, partition_overrides
+from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters, partition_overrides
 from ._pipes import StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
@@ -91,6 +91,8 @@ class AirWorkflow:
     always_workflow: bool = False  # several stages: always a multi-task run, even one selected
     # The environment variable that names where the stages write (recorded as dagster/uri).
     output_env: str | None = None
+    # Tasks per remote run of a step over a partition range (see ``_ranges``).
+    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
 
     def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
         keys = context.selected_asset_keys
@@ -255,9 +257,12 @@ class StepRun:
             workloads[s.key] = workload
         return workloads
 
-    def _upstream_output(self, loaded: LoadedStage, selected: list[LoadedStage]) -> dict[str, str]:
+    def _upstream_output(
+        self, loaded: LoadedStage, selected: list[LoadedStage], partition: str | None = None
+    ) -> dict[str, str]:
         """A stage run without an upstream stage of its workflow reads where that stage
-        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri``."""
+        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri`` (of
+        ``partition``, by default the step's)."""
         name = self.workflow.output_env
         keys = {s.key for s in selected}
         missing = [d for d in loaded.stage.depends_on if d not in keys]
@@ -265,7 +270,7 @@ class StepRun:
             return {}
         by_key = {s.key: s for s in self.workflow.stages}
         for dependency in missing:
-            uri = self._latest_uri(by_key[dependency].asset_key)
+            uri = self._latest_uri(by_key[dependency].asset_key, partition)
             if uri:
                 self.context.log.info(
                     f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
@@ -277,8 +282,10 @@ class StepRun:
             f"stage {loaded.key} runs without its upstream stage",
         )
 
-    def _latest_uri(self, asset_key: dg.AssetKey) -> str | None:
-        partitions = [self.context.partition_key] if self.context.has_partition_key else None
+    def _latest_uri(self, asset_key: dg.AssetKey, partition: str | None = None) -> str | None:
+        if partition is None and self.context.has_partition_key:
+            partition = self.context.partition_key
+        partitions = [partition] if partition is not None else None
         records = self.context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
         ).records
@@ -289,10 +296,10 @@ class StepRun:
                 return str(value.value)
         return None
 
-    def _run_env(self, stage_key: str) -> dict[str, str]:
+    def _run_env(self, stage_key: str, partition: str | None = None) -> dict[str, str]:
         fields = {
             "run_id": self.context.run_id,
-            "partition_key": self.identity.partition or "",
+            "partition_key": partition or self.identity.partition or "",
             "stage": stage_key,
         }
         try:
@@ -681,7 +688,7 @@ class StepRun:
                 )
 
     def _blocked_message(self, blocked: Mapping[str, str]) -> str:
-        cancelled = self.blocking is not None and self.blocking.cancelled
+        cancelled = self.blocking is not None and bool(self.blocking.cancelled)
         lines = [f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())]
         tail = " (their unfinished tasks were cancelled)" if cancelled else ""
         return "downstream of a failed blocking check" + tail + ":\n" + "\n".join(lines)
