@@ -165,6 +165,7 @@ def _multi_asset(
     op_tags: Mapping[str, Any] | None,
     backfill_policy: dg.BackfillPolicy | None,
     io_manager_key: str | None,
+    description: str | None = None,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """The multi-asset decorator every factory uses. With ``io_manager_key`` the stages are
     outputs (so a downstream asset taking one as an input loads it through that IO manager,
@@ -178,6 +179,7 @@ def _multi_asset(
         "pool": pool,
         "op_tags": op_tags,
         "backfill_policy": backfill_policy,
+        "description": description,
     }
     if io_manager_key is None:
         return dg.multi_asset(specs=specs, **common)
@@ -209,6 +211,7 @@ def build_air_assets(
     io_manager_key: str | None = None,
     output_env: str | None = None,
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
+    op_description: str | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -253,6 +256,7 @@ def build_air_assets(
             larger range is split into several runs (default 100, at most 1,000).
         io_manager_key: the IO manager that loads a stage for a downstream asset taking it
             as an input (the stages store nothing themselves).
+        op_description: the description of the op (the step).
         output_env: the environment variable naming where the stages write (e.g. an
             ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
             stage materialized without an upstream stage it depends on gets, in that
@@ -288,6 +292,7 @@ def build_air_assets(
         op_tags=op_tags,
         backfill_policy=backfill_policy,
         io_manager_key=io_manager_key,
+        description=op_description,
     )
     def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
         workspace = getattr(context.resources, resource_key)

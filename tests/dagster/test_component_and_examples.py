@@ -107,7 +107,13 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
             "workspace": {"host_env": "TEST_AIR_HOST", "token_env": "TEST_AIR_TOKEN"},
         }
         (defs_path / "defs.yaml").write_text(
-            yaml.safe_dump({"type": "dagster_air.AirWorkloadComponent", "attributes": attributes})
+            yaml.safe_dump(
+                {
+                    "type": "dagster_air.AirWorkloadComponent",
+                    "attributes": attributes,
+                    "requirements": {"env": ["TEST_AIR_HOST", "TEST_AIR_TOKEN"]},
+                }
+            )
         )
         with sandbox.build_all_defs() as defs:
             specs = {s.key: s for s in defs.resolve_all_asset_specs()}
