@@ -447,8 +447,6 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             description="Databricks AI Runtime GPU workloads (or a multi-stage workflow of "
             "them) as Dagster assets, trained on the workspace and followed to the end.",
             tags=["databricks", "gpu", "training"],
-            owners=[],
-            produces=["asset", "asset_check", "resource"],
         )
 
     @property

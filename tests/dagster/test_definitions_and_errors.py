@@ -210,7 +210,7 @@ def test_component_conventions_op_spec_type_spec_and_described_fields(monkeypatc
     schema = AirWorkloadComponent.get_model_cls().model_json_schema()
     assert _fields_without_description(schema) == []
     spec = AirWorkloadComponent.get_spec()
-    assert "asset" in spec.produces and spec.description
+    assert "gpu" in spec.tags and spec.description
 
     monkeypatch.setenv("TEST_OP_SECRET", "a-secret-value")
     inline = workload("inline", "true")
