@@ -59,7 +59,16 @@ GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
 ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
-AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
+# What a step yields; a step over a partition range also yields per-partition
+# materializations and check evaluations, and its checks' outputs (see ``_ranges``).
+AirEvent = (
+    dg.MaterializeResult
+    | dg.AssetObservation
+    | dg.AssetCheckResult
+    | dg.AssetMaterialization
+    | dg.AssetCheckEvaluation
+    | dg.Output
+)
 
 
 @dataclass(frozen=True)
@@ -416,13 +425,14 @@ class StepRun:
                 stages, idempotency_token=token, run_name=self.workflow.name
             )
         except AirError as error:
-            if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
-                raise _config_failure(
-                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
-                ) from None
-            raise dg.Failure(
-                description=f"submitting the run failed: {self.redact(str(error))}"
-            ) from None
+            raise self._submit_failure(error) from None
+
+    def _submit_failure(self, error: AirError) -> dg.Failure:
+        if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
+            return _config_failure(
+                self.redact(str(error)), _refusal(error, "the workspace refused the workload")
+            )
+        return dg.Failure(description=f"submitting the run failed: {self.redact(str(error))}")
 
     # --- waiting --------------------------------------------------------------------
 
@@ -582,37 +592,49 @@ class StepRun:
 
     # --- the whole step -------------------------------------------------------------
 
-    def execute(self) -> Iterator[AirEvent]:
-        selected = self.workflow.selected(self.context)
-        if not selected:
-            return
-        self._selected = selected
-        workloads = self._workloads(selected)
+    @contextlib.contextmanager
+    def _session(self, writers: int) -> Iterator[tuple[AirClient, str]]:
+        """The step's Pipes session (``writers`` ranks may report) and client, with the
+        deployment namespace."""
         if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
+            self.pipes = StepPipes(self.context, writers)
         with (
             self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
             self.workspace.get_client() as client,
         ):
             self.redact = client.redactor.with_values(())
             self._client = client
-            namespace = deployment_namespace(
-                self.context.instance, self.workspace.deployment_namespace
+            yield (
+                client,
+                deployment_namespace(self.context.instance, self.workspace.deployment_namespace),
             )
+
+    def _token(self, namespace: str, generation: int, partition: str | None) -> str:
+        """The idempotency token of this step's run (see ``_identity``); ``partition`` names
+        the partition, or the partition keys, the run covers."""
+        return make_idempotency_token(
+            "dagster",
+            self.identity.pipeline_id,
+            self.identity.run_id,
+            self.identity.step_key,
+            partition,
+            generation,
+            namespace=namespace,
+        )
+
+    def execute(self) -> Iterator[AirEvent]:
+        selected = self.workflow.selected(self.context)
+        if not selected:
+            return
+        self._selected = selected
+        workloads = self._workloads(selected)
+        with self._session(sum(w.num_nodes for w in workloads.values())) as (client, namespace):
             workloads = self._with_secrets(client, workloads, namespace)
             submitted_workloads = (
                 self._with_pipes(selected, workloads) if self.pipes is not None else workloads
             )
             generation = self.identity.generation(self.context)
-            token = make_idempotency_token(
-                "dagster",
-                self.identity.pipeline_id,
-                self.identity.run_id,
-                self.identity.step_key,
-                self.identity.partition,
-                generation,
-                namespace=namespace,
-            )
+            token = self._token(namespace, generation, self.identity.partition)
             submitted: SubmittedRun | None = None
             try:
                 # An interrupt during the submit is held until the run id is known, so

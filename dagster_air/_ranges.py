@@ -15,7 +15,6 @@ first and last partition key, so a retry of a crashed worker gets the same runs 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from air_runtime import (
     Stage,
     SubmittedRun,
     Workload,
-    make_idempotency_token,
 )
 from air_runtime.plan import task_key_for
 
@@ -44,14 +42,13 @@ from ._execution import (
     StepRun,
     _apply_overrides,
     _config_failure,
-    _refusal,
     run_metadata,
     stage_metadata,
 )
-from ._identity import deployment_namespace, terminal_failure_observation
+from ._identity import terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._partitions import partition_overrides
-from ._pipes import PartitionScope, StepPipes
+from ._pipes import PartitionScope
 from ._translator import META_PREFIX
 
 # A Databricks job run holds at most 1,000 tasks (the Jobs API limit): a larger cap is
@@ -238,13 +235,7 @@ class RangeStepRun(StepRun):
                 stages, idempotency_token=run.token, run_name=self.workflow.name
             )
         except AirError as error:
-            if not error.retryable:
-                raise _config_failure(
-                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
-                ) from None
-            raise dg.Failure(
-                description=f"submitting the run failed: {self.redact(str(error))}"
-            ) from None
+            raise self._submit_failure(error) from None
 
     # --- the step run: which task is which partition ----------------------------------
 
@@ -272,30 +263,12 @@ class RangeStepRun(StepRun):
         runs = self._plan(selected)
         self._tasks = {t.task_key: t for run in runs for t in run.tasks}
         workloads = self._task_workloads(runs)
-        if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, sum(w.num_nodes for w in workloads.values()))
-        with (
-            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
-            self.workspace.get_client() as client,
-        ):
-            self.redact = client.redactor.with_values(())
-            self._client = client
-            namespace = deployment_namespace(
-                self.context.instance, self.workspace.deployment_namespace
-            )
+        with self._session(sum(w.num_nodes for w in workloads.values())) as (client, namespace):
             workloads = self._with_secrets(client, workloads, namespace)
             submitted_workloads = self._task_pipes(workloads) if self.pipes else workloads
             generation = self.identity.generation(self.context)
             for run in runs:
-                run.token = make_idempotency_token(
-                    "dagster",
-                    self.identity.pipeline_id,
-                    self.identity.run_id,
-                    self.identity.step_key,
-                    f"{run.keys[0]}...{run.keys[-1]}",
-                    generation,
-                    namespace=namespace,
-                )
+                run.token = self._token(namespace, generation, f"{run.keys[0]}...{run.keys[-1]}")
             self.context.log.info(
                 f"{len(self.keys)} partitions x {len(selected)} stage(s): {len(self._tasks)} "
                 f"tasks in {len(runs)} run(s) of at most {self.max_tasks_per_run} tasks"
@@ -426,7 +399,7 @@ class RangeStepRun(StepRun):
                 yield dg.MaterializeResult(asset_key=asset_key)
                 continue
             for partition, metadata in by_partition.items():
-                yield dg.AssetMaterialization(  # type: ignore[misc]
+                yield dg.AssetMaterialization(
                     asset_key=asset_key, partition=partition, metadata=metadata
                 )
 
@@ -434,7 +407,7 @@ class RangeStepRun(StepRun):
         self,
         reported: Mapping[str, tuple[dg.MaterializeResult | None, list[dg.AssetCheckResult]]],
         materialized: Mapping[dg.AssetKey, Mapping[str, Any]],
-    ) -> Iterator[Any]:
+    ) -> Iterator[AirEvent]:
         """Each partition's check results from its own task, as evaluations of that
         partition (a declared check a materialized partition did not report fails)."""
         selected = self.context.selected_asset_check_keys

@@ -9,7 +9,7 @@ import pytest
 from dagster_checks import counters, failure_data, node_log, workload
 
 from air_runtime import AirClient
-from dagster_air import AirStage, build_air_assets
+from dagster_air import AirStage, AirWorkspace, build_air_assets
 
 SWEEP = {"lr=0.1": {"lr": 0.1}, "lr=0.2": {"lr": 0.2}, "lr=0.3": {"lr": 0.3}}
 
@@ -48,6 +48,24 @@ def _sweep_assets(failing_lr: float | None = None, **options):
     )
 
 
+def _materialize(assets, air_workspace, instance, **options):
+    return dg.materialize(
+        [assets], resources={"air_workspace": air_workspace}, instance=instance, **options
+    )
+
+
+def _tasks(local_workspace, run_id: int) -> dict:
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        return {t.task_key: t for t in client.get_run(run_id).tasks}
+
+
+def _materialize_range(assets, air_workspace, instance, keys: list[str]):
+    """Materialize ``keys`` (first to last) as one range run, successfully."""
+    result = _materialize(assets, air_workspace, instance, tags=_range(keys[0], keys[-1]))
+    assert result.success
+    return result
+
+
 def _materializations(instance, asset: str) -> dict[str, dg.AssetMaterialization]:
     records = instance.fetch_materializations(dg.AssetKey(asset), limit=100).records
     found: dict[str, dg.AssetMaterialization] = {}
@@ -70,10 +88,10 @@ def test_a_range_run_trains_each_partition_in_its_own_task(
     air_workspace, instance, local_workspace
 ):
     assets = _sweep_assets()
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
+    result = _materialize(
+        assets,
+        air_workspace,
+        instance,
         tags=_range("lr=0.1", "lr=0.3"),
     )
     assert result.success
@@ -81,9 +99,8 @@ def test_a_range_run_trains_each_partition_in_its_own_task(
     mats = _materializations(instance, "train")
     assert set(mats) == set(SWEEP)
     (run_id,) = {m.metadata["dagster-air/run_id"].value for m in mats.values()}
-    with AirClient(local_workspace.host, local_workspace.token) as client:
-        tasks = client.get_run(run_id).tasks
-    assert len(tasks) == 3 and all(t.is_success for t in tasks)
+    tasks = _tasks(local_workspace, run_id)
+    assert len(tasks) == 3 and all(t.is_success for t in tasks.values())
     task_runs = {key: m.metadata["dagster-air/task_run_id"].value for key, m in mats.items()}
     assert len(set(task_runs.values())) == 3  # each partition from its own task
     for key, params in SWEEP.items():
@@ -100,10 +117,10 @@ def test_a_range_run_trains_each_partition_in_its_own_task(
 
 def test_one_failing_partition_fails_only_itself(air_workspace, instance, local_workspace):
     assets = _sweep_assets(failing_lr=0.2)
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
+    result = _materialize(
+        assets,
+        air_workspace,
+        instance,
         tags=_range("lr=0.1", "lr=0.3"),
         raise_on_error=False,
     )
@@ -125,13 +142,7 @@ def test_a_range_larger_than_the_task_cap_is_split_into_runs(
         backfill_policy=dg.BackfillPolicy.single_run(),
         max_tasks_per_run=2,
     )
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
-        tags=_range(keys[0], keys[-1]),
-    )
-    assert result.success
+    _materialize_range(assets, air_workspace, instance, keys)
     mats = _materializations(instance, "trial")
     assert set(mats) == set(keys)
     assert len({m.metadata["dagster-air/run_id"].value for m in mats.values()}) == 3
@@ -157,10 +168,10 @@ PY
         partitions_def=days,
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
+    result = _materialize(
+        assets,
+        air_workspace,
+        instance,
         tags=_range("2026-01-01", "2026-01-03"),
     )
     assert result.success
@@ -185,13 +196,7 @@ def test_a_multi_partition_range_maps_each_dimension(air_workspace, instance, lo
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
     keys = grid.get_partition_keys()
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
-        tags=_range(keys[0], keys[-1]),
-    )
-    assert result.success
+    _materialize_range(assets, air_workspace, instance, keys)
     mats = _materializations(instance, "grid")
     assert set(mats) == set(keys)
     for key, mat in mats.items():
@@ -259,10 +264,10 @@ def test_a_failing_blocking_check_keeps_the_downstream_stage_of_the_step_unmater
         ],
         name="blocked",
     )
-    result = dg.materialize(
-        [assets],
-        resources={"air_workspace": air_workspace},
-        instance=instance,
+    result = _materialize(
+        assets,
+        air_workspace,
+        instance,
         raise_on_error=False,
     )
     assert not result.success
@@ -278,8 +283,7 @@ def test_a_failing_blocking_check_keeps_the_downstream_stage_of_the_step_unmater
         .materialization.metadata["dagster-air/run_id"]
         .value
     )
-    with AirClient(local_workspace.host, local_workspace.token) as client:
-        tasks = {t.task_key: t for t in client.get_run(run_id).tasks}
+    tasks = _tasks(local_workspace, run_id)
     assert tasks["prepare"].is_success
     assert tasks["evaluate"].result_state == "CANCELED"
     assert not marker.exists()
@@ -312,7 +316,7 @@ def test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations(
             check_specs=["loss_small"],
         )
     )
-    result = dg.materialize([assets], resources={"air_workspace": air_workspace}, instance=instance)
+    result = _materialize(assets, air_workspace, instance)
     assert result.success
     (mat,) = result.asset_materializations_for_node("flaky")
     assert mat.metadata["loss"].value == 0.5
@@ -335,3 +339,45 @@ def test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations(
     assert len(attempts) == 2 and all("dagster-air/gpu_hours" not in o for o in attempts)
     total = sum(o["dagster-air/attempt_gpu_hours"].value for o in attempts)
     assert abs(mat.metadata["dagster-air/gpu_hours"].value - total) < 1e-5
+
+
+def test_a_range_step_run_again_reattaches_to_its_runs(local_workspace, monkeypatch):
+    """The same step of the same Dagster run (as after its worker crashed: same run id,
+    same deployment) gets its remote runs back instead of training again."""
+    monkeypatch.setenv("AIRO_HOST", local_workspace.host)
+    monkeypatch.setenv("AIRO_TOKEN", local_workspace.token)
+    workspace = AirWorkspace(
+        host=dg.EnvVar("AIRO_HOST"),
+        token=dg.EnvVar("AIRO_TOKEN"),
+        poll_interval=0.2,
+        deployment_namespace="one-deployment",
+    )
+    keys = [f"trial-{i}" for i in range(3)]
+    assets = build_air_assets(
+        AirStage(key="trial", workload=workload("trial", "echo trained")),
+        partitions_def=dg.StaticPartitionsDefinition(keys),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        max_tasks_per_run=2,
+    )
+    job = dg.Definitions(
+        assets=[assets], resources={"air_workspace": workspace}
+    ).resolve_implicit_global_asset_job_def()
+    remote_runs = []
+    for _ in range(2):
+        with dg.DagsterInstance.ephemeral() as instance:
+            result = job.execute_in_process(
+                instance=instance, run_id="5b1e0c1e-0000-4000-8000-000000000001",
+                tags=_range(keys[0], keys[-1]),
+            )  # fmt: skip
+            assert result.success
+            remote_runs.append(
+                sorted(
+                    {
+                        m.materialization.metadata["dagster-air/run_id"].value
+                        for m in result.get_asset_materialization_events()
+                    }
+                )
+            )
+    assert len(remote_runs[0]) == 2  # 3 partitions, 2 tasks per run
+    assert remote_runs[0] == remote_runs[1]
+    assert counters(local_workspace)["runs_created"] == 2

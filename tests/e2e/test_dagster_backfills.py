@@ -100,7 +100,7 @@ def _partitions(deployment: DagsterDeployment, run_id: str) -> dict[str, dict[st
 def test_range_backfills_through_the_daemon(tmp_path: Path, postgres: str, local_workspace):
     deployment = DagsterDeployment(
         tmp_path,
-        database_dsn=f"{postgres}/airo_dagster_backfills",
+        database_dsn=f"{postgres}/airo_dagster",  # the deployments run one at a time
         code_location={
             "python_file": {
                 "relative_path": str(DEFINITIONS),
