@@ -381,3 +381,43 @@ def test_a_range_step_run_again_reattaches_to_its_runs(local_workspace, monkeypa
     assert len(remote_runs[0]) == 2  # 3 partitions, 2 tasks per run
     assert remote_runs[0] == remote_runs[1]
     assert counters(local_workspace)["runs_created"] == 2
+
+
+def test_a_failing_blocking_check_of_one_partition_blocks_only_that_partition_downstream(
+    air_workspace, instance, local_workspace
+):
+    check = """\
+python - <<'PY'
+from dagster_pipes import open_dagster_pipes
+
+with open_dagster_pipes() as pipes:
+    pipes.report_asset_check("data_valid", passed=pipes.partition_key != "bad")
+PY
+"""
+    assets = build_air_assets(
+        [
+            AirStage(
+                key="prepare",
+                workload=workload("prepare", check),
+                check_specs=[{"name": "data_valid", "blocking": True}],
+            ),
+            AirStage(
+                key="evaluate",
+                workload=workload("evaluate", "echo evaluated"),
+                depends_on=["prepare"],
+            ),
+        ],
+        name="checked_sweep",
+        partitions_def=dg.StaticPartitionsDefinition(["bad", "good"]),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    result = _materialize(
+        assets, air_workspace, instance, tags=_range("bad", "good"), raise_on_error=False
+    )
+    assert not result.success
+    assert set(_materializations(instance, "prepare")) == {"bad", "good"}
+    assert set(_materializations(instance, "evaluate")) == {"good"}
+    message = failure_data(result).user_failure_data.description
+    assert "evaluate partition bad" in message
+    assert "blocking check data_valid of prepare partition bad failed" in message
+    assert counters(local_workspace)["runs_created"] == 1
