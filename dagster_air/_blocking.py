@@ -75,8 +75,8 @@ class BlockingChecks:
         for report in reports:
             task = self.tasks.get(report.task_key)
             current = state.task(report.task_key) if task is not None else None
-            if task is None or current is None:
-                continue
+            if task is None or current is None or current.task_key != report.task_key:
+                continue  # not a task of this run
             if not current.is_terminal or current.attempt_number != report.attempt:
                 continue  # still running, or an earlier attempt a retry replaces
             names = sorted(

@@ -249,6 +249,7 @@ class StepRun:
         self._attempts_seen: set[tuple[str, int]] = set()
         self._client: AirClient | None = None  # while the step waits (to cancel blocked tasks)
         self.blocking: BlockingChecks | None = None
+        self._last_state: RunState | None = None  # the newest state the wait saw
 
     # --- preparing ------------------------------------------------------------------
 
@@ -445,6 +446,7 @@ class StepRun:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
             yield from self._attempt_ends(state)
+            self._last_state = state
             self._follow_blocking(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
@@ -455,6 +457,9 @@ class StepRun:
             if self.pipes is not None and self.pipes.reader.handle_line(
                 line, record.task_key, record.attempt
             ):
+                # A check may arrive after the state that ended its task (logs lag states).
+                if self._last_state is not None:
+                    self._follow_blocking(self._last_state)
                 return
             node = self._log_node()
             if self.workspace.stream_logs and (node is None or record.node_index == node):

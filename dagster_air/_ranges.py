@@ -358,15 +358,14 @@ class RangeStepRun(StepRun):
         yield from self._partition_checks(reported, materialized)
         if not failed:
             return
-        first = runs[0]
-        for run in runs:
+        failing = [run for run in runs if any(t in run.tasks for t, _ in failed)]
+        for run in failing:
+            # A retry of the step starts new runs (see ``_identity``).
             assert run.submitted is not None
-            if any(t in run.tasks for t, _ in failed):
-                first = run
-                yield terminal_failure_observation(
-                    self.context, failed[0][0].loaded.asset_key, run.submitted, run.state,
-                    generation,
-                )  # fmt: skip
+            yield terminal_failure_observation(
+                self.context, failed[0][0].loaded.asset_key, run.submitted, run.state, generation
+            )
+        first = failing[0]
         lines = [
             f"{t.loaded.asset_key.to_user_string()} partition {t.partition} (task {t.task_key}): "
             f"{why}"

@@ -241,6 +241,7 @@ PY
 """
 
 
+@pytest.mark.timeout(900)  # above the downstream stage's own bound (300 s)
 def test_a_failing_blocking_check_keeps_the_downstream_stage_of_the_step_unmaterialized(
     air_workspace, instance, local_workspace, tmp_path
 ):
