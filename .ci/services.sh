@@ -12,6 +12,18 @@ if command -v redis-server >/dev/null && ! redis-cli -h 127.0.0.1 -p 6379 ping >
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 
+# Headless Chromium and its WebDriver for the browser tests of the local workspace's pages
+# (tests/local_workspace/test_pages_browser.py). Installed from Debian when missing and this
+# runs as root with apt-get; otherwise those tests skip (fail under CI=true).
+install_browser() {
+  command -v chromium >/dev/null && command -v chromedriver >/dev/null && return 0
+  command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] || return 0
+  apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    chromium chromium-driver fonts-dejavu-core >/dev/null || true
+}
+install_browser
+
 # Databases of tests/e2e (each test empties its schema first): airo_airflow (LocalExecutor
 # metadata), airo_airflow_celery (CeleryExecutor metadata and Celery results), airo_dagster
 # (Dagster storage); tests/reliability: airo_airflow_reliability (the deployment whose

@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from typing import Any
 
 # What the `local` extra installs: the local workspace's server.
-LOCAL_EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "starlette"})
+LOCAL_EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "starlette", "jinja2"})
 INSTALL_HINT = 'the local workspace needs its extra: pip install "air-orchestration[local]"'
 
 

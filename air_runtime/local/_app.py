@@ -14,6 +14,7 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_pools` | GPU pools (provisioned capacities) and their usage |
 | `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
+| `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from air_runtime.local import (
     _api_runs,
     _api_secrets,
     _api_usage_policies,
+    _pages,
 )
 from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
@@ -66,10 +68,13 @@ _API_ROUTERS = (
     _api_mlflow.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
+# The run pages check their own credentials (a browser without a session is sent to the
+# login form instead of getting the API's JSON error).
 _PUBLIC_ROUTERS = (
     _api_identity.public_router,
     _api_admin.public_router,
     _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
+    _pages.router,
 )
 
 

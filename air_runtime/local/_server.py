@@ -107,7 +107,8 @@ def serve(
             f"local workspace ({options.mode}) on http://{shown}:{actual}  {where}  "
             f"data: {data_dir}\n"
             "Airflow's databricks_default connection to it:\n"
-            f"  {airflow_connection_command(f'http://{shown}:{actual}', token_shell)}",
+            f"  {airflow_connection_command(f'http://{shown}:{actual}', token_shell)}\n"
+            f"Run pages: http://{shown}:{actual}/jobs/runs (a browser logs in with the token)",
             flush=True,
         )
     server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
