@@ -12,6 +12,8 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_usage_policies` | usage (serverless budget) policies |
 | `_api_ai_training` | workload validation and task log records |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
+| `_api_unity_catalog` | the metastore summary (the region of the Artifact Registry host) |
+| `_registry_tokens` | the token service of the Artifact Registry stand-in |
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from air_runtime.local import (
     _api_permissions,
     _api_runs,
     _api_secrets,
+    _api_unity_catalog,
     _api_usage_policies,
+    _registry_tokens,
 )
 from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
@@ -58,9 +62,14 @@ _API_ROUTERS = (
     _api_permissions.router,
     _api_usage_policies.router,
     _api_ai_training.router,
+    _api_unity_catalog.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
-_PUBLIC_ROUTERS = (_api_identity.public_router, _api_admin.public_router)
+_PUBLIC_ROUTERS = (
+    _api_identity.public_router,
+    _api_admin.public_router,
+    _registry_tokens.public_router,
+)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
