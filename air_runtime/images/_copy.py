@@ -217,7 +217,7 @@ class ImageCopier:
                 os_arch = (platform.get("os"), platform.get("architecture"))
                 if os_arch == ("unknown", "unknown"):  # attestations, not a platform
                     continue
-                platforms.append("/".join(p for p in os_arch if p))
+                platforms.append("/".join(p for p in (*os_arch, platform.get("variant")) if p))
                 if os_arch == PLATFORM and chosen is None:
                     chosen = entry
             if chosen is None:

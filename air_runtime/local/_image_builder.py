@@ -123,6 +123,10 @@ def push_generated_image(
         entries = []
         for number, platform in enumerate(platforms):
             os_name, _, architecture = platform.partition("/")
+            architecture, _, variant = architecture.partition("/")
+            described = {"architecture": architecture, "os": os_name}
+            if variant:
+                described["variant"] = variant
             layers = []
             diff_ids = []
             for index, size in enumerate(layer_sizes):
@@ -170,7 +174,7 @@ def push_generated_image(
                     "mediaType": OCI_MANIFEST,
                     "digest": digest,
                     "size": len(manifest),
-                    "platform": {"architecture": architecture, "os": os_name},
+                    "platform": described,
                 }
             )
         if len(platforms) == 1:
