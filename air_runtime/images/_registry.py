@@ -129,7 +129,7 @@ class Registry:
         """The token endpoint of the bearer challenge (the registry token spec): GET realm
         with service and one scope parameter per scope, HTTP Basic with the login if any."""
         challenge = self._bearer_challenge or {}
-        params: list[tuple[str, str]] = []
+        params: list[tuple[str, str | int | float | bool | None]] = []
         if challenge.get("service"):
             params.append(("service", challenge["service"]))
         params.extend(("scope", scope) for scope in scopes)

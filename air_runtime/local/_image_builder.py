@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -120,14 +121,14 @@ def push_generated_image(
         registry = Registry(
             host, login, role="the registry", login_fix="check the login", http=http
         )
-        entries = []
+        entries: list[dict[str, Any]] = []
         for number, platform in enumerate(platforms):
             os_name, _, architecture = platform.partition("/")
             architecture, _, variant = architecture.partition("/")
             described = {"architecture": architecture, "os": os_name}
             if variant:
                 described["variant"] = variant
-            layers = []
+            layers: list[dict[str, Any]] = []
             diff_ids = []
             for index, size in enumerate(layer_sizes):
                 path = _layer_file(scratch, index, size, seed * 1000 + number)

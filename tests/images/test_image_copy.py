@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def test_first_copy_resolves_the_index_and_a_second_copy_sends_nothing(
     assert _target_digest(registries, image_workspace, "main.images.trainer", "1.0") == first.digest
     assert first.copy.layers == 4 and first.copy.blobs_uploaded == 4
     assert first.copy.bytes_sent == first.copy.bytes_total == built.size
-    assert [e.event for e in events][0] == "resolved" and events[-1].event == "manifest"
+    assert events[0].event == "resolved" and events[-1].event == "manifest"
     assert max(e.layers_done for e in events) == 4
     assert events[-1].bytes_sent == built.size
     assert again.digest == first.digest
@@ -201,15 +202,17 @@ def test_a_missing_tag_names_the_registry_and_the_image(
         login=registries.hub_login,
         workdir=tmp_path / "build",
     )
-    with AirClient(image_workspace.host, image_workspace.token) as client:
-        with pytest.raises(NotFound) as raised:
-            _push(
-                client,
-                registries,
-                f"{registries.hub.host}/team/tagged:2",
-                artifact=None,
-                state_dir=tmp_path / "state",
-            )
+    with (
+        AirClient(image_workspace.host, image_workspace.token) as client,
+        pytest.raises(NotFound) as raised,
+    ):
+        _push(
+            client,
+            registries,
+            f"{registries.hub.host}/team/tagged:2",
+            artifact=None,
+            state_dir=tmp_path / "state",
+        )
     assert str(raised.value) == (
         f"the source registry {registries.hub.host} has no image team/tagged:2"
     )
@@ -266,15 +269,17 @@ def test_a_refused_workspace_token_names_the_artifact_registry_and_the_fix(
         workdir=tmp_path / "build",
     )
     stale = "dapi-not-a-token-of-this-workspace-42"
-    with AirClient(image_workspace.host, stale) as client:
-        with pytest.raises(RegistryAuthError) as refused:
-            _push(
-                client,
-                registries,
-                f"{registries.hub.host}/team/small:1",
-                artifact=None,
-                state_dir=tmp_path / "state",
-            )
+    with (
+        AirClient(image_workspace.host, stale) as client,
+        pytest.raises(RegistryAuthError) as refused,
+    ):
+        _push(
+            client,
+            registries,
+            f"{registries.hub.host}/team/small:1",
+            artifact=None,
+            state_dir=tmp_path / "state",
+        )
     message = str(refused.value)
     host = registries.artifact_registry.host
     assert message.startswith(
@@ -310,7 +315,7 @@ def test_names_are_checked_as_the_cli_checks_them_before_anything_is_contacted(
     ]
     with AirClient(image_workspace.host, image_workspace.token) as client:
         for names, expected in cases:
-            with pytest.raises(ConfigurationError, match="^" + __import__("re").escape(expected)):
+            with pytest.raises(ConfigurationError, match="^" + re.escape(expected)):
                 push_image(client, "docker.io/team/trainer:1", registry_host=unreachable, **names)
 
 
