@@ -113,7 +113,12 @@ with DAG(
             "command": "echo training on the copied image",
             "environment": {"unity_catalog_image": "main.ml.placeholder:0"},
         },
-        overrides={"environment.unity_catalog_image": "{{ ti.xcom_pull(task_ids='copy_image') }}"},
+        # The default is what definition-time checks render (no XCom there).
+        overrides={
+            "environment.unity_catalog_image": (
+                "{{ ti.xcom_pull(task_ids='copy_image') | default('main.ml.trainer:3.0') }}"
+            )
+        },
         poll_interval=0.2,
     )
     copy_image >> train_on_copy
