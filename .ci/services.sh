@@ -12,6 +12,20 @@ if command -v redis-server >/dev/null && ! redis-cli -h 127.0.0.1 -p 6379 ping >
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 
+# The Distribution registry server (docker-registry) of the image copy tests, the demo and
+# the image benchmark, which start their own instances on free loopback ports; skopeo is the
+# benchmark's reference copier. Installed when missing (root, as on CI).
+install_image_registry_tools() {
+  local missing=()
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
+  command -v skopeo >/dev/null || missing+=(skopeo)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" || true
+  fi
+}
+install_image_registry_tools
+
 # Databases of tests/e2e (each test empties its schema first): airo_airflow (LocalExecutor
 # metadata), airo_airflow_celery (CeleryExecutor metadata and Celery results), airo_dagster
 # (Dagster storage); tests/reliability: airo_airflow_reliability (the deployment whose
