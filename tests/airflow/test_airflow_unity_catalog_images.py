@@ -15,9 +15,7 @@ from image_registries import HUB_PASSWORD, HUB_USER, image_registries
 from air_runtime.local._image_builder import push_generated_image
 
 
-def test_copy_into_unity_catalog_then_train_on_the_copy(
-    workspace, task_log, monkeypatch, tmp_path
-):
+def test_copy_into_unity_catalog_then_train_on_the_copy(workspace, task_log, monkeypatch, tmp_path):
     with image_registries(tmp_path / "registries", workspace) as registries:
         built = push_generated_image(
             registries.hub.host,
