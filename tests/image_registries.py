@@ -21,6 +21,7 @@ from air_runtime.local import (
     start_artifact_registry,
     start_registry_server,
 )
+from air_runtime.local._image_builder import GeneratedImage, push_generated_image
 
 HUB_USER = "hubuser"
 HUB_PASSWORD = "hub-pw-Secret-0123456789"
@@ -57,3 +58,23 @@ def image_registries(directory: Path, workspace: LocalWorkspace) -> Iterator[Reg
             artifact_registry.stop()
     finally:
         hub.stop()
+
+
+# The images the RL pipeline (dags/rl_pipeline.py, the Dagster example) copies.
+RL_SOURCES = (("vllm/vllm-openai", "v0.8.5"), ("pytorch/pytorch", "2.6.0-cuda12.4-cudnn9-runtime"))
+
+
+def push_rl_images(registries: Registries, workdir: Path) -> dict[str, GeneratedImage]:
+    """Generated stand-ins of the RL images (linux/amd64 and linux/arm64) on the hub."""
+    return {
+        repository: push_generated_image(
+            registries.hub.host,
+            repository,
+            tag,
+            platforms=("linux/amd64", "linux/arm64"),
+            login=registries.hub_login,
+            seed=seed,
+            workdir=workdir,
+        )
+        for seed, (repository, tag) in enumerate(RL_SOURCES)
+    }

@@ -20,28 +20,14 @@ def test_scheduled_training(workspace, task_log):
 def test_rl_pipeline(workspace, task_log, monkeypatch, tmp_path):
     """Copies both images from the stand-in Docker Hub into the stand-in Artifact Registry,
     then trains on the copies: the workspace refuses a run whose images are not there."""
-    from image_registries import image_registries
-
-    from air_runtime.local._image_builder import push_generated_image
+    from image_registries import image_registries, push_rl_images
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_HF_DEFAULT",
         json.dumps({"conn_type": "generic", "password": "hf_local_demo_token"}),
     )
     with image_registries(tmp_path / "registries", workspace) as registries:
-        sources = {}
-        for number, (repository, tag) in enumerate(
-            (("vllm/vllm-openai", "v0.8.5"), ("pytorch/pytorch", "2.6.0-cuda12.4-cudnn9-runtime"))
-        ):
-            sources[repository] = push_generated_image(
-                registries.hub.host,
-                repository,
-                tag,
-                platforms=("linux/amd64", "linux/arm64"),
-                login=registries.hub_login,
-                seed=number,
-                workdir=tmp_path / "build",
-            )
+        sources = push_rl_images(registries, tmp_path / "build")
         monkeypatch.setenv("DOCKER_CONFIG", str(registries.docker_config.parent))
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
         dag = repo_dag("rl_pipeline.py")

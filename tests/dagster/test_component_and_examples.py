@@ -169,24 +169,10 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
     """``air_images`` copies both images from the stand-in Docker Hub into the stand-in
     Artifact Registry; ``grpo`` then runs on the copies (the workspace refuses images that
     are not there)."""
-    from image_registries import image_registries
-
-    from air_runtime.local._image_builder import push_generated_image
+    from image_registries import image_registries, push_rl_images
 
     with image_registries(tmp_path / "registries", local_workspace) as registries:
-        built = {}
-        for seed, (repository, tag) in enumerate(
-            (("vllm/vllm-openai", "v0.8.5"), ("pytorch/pytorch", "2.6.0-cuda12.4-cudnn9-runtime"))
-        ):
-            built[repository] = push_generated_image(
-                registries.hub.host,
-                repository,
-                tag,
-                platforms=("linux/amd64", "linux/arm64"),
-                login=registries.hub_login,
-                seed=seed,
-                workdir=tmp_path / "build",
-            )
+        built = push_rl_images(registries, tmp_path / "build")
         monkeypatch.setenv("DOCKER_CONFIG", str(registries.docker_config.parent))
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
         monkeypatch.setenv("RL_SOURCE_REGISTRY", registries.hub.host)

@@ -11,12 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from image_registries import HUB_PASSWORD, Registries
 
 from air_runtime.local import LocalWorkspace
 from air_runtime.local._image_builder import push_generated_image
 
 # The console script a user runs, beside the interpreter of this environment.
+# airo as subprocesses, a cold start each: make test-fast leaves it out.
+pytestmark = pytest.mark.slow
+
 AIRO = [str(Path(sys.executable).parent / "airo")]
 
 
