@@ -139,6 +139,12 @@ def unity_catalog_image(
             tag = given_tag
     if not name:
         raise ConfigurationError("the artifact name is required: pass NAME[:TAG]")
+    if not artifact and not _ARTIFACT.match(name):
+        # sourceImageDefaults drops a default that is no artifact name: ask for one.
+        raise ConfigurationError(
+            f"the source's name {name!r} is not a valid artifact name: give the artifact "
+            "as NAME[:TAG] (lowercase letters and digits separated by '_', '__' or '-')"
+        )
     if len(name) > MAX_ARTIFACT_NAME_LENGTH:
         raise ConfigurationError(
             f"invalid artifact name: must be {MAX_ARTIFACT_NAME_LENGTH} characters or less"
