@@ -6,8 +6,8 @@
 Two Distribution registry servers on loopback ports: the stand-in Docker Hub (HTTP Basic)
 holding a generated single-platform linux/amd64 image (uncompressed tar layers of random
 bytes), and a local workspace's stand-in Artifact Registry (token auth, the workspace as
-token service). Each copy goes to a repository of its own, ``airo`` and ``skopeo`` in
-alternation; both run as fresh processes and are timed end to end. The copying process
+token service). Each copy goes to an empty Artifact Registry of its own, ``airo`` and
+``skopeo`` in alternation; both run as fresh processes and are timed end to end. The copying process
 reports its own peak RSS (``VmHWM``). Then the ``airo`` copy is repeated onto itself:
 the time it takes and the bytes it sends. Targets (design/targets.md P9): peak RSS <=
 64 MiB, throughput >= 0.8x skopeo, a repeated copy < 1 s with 0 bytes sent.
@@ -91,6 +91,23 @@ def _skopeo_copy(hub: str, target: str, repository: str, authfile: Path) -> dict
     return {"wall_s": wall}
 
 
+def _authfile(scratch: Path, hub: str, target: str, token: str) -> Path:
+    """skopeo's logins (a containers auth.json, 0600): never on its command line."""
+    path = scratch / "auth.json"
+    path.unlink(missing_ok=True)
+
+    def auth(user: str, password: str) -> dict[str, str]:
+        return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(
+            {"auths": {hub: auth(HUB_USER, HUB_PASSWORD), target: auth("oauthtoken", token)}},
+            handle,
+        )
+    return path
+
+
 def _plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -132,39 +149,39 @@ def main() -> int:
     layers = (16 * MIB,) * 4 if args.quick else (128 * MIB,) * 8
     if args.layer_mib:
         layers = (args.layer_mib * MIB,) * len(layers)
-    rounds = 1 if args.quick else 2
+    rounds = 1 if args.quick else 3
     scratch = Path(tempfile.mkdtemp(prefix="airo-p9-"))
     try:
         with (
             start_local_workspace(data_dir=scratch / "workspace") as workspace,
             start_registry_server(scratch / "hub", users={HUB_USER: HUB_PASSWORD}) as hub,
-            start_artifact_registry(workspace, scratch / "ar") as target,
         ):
             built = push_generated_image(
                 hub.host, "bench/big", "1", layer_sizes=layers,
                 login=Login(HUB_USER, HUB_PASSWORD), workdir=scratch / "build",
             )  # fmt: skip
-            authfile = scratch / "auth.json"
-            fd = os.open(authfile, os.O_WRONLY | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(
-                    {
-                        "auths": {
-                            hub.host: {"auth": base64.b64encode(f"{HUB_USER}:{HUB_PASSWORD}".encode()).decode()},
-                            target.host: {"auth": base64.b64encode(f"oauthtoken:{workspace.token}".encode()).decode()},
-                        }
-                    },
-                    handle,
-                )  # fmt: skip
             ours: list[dict[str, Any]] = []
             theirs: list[dict[str, Any]] = []
+            repeat: dict[str, Any] = {}
             for number in range(rounds):
-                ours.append(_airo_copy(hub.host, target.host, f"main.bench.airo{number}",
-                                       scratch / "state", workspace.token))  # fmt: skip
-                theirs.append(_skopeo_copy(hub.host, target.host, f"main.bench.skopeo{number}",
-                                           authfile))  # fmt: skip
-            repeat = _airo_copy(hub.host, target.host, "main.bench.airo0", scratch / "state",
-                                workspace.token)  # fmt: skip
+                # Each copy into an empty Artifact Registry of its own: nothing is there to
+                # skip or mount (skopeo's blob-info cache would mount blobs a previous copy
+                # left in the same registry), and the order alternates between rounds.
+                order = ("airo", "skopeo") if number % 2 == 0 else ("skopeo", "airo")
+                for tool in order:
+                    directory = scratch / f"ar-{tool}-{number}"
+                    with start_artifact_registry(workspace, directory) as target:
+                        if tool == "airo":
+                            ours.append(_airo_copy(hub.host, target.host, "main.bench.big",
+                                                   scratch / "state", workspace.token))  # fmt: skip
+                            if number == rounds - 1:
+                                repeat = _airo_copy(hub.host, target.host, "main.bench.big",
+                                                    scratch / "state", workspace.token)  # fmt: skip
+                        else:
+                            authfile = _authfile(scratch, hub.host, target.host, workspace.token)
+                            theirs.append(_skopeo_copy(hub.host, target.host, "main.bench.big",
+                                                       authfile))  # fmt: skip
+                    shutil.rmtree(directory, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     size = built.size
