@@ -226,7 +226,7 @@ def main() -> int:
         "repeat": repeat["copy_s"] < 1.0 and repeat["bytes_sent"] == 0,
         "every_copy_sent_the_whole_image": all(r["bytes_sent"] == size for r in ours),
     }
-    path = write_result("P9_image_copy", result)
+    path = write_result("P9", result)
     _plot(result, RESULTS / "p9_image_copy.png")
     print(json.dumps({k: result[k] for k in ("throughput_ratio", "met")} | {
         "peak_rss_mib": result["airo"]["peak_rss_mib"], "repeat": result["repeat"], "file": str(path)}))  # fmt: skip
