@@ -3,12 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.synced
-# The lowest versions the project declares (apache-airflow's lowest supported minor, the
-# core's lowest direct dependencies), resolved by uv from pyproject.toml beside the lock.
+# The lowest versions the project declares (apache-airflow's and dagster's lowest supported
+# minors, the core's lowest direct dependencies), resolved by uv from pyproject.toml beside the lock.
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.synced
 LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflow_workload_checks.py \
-	tests/airflow/test_airflow_operator.py::test_success
+	tests/airflow/test_airflow_operator.py::test_success \
+	tests/dagster/test_definitions_and_errors.py \
+	tests/dagster/test_ranges.py::test_a_range_run_trains_each_partition_in_its_own_task \
+	tests/dagster/test_ranges.py::test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations
 
 .PHONY: venv venv-lowest services test test-lowest test-fast lint demo bench reliability workspace clean
 
@@ -24,7 +27,7 @@ venv-lowest: $(LOWEST_STAMP)
 
 $(LOWEST_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(LOWEST)
-	$(BIN)/uv pip compile -q pyproject.toml --extra airflow --extra local \
+	$(BIN)/uv pip compile -q pyproject.toml --extra airflow --extra local --extra dagster \
 		--resolution lowest-direct --python $(LOWEST)/bin/python -o $(LOWEST)/requirements.txt
 	$(BIN)/uv pip install -q --python $(LOWEST)/bin/python -r $(LOWEST)/requirements.txt \
 		$$($(BIN)/uv pip freeze --python $(BIN)/python | grep -E '^(pytest|pytest-asyncio|pytest-timeout)==')
@@ -45,7 +48,8 @@ services:
 test: venv lint services test-lowest
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
-# A few Airflow tests on the lowest supported versions (the whole suite runs on the locked ones).
+# A few Airflow and Dagster tests on the lowest supported versions (the whole suite runs on the
+# locked ones).
 test-lowest: venv-lowest
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 

@@ -25,6 +25,17 @@ install_image_registry_tools() {
   fi
 }
 install_image_registry_tools
+# Headless Chromium and its WebDriver for the browser tests of the local workspace's pages
+# (tests/local_workspace/test_pages_browser.py). Installed from Debian when missing and this
+# runs as root with apt-get; otherwise those tests skip (fail under CI=true).
+install_browser() {
+  command -v chromium >/dev/null && command -v chromedriver >/dev/null && return 0
+  command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] || return 0
+  apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    chromium chromium-driver fonts-dejavu-core >/dev/null || true
+}
+install_browser
 
 # Databases of tests/e2e (each test empties its schema first): airo_airflow (LocalExecutor
 # metadata), airo_airflow_celery (CeleryExecutor metadata and Celery results), airo_dagster

@@ -12,8 +12,9 @@ import dagster as dg
 from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._execution import AirEvent, AirWorkflow, LoadedStage, StepRun
-from ._partitions import PartitionParameters
+from ._execution import AirEvent, AirWorkflow, LoadedStage
+from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters
+from ._ranges import check_range_support, step_run
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
@@ -121,8 +122,16 @@ def _workflow_and_specs(
     run_env: Mapping[str, str] | None = None,
     check_specs: Sequence[dg.AssetCheckSpec] = (),
     output_env: str | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
+    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
 ) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
     _check_partition_coverage(partitions_def, partition_parameters)
+    check_range_support(
+        stages=len(stages),
+        partitions_def=partitions_def,
+        backfill_policy=backfill_policy,
+        max_tasks_per_run=max_tasks_per_run,
+    )
     check_env_vars_set(secret_env or {}, "secret_env")
     loaded, specs = _load_stages(
         stages, translator or DagsterAirTranslator(), base_dir, partitions_def
@@ -138,6 +147,7 @@ def _workflow_and_specs(
         run_env=dict(run_env or {}),
         always_workflow=len(loaded) > 1,
         output_env=output_env,
+        max_tasks_per_run=max_tasks_per_run,
     )
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
@@ -155,6 +165,7 @@ def _multi_asset(
     op_tags: Mapping[str, Any] | None,
     backfill_policy: dg.BackfillPolicy | None,
     io_manager_key: str | None,
+    description: str | None = None,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """The multi-asset decorator every factory uses. With ``io_manager_key`` the stages are
     outputs (so a downstream asset taking one as an input loads it through that IO manager,
@@ -168,6 +179,7 @@ def _multi_asset(
         "pool": pool,
         "op_tags": op_tags,
         "backfill_policy": backfill_policy,
+        "description": description,
     }
     if io_manager_key is None:
         return dg.multi_asset(specs=specs, **common)
@@ -198,6 +210,8 @@ def build_air_assets(
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
     output_env: str | None = None,
+    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
+    op_description: str | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -234,9 +248,15 @@ def build_air_assets(
         op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
-        backfill_policy: how backfills of partitioned stages are split into runs.
+        backfill_policy: how backfills of partitioned stages are split into runs. A run over
+            a range of partitions (``single_run()``, ``multi_run(n)`` with n > 1) submits one
+            task per stage and partition, each trained with its partition's parameters and
+            recorded as that partition.
+        max_tasks_per_run: the most tasks one remote run of a partition range holds; a
+            larger range is split into several runs (default 100, at most 1,000).
         io_manager_key: the IO manager that loads a stage for a downstream asset taking it
             as an input (the stages store nothing themselves).
+        op_description: the description of the op (the step).
         output_env: the environment variable naming where the stages write (e.g. an
             ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
             stage materialized without an upstream stage it depends on gets, in that
@@ -258,6 +278,8 @@ def build_air_assets(
         run_env=run_env,
         check_specs=check_specs,
         output_env=output_env,
+        backfill_policy=backfill_policy,
+        max_tasks_per_run=max_tasks_per_run,
     )
 
     @_multi_asset(
@@ -270,10 +292,11 @@ def build_air_assets(
         op_tags=op_tags,
         backfill_policy=backfill_policy,
         io_manager_key=io_manager_key,
+        description=op_description,
     )
     def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
         workspace = getattr(context.resources, resource_key)
-        yield from StepRun(context, workflow, workspace, config).execute()
+        yield from step_run(context, workflow, workspace, config).execute()
 
     return _air_assets
 
@@ -303,7 +326,7 @@ class AirInvocation:
         ``overrides`` are applied after the run config's, e.g. values computed from
         upstream assets: ``air.run({"env_variables.DATA_PATH": path})``.
         """
-        yield from StepRun(
+        yield from step_run(
             self.context, self.workflow, self.workspace, self.config, overrides
         ).execute()
 
@@ -331,6 +354,7 @@ def air_workload_asset(
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
     output_env: str | None = None,
+    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -387,6 +411,8 @@ def air_workload_asset(
             run_env=run_env,
             check_specs=stage_checks,
             output_env=output_env,
+            backfill_policy=backfill_policy,
+            max_tasks_per_run=max_tasks_per_run,
         )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]

@@ -29,6 +29,7 @@ from dagster.components.resolved.core_models import (
     AssetSpecUpdateKwargs,
     DailyPartitionsDefinitionModel,
     HourlyPartitionsDefinitionModel,
+    OpSpec,
     StaticPartitionsDefinitionModel,
     TimeWindowPartitionsDefinitionModel,
     WeeklyPartitionsDefinitionModel,
@@ -38,15 +39,28 @@ from dagster.components.resolved.core_models import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._assets import build_air_assets, check_env_vars_set
+from ._partitions import DEFAULT_MAX_TASKS_PER_RUN
 from ._resource import AirWorkspace
+from ._secrets import env_var_name
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
 
+
+def _described(description: str) -> dg.Resolver:
+    """A field's description, where Dagster's component schema (``dg`` docs, ``dg check
+    yaml``) reads it: the field's resolver."""
+    return dg.Resolver.default(description=description)
+
+
+def _resolve_asset_attributes(context: dg.ResolutionContext, model: Any) -> Mapping[str, Any]:
+    return {} if model is None else resolve_asset_spec_update_kwargs_to_mapping(context, model)
+
+
 AssetAttributes = Annotated[
-    Mapping[str, Any],
+    Mapping[str, Any] | None,
     dg.Resolver(
-        resolve_asset_spec_update_kwargs_to_mapping,
-        model_field_type=AssetSpecUpdateKwargs.model(),
+        _resolve_asset_attributes,
+        model_field_type=AssetSpecUpdateKwargs.model() | None,
         description="AssetSpec attributes (key, key_prefix, deps, group_name, description, "
         "tags, kinds, owners, metadata...) that win over the derived ones.",
     ),
@@ -54,8 +68,9 @@ AssetAttributes = Annotated[
 
 
 class DynamicPartitionsModel(dg.Resolvable, dg.Model):
-    type: Literal["dynamic"] = "dynamic"
-    name: str
+    # Read as a plain model (the partitions' resolver's model type): pydantic descriptions.
+    type: Literal["dynamic"] = Field(default="dynamic", description="Dynamic partitions.")
+    name: str = Field(description="The name of the dynamic partitions definition.")
 
 
 def _resolve_partitions(
@@ -84,17 +99,21 @@ ResolvedPartitions = Annotated[
 class AirWorkspaceArgs(dg.Resolvable, dg.Model):
     """Where the workspace and its credentials come from. Secrets by env var name only."""
 
-    host: str | None = Field(default=None, description="Workspace URL (not a secret).")
-    host_env: str | None = Field(default=None, description="Env var holding the workspace URL.")
-    token_env: str | None = Field(default=None, description="Env var holding a token.")
-    client_id_env: str | None = Field(default=None, description="Env var: OAuth client id.")
-    client_secret_env: str | None = Field(default=None, description="Env var: OAuth client secret.")
-    poll_interval: float = 5.0
-    request_budget: float = 10.0
-    secret_scope: str = "dagster-air"
-    deployment_namespace: str | None = Field(
-        default=None, description="Pins this deployment's identity (default: made once)."
+    host: Annotated[str | None, _described("Workspace URL (not a secret).")] = None
+    host_env: Annotated[str | None, _described("Env var holding the workspace URL.")] = None
+    token_env: Annotated[str | None, _described("Env var holding a token.")] = None
+    client_id_env: Annotated[str | None, _described("Env var: OAuth client id.")] = None
+    client_secret_env: Annotated[str | None, _described("Env var: OAuth client secret.")] = None
+    poll_interval: Annotated[float, _described("Seconds between run state polls.")] = 5.0
+    request_budget: Annotated[
+        float, _described("Requests per second this process may send the workspace.")
+    ] = 10.0
+    secret_scope: Annotated[str, _described("Secret scope where secret_env values are stored.")] = (
+        "dagster-air"
     )
+    deployment_namespace: Annotated[
+        str | None, _described("Pins this deployment's identity (default: made once).")
+    ] = None
 
     def env_vars(self) -> dict[str, str]:
         """The environment variables this block names, by field."""
@@ -120,12 +139,12 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
 class AirCheckArgs(dg.Resolvable, dg.Model):
     """An asset check of a stage's asset, reported by the workload through Dagster Pipes."""
 
-    name: str
-    description: str | None = None
-    blocking: bool = Field(
-        default=False,
-        description="A failed check keeps downstream assets of the same run from materializing.",
-    )
+    name: Annotated[str, _described("The check name the workload reports (report_asset_check).")]
+    description: Annotated[str | None, _described("Shown with the check.")] = None
+    blocking: Annotated[
+        bool,
+        _described("A failed check keeps downstream assets of the same run from materializing."),
+    ] = False
 
 
 def _check_specs(checks: list[AirCheckArgs]) -> list[str | Mapping[str, Any]]:
@@ -135,10 +154,15 @@ def _check_specs(checks: list[AirCheckArgs]) -> list[str | Mapping[str, Any]]:
 class AirRetryPolicyArgs(dg.Resolvable, dg.Model):
     """Dagster retries of the step (a retry after a failed remote run starts a new one)."""
 
-    max_retries: int = 1
-    delay: float | None = Field(default=None, description="Seconds before a retry.")
-    backoff: Literal["LINEAR", "EXPONENTIAL"] | None = None
-    jitter: Literal["FULL", "PLUS_MINUS"] | None = None
+    max_retries: Annotated[int, _described("How many times Dagster retries the step.")] = 1
+    delay: Annotated[float | None, _described("Seconds before a retry.")] = None
+    backoff: Annotated[
+        Literal["LINEAR", "EXPONENTIAL"] | None,
+        _described("How the delay grows from one retry to the next."),
+    ] = None
+    jitter: Annotated[
+        Literal["FULL", "PLUS_MINUS"] | None, _described("Randomness added to the delay.")
+    ] = None
 
     def build(self) -> dg.RetryPolicy:
         return dg.RetryPolicy(
@@ -152,8 +176,15 @@ class AirRetryPolicyArgs(dg.Resolvable, dg.Model):
 class AirBackfillPolicyArgs(dg.Resolvable, dg.Model):
     """How a backfill of the partitioned assets is split into runs."""
 
-    type: Literal["single_run", "multi_run"] = "multi_run"
-    max_partitions_per_run: int = 1
+    type: Annotated[
+        Literal["single_run", "multi_run"],
+        _described(
+            "single_run: the whole backfill in one run; multi_run: runs of at most "
+            "max_partitions_per_run partitions. A run over several partitions trains each in a "
+            "task of its own."
+        ),
+    ] = "multi_run"
+    max_partitions_per_run: Annotated[int, _described("Partitions per run (multi_run).")] = 1
 
     def build(self) -> dg.BackfillPolicy:
         if self.type == "single_run":
@@ -164,18 +195,25 @@ class AirBackfillPolicyArgs(dg.Resolvable, dg.Model):
 class AirStageArgs(dg.Resolvable, dg.Model):
     """One stage of a multi-stage workflow."""
 
-    key: str = Field(description="Stage name: the task key and default asset name.")
-    workload: str | dict[str, Any] = Field(
-        description="Workload file (relative to defs.yaml) or an inline workload mapping."
+    key: Annotated[str, _described("Stage name: the task key and default asset name.")]
+    workload: Annotated[
+        str | dict[str, Any],
+        _described("Workload file (relative to defs.yaml) or an inline workload mapping."),
+    ]
+    depends_on: Annotated[list[str], _described("Keys of the stages this one waits for.")] = Field(
+        default_factory=list
     )
-    depends_on: list[str] = Field(default_factory=list)
-    run_if: str = "ALL_SUCCESS"
-    overrides: dict[str, Any] | list[str] | None = None
-    asset: AssetAttributes | None = None
-    checks: list[AirCheckArgs] = Field(
-        default_factory=list,
-        description="Asset checks of this stage's asset: {name, blocking, description}.",
+    run_if: Annotated[str, _described("When a stage with dependencies runs (the Jobs run_if).")] = (
+        "ALL_SUCCESS"
     )
+    overrides: Annotated[
+        dict[str, Any] | list[str] | None, _described("Dotted overrides of this stage's workload.")
+    ] = None
+    asset: AssetAttributes = None
+    checks: Annotated[
+        list[AirCheckArgs],
+        _described("Asset checks of this stage's asset: {name, blocking, description}."),
+    ] = Field(default_factory=list)
 
 
 class AirWorkloadScaffoldParams(BaseModel):
@@ -289,57 +327,99 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
     # The resolved partitions definition is a plain Dagster object, not a pydantic model.
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    workload: str | dict[str, Any] | None = Field(
-        default=None, description="Workload file (relative to defs.yaml) or inline mapping."
-    )
-    key: str | None = Field(
-        default=None, description="Stage/asset name of a single workload (default: folder name)."
-    )
-    overrides: dict[str, Any] | list[str] | None = Field(
-        default=None, description="Dotted overrides of the single workload."
-    )
-    asset: AssetAttributes | None = None
-    stages: list[AirStageArgs] | None = None
-    name: str | None = Field(default=None, description="Op name (default: the stage keys).")
+    workload: Annotated[
+        str | dict[str, Any] | None,
+        _described("Workload file (relative to defs.yaml) or inline mapping."),
+    ] = None
+    key: Annotated[
+        str | None, _described("Stage/asset name of a single workload (default: folder name).")
+    ] = None
+    overrides: Annotated[
+        dict[str, Any] | list[str] | None, _described("Dotted overrides of the single workload.")
+    ] = None
+    asset: AssetAttributes = None
+    stages: Annotated[
+        list[AirStageArgs] | None,
+        _described("A multi-stage workflow: one asset per stage, any subset one multi-task run."),
+    ] = None
+    op: Annotated[
+        OpSpec | None, _described("The step's op: name, tags, description, pool, backfill_policy.")
+    ] = None
+    name: Annotated[
+        str | None, _described("Op name (default: the stage keys); same as op.name.")
+    ] = None
     partitions_def: ResolvedPartitions = None
-    partition_parameters: dict[str, dict[str, Any]] | None = Field(
-        default=None, description="Per partition key, the parameters merged into `parameters`."
+    partition_parameters: Annotated[
+        dict[str, dict[str, Any]] | None,
+        _described("Per partition key, the parameters merged into `parameters`."),
+    ] = None
+    partition_env: Annotated[
+        str | None, _described("Env var that receives the raw partition key (null: none).")
+    ] = "DAGSTER_PARTITION_KEY"
+    max_tasks_per_run: Annotated[
+        int,
+        _described(
+            "Most tasks in one remote run of a partition range (one per stage and "
+            "partition); a larger range is split into several runs."
+        ),
+    ] = DEFAULT_MAX_TASKS_PER_RUN
+    secret_env: Annotated[
+        dict[str, str],
+        _described("Workload secret NAME -> environment variable holding its value."),
+    ] = Field(default_factory=dict)
+    run_env: Annotated[
+        dict[str, str],
+        _described(
+            "Env vars set per materialization, formatted with {run_id}, "
+            "{partition_key}, {stage}: e.g. OUTPUT_DIR: /tmp/out/{run_id}."
+        ),
+    ] = Field(default_factory=dict)
+    workspace: Annotated[
+        AirWorkspaceArgs | None,
+        _described(
+            "A workspace resource of this component's own (default: the project's "
+            "air_workspace resource)."
+        ),
+    ] = None
+    resource_key: Annotated[str, _described("The key of the AirWorkspace resource.")] = (
+        "air_workspace"
     )
-    partition_env: str | None = "DAGSTER_PARTITION_KEY"
-    secret_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Workload secret NAME -> environment variable holding its value.",
-    )
-    run_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Env vars set per materialization, formatted with {run_id}, "
-        "{partition_key}, {stage}: e.g. OUTPUT_DIR: /tmp/out/{run_id}.",
-    )
-    workspace: AirWorkspaceArgs | None = None
-    resource_key: str = "air_workspace"
-    log_node: int | None = None
-    max_retries: int = Field(
-        default=0, description="Dagster retries of the step (retry_policy says more)."
-    )
-    retry_policy: AirRetryPolicyArgs | None = None
-    pool: str | None = Field(
-        default=None, description="Dagster concurrency pool of the step (limits GPU runs)."
-    )
-    backfill_policy: AirBackfillPolicyArgs | None = None
-    output_env: str | None = Field(
-        default=None,
-        description="Env var naming where the stages write: recorded as dagster/uri; a stage "
-        "run without its upstream stage gets the upstream's last location in it.",
-    )
-    io_manager_key: str | None = Field(
-        default=None,
-        description="IO manager that loads a stage for downstream assets taking it as input.",
-    )
-    checks: list[AirCheckArgs] = Field(
-        default_factory=list,
-        description="Asset checks of the single workload's asset ({name, blocking, "
-        "description}), reported by the workload through Dagster Pipes.",
-    )
+    log_node: Annotated[
+        int | None, _described("Print only this node's log lines (default: every node's).")
+    ] = None
+    max_retries: Annotated[
+        int, _described("Dagster retries of the step (retry_policy says more).")
+    ] = 0
+    retry_policy: Annotated[
+        AirRetryPolicyArgs | None,
+        _described("Dagster retries of the step: delay, backoff, jitter."),
+    ] = None
+    pool: Annotated[
+        str | None,
+        _described("Dagster concurrency pool of the step (limits GPU runs); same as op.pool."),
+    ] = None
+    backfill_policy: Annotated[
+        AirBackfillPolicyArgs | None,
+        _described("How backfills are split into runs; same as op.backfill_policy."),
+    ] = None
+    output_env: Annotated[
+        str | None,
+        _described(
+            "Env var naming where the stages write: recorded as dagster/uri; a stage "
+            "run without its upstream stage gets the upstream's last location in it."
+        ),
+    ] = None
+    io_manager_key: Annotated[
+        str | None,
+        _described("IO manager that loads a stage for downstream assets taking it as input."),
+    ] = None
+    checks: Annotated[
+        list[AirCheckArgs],
+        _described(
+            "Asset checks of the single workload's asset ({name, blocking, "
+            "description}), reported by the workload through Dagster Pipes."
+        ),
+    ] = Field(default_factory=list)
 
     @classmethod
     def get_model_cls(cls) -> type[BaseModel] | None:
@@ -360,6 +440,14 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         Model.__name__ = Model.__qualname__ = base.__name__
         cls._model_naming_keys = Model  # type: ignore[attr-defined]
         return Model
+
+    @classmethod
+    def get_spec(cls) -> dg.ComponentTypeSpec:
+        return dg.ComponentTypeSpec(
+            description="Databricks AI Runtime GPU workloads (or a multi-stage workflow of "
+            "them) as Dagster assets, trained on the workspace and followed to the end.",
+            tags=["databricks", "gpu", "training"],
+        )
 
     @property
     def translator(self) -> DagsterAirTranslator:
@@ -400,10 +488,46 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             return self.retry_policy.build()
         return dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None
 
+    def _op_settings(self, context: dg.ComponentLoadContext) -> dict[str, Any]:
+        """The op's settings from ``op`` (Dagster's OpSpec) or the shorthand fields; the
+        same setting given both ways is refused."""
+        op = self.op or OpSpec()
+        backfill = self.backfill_policy.build() if self.backfill_policy else None
+        both = [
+            name
+            for name, short, long in (
+                ("name", self.name, op.name),
+                ("pool", self.pool, op.pool),
+                ("backfill_policy", backfill, op.backfill_policy),
+            )
+            if short is not None and long is not None
+        ]
+        if both:
+            raise dg.DagsterInvalidDefinitionError(
+                f"{context.path}: {', '.join(both)} given both at the top level and under "
+                "`op`: keep one (`op` is Dagster's usual place)"
+            )
+        return {
+            "name": op.name or self.name,
+            "pool": op.pool or self.pool,
+            "backfill_policy": op.backfill_policy or backfill,
+            "op_tags": op.tags,
+            "op_description": op.description,
+        }
+
+    def _read_env_vars(self) -> dict[str, str]:
+        """Environment variables the component reads when it loads or runs, by what reads
+        them."""
+        found = {f"secret_env.{name}": env_var_name(var) for name, var in self.secret_env.items()}
+        if self.workspace is not None:
+            found.update({f"workspace.{f}": v for f, v in self.workspace.env_vars().items()})
+        return found
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         assets = build_air_assets(
             self._stages(context),
-            name=self.name,
+            **self._op_settings(context),
+            max_tasks_per_run=self.max_tasks_per_run,
             translator=self.translator,
             base_dir=context.path,
             partitions_def=self.partitions_def,
@@ -414,12 +538,53 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             log_node=self.log_node,
             run_env=self.run_env,
             retry_policy=self._retry_policy(),
-            pool=self.pool,
-            backfill_policy=self.backfill_policy.build() if self.backfill_policy else None,
             io_manager_key=self.io_manager_key,
             output_env=self.output_env,
         )
         if self.workspace is not None:
             check_env_vars_set(self.workspace.env_vars(), f"{context.path}: workspace")
+        check_env_vars_declared(self._read_env_vars(), Path(context.path))
         resources = {self.resource_key: self.workspace.build()} if self.workspace else {}
         return dg.Definitions(assets=[assets], resources=resources)
+
+
+COMPONENT_FILES = ("defs.yaml", "defs.yml", "component.yaml")
+
+
+def declared_env_vars(folder: Path) -> set[str] | None:
+    """The ``requirements.env`` of this component's entries in its ``defs.yaml`` (what
+    ``dg list envs`` reads); None when the component was not loaded from such a file."""
+    path = next((folder / n for n in COMPONENT_FILES if (folder / n).is_file()), None)
+    if path is None:
+        return None
+    try:
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except yaml.YAMLError:
+        return None
+    declared: set[str] = set()
+    for document in documents:
+        if not isinstance(document, Mapping):
+            continue
+        if not str(document.get("type", "")).endswith("AirWorkloadComponent"):
+            continue
+        requirements = document.get("requirements") or {}
+        declared.update(str(v) for v in (requirements.get("env") or []))
+    return declared
+
+
+def check_env_vars_declared(read: Mapping[str, str], folder: Path) -> None:
+    """Every environment variable the component reads is declared in ``requirements.env``,
+    so ``dg list envs`` (and Dagster+) know the project needs it."""
+    declared = declared_env_vars(folder)
+    if declared is None:
+        return
+    missing = sorted({var for var in read.values() if var not in declared})
+    if missing:
+        where = ", ".join(
+            f"{var} ({field})" for field, var in sorted(read.items()) if var in missing
+        )
+        raise dg.DagsterInvalidDefinitionError(
+            f"{folder}: environment variable(s) read but not declared: {where}. Add them to "
+            f"the defs.yaml, next to `attributes:`, as `requirements: {{env: [{', '.join(missing)}]}}` "
+            "so `dg list envs` lists them."
+        )

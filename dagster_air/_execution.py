@@ -39,11 +39,12 @@ from air_runtime import (
 )
 from air_runtime.client import SubmissionSecrets
 
+from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
 from ._interrupts import deferred_interrupts
-from ._partitions import PartitionParameters, partition_overrides
-from ._pipes import StepPipes
+from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters, partition_overrides
+from ._pipes import StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage, workload_hash
@@ -51,9 +52,23 @@ from ._translator import META_PREFIX, container_rows, containers_table
 from ._watch import watch_run
 
 OUTPUT_URI_KEY = "dagster/uri"
+# GPU-hours, named apart so a metric summing one of them never counts an attempt twice:
+# materializations carry every attempt's total (sum this one), the observation of each
+# ended attempt only that attempt's.
+GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
+ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
-AirEvent = dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult
+# What a step yields; a step over a partition range also yields per-partition
+# materializations and check evaluations, and its checks' outputs (see ``_ranges``).
+AirEvent = (
+    dg.MaterializeResult
+    | dg.AssetObservation
+    | dg.AssetCheckResult
+    | dg.AssetMaterialization
+    | dg.AssetCheckEvaluation
+    | dg.Output
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ class AirWorkflow:
     always_workflow: bool = False  # several stages: always a multi-task run, even one selected
     # The environment variable that names where the stages write (recorded as dagster/uri).
     output_env: str | None = None
+    # Tasks per remote run of a step over a partition range (see ``_ranges``).
+    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
 
     def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
         keys = context.selected_asset_keys
@@ -195,9 +212,10 @@ def stage_metadata(
         metadata[f"{META_PREFIX}container/{row['name']}"] = (
             f"ranks {row['ranks']}, image {row['image']}"
         )
-    # Every attempt of the stage's task: what the platform held, retries included.
+    # Every attempt of the stage's task: what the platform held, retries included. This is
+    # the figure to sum; the per-attempt observations carry ATTEMPT_GPU_HOURS_KEY instead.
     gpu_hours = state.gpu_hours(task.task_key if task is not None else None)
-    metadata[f"{META_PREFIX}gpu_hours"] = dg.MetadataValue.float(round(gpu_hours, 6))
+    metadata[GPU_HOURS_KEY] = dg.MetadataValue.float(round(gpu_hours, 6))
     duration = _duration_s(state, task)
     if duration is not None:
         metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
@@ -229,6 +247,9 @@ class StepRun:
         self.pipes: StepPipes | None = None
         self._selected: list[LoadedStage] = []
         self._attempts_seen: set[tuple[str, int]] = set()
+        self._client: AirClient | None = None  # while the step waits (to cancel blocked tasks)
+        self.blocking: BlockingChecks | None = None
+        self._last_state: RunState | None = None  # the newest state the wait saw
 
     # --- preparing ------------------------------------------------------------------
 
@@ -246,9 +267,12 @@ class StepRun:
             workloads[s.key] = workload
         return workloads
 
-    def _upstream_output(self, loaded: LoadedStage, selected: list[LoadedStage]) -> dict[str, str]:
+    def _upstream_output(
+        self, loaded: LoadedStage, selected: list[LoadedStage], partition: str | None = None
+    ) -> dict[str, str]:
         """A stage run without an upstream stage of its workflow reads where that stage
-        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri``."""
+        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri`` (of
+        ``partition``, by default the step's)."""
         name = self.workflow.output_env
         keys = {s.key for s in selected}
         missing = [d for d in loaded.stage.depends_on if d not in keys]
@@ -256,7 +280,7 @@ class StepRun:
             return {}
         by_key = {s.key: s for s in self.workflow.stages}
         for dependency in missing:
-            uri = self._latest_uri(by_key[dependency].asset_key)
+            uri = self._latest_uri(by_key[dependency].asset_key, partition)
             if uri:
                 self.context.log.info(
                     f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
@@ -268,8 +292,10 @@ class StepRun:
             f"stage {loaded.key} runs without its upstream stage",
         )
 
-    def _latest_uri(self, asset_key: dg.AssetKey) -> str | None:
-        partitions = [self.context.partition_key] if self.context.has_partition_key else None
+    def _latest_uri(self, asset_key: dg.AssetKey, partition: str | None = None) -> str | None:
+        if partition is None and self.context.has_partition_key:
+            partition = self.context.partition_key
+        partitions = [partition] if partition is not None else None
         records = self.context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
         ).records
@@ -280,10 +306,10 @@ class StepRun:
                 return str(value.value)
         return None
 
-    def _run_env(self, stage_key: str) -> dict[str, str]:
+    def _run_env(self, stage_key: str, partition: str | None = None) -> dict[str, str]:
         fields = {
             "run_id": self.context.run_id,
-            "partition_key": self.identity.partition or "",
+            "partition_key": partition or self.identity.partition or "",
             "stage": stage_key,
         }
         try:
@@ -400,13 +426,14 @@ class StepRun:
                 stages, idempotency_token=token, run_name=self.workflow.name
             )
         except AirError as error:
-            if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
-                raise _config_failure(
-                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
-                ) from None
-            raise dg.Failure(
-                description=f"submitting the run failed: {self.redact(str(error))}"
-            ) from None
+            raise self._submit_failure(error) from None
+
+    def _submit_failure(self, error: AirError) -> dg.Failure:
+        if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
+            return _config_failure(
+                self.redact(str(error)), _refusal(error, "the workspace refused the workload")
+            )
+        return dg.Failure(description=f"submitting the run failed: {self.redact(str(error))}")
 
     # --- waiting --------------------------------------------------------------------
 
@@ -419,18 +446,33 @@ class StepRun:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
             yield from self._attempt_ends(state)
+            self._last_state = state
+            self._follow_blocking(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
             record, line = value
             line = self.redact(line)
             # Pipes messages of every node; printed lines of every node or the chosen one.
-            if self.pipes is not None and self.pipes.reader.handle_line(line):
+            if self.pipes is not None and self.pipes.reader.handle_line(
+                line, record.task_key, record.attempt
+            ):
+                # A check may arrive after the state that ended its task (logs lag states).
+                if self._last_state is not None:
+                    self._follow_blocking(self._last_state)
                 return
             node = self._log_node()
             if self.workspace.stream_logs and (node is None or record.node_index == node):
                 sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
                 sys.stdout.flush()
+
+    def _follow_blocking(self, state: RunState) -> None:
+        if self.blocking is None:
+            self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
+        if self.pipes is not None:
+            self.blocking.update(
+                self._client, state, self.pipes.reports(), self.context.log, self.redact
+            )
 
     def _log_node(self) -> int | None:
         if self.workflow.log_node is not None:
@@ -453,7 +495,7 @@ class StepRun:
                 f"{META_PREFIX}run_id": dg.MetadataValue.int(state.run_id),
                 f"{META_PREFIX}attempt": attempt.attempt_number + 1,
                 f"{META_PREFIX}attempt_state": final,
-                f"{META_PREFIX}gpu_hours": dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
+                ATTEMPT_GPU_HOURS_KEY: dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
             }
             if attempt.state_message:
                 metadata[f"{META_PREFIX}state_message"] = self.redact(attempt.state_message)
@@ -465,9 +507,24 @@ class StepRun:
             )
             yield dg.AssetObservation(
                 asset_key=asset_key,
-                partition=self.context.partition_key if self.context.has_partition_key else None,
+                partition=self._partition_of_task(attempt.task_key),
                 metadata=metadata,
             )
+
+    def _partition_of_task(self, task_key: str) -> str | None:
+        return self.context.partition_key if self.context.has_partition_key else None
+
+    def _run_tasks(self) -> dict[str, RunTask]:
+        """The tasks of the run and their dependencies (for blocking checks)."""
+        if len(self._selected) == 1 and not self.workflow.always_workflow:
+            return {}
+        keys = {s.key for s in self._selected}
+        return {
+            s.key: RunTask(
+                s.key, s.asset_key, None, tuple(d for d in s.stage.depends_on if d in keys)
+            )
+            for s in self._selected
+        }
 
     def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
         selected = self._selected
@@ -540,36 +597,49 @@ class StepRun:
 
     # --- the whole step -------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _session(self, writers: int) -> Iterator[tuple[AirClient, str]]:
+        """The step's Pipes session (``writers`` ranks may report) and client, with the
+        deployment namespace."""
+        if self.workspace.pipes:
+            self.pipes = StepPipes(self.context, writers)
+        with (
+            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
+            self.workspace.get_client() as client,
+        ):
+            self.redact = client.redactor.with_values(())
+            self._client = client
+            yield (
+                client,
+                deployment_namespace(self.context.instance, self.workspace.deployment_namespace),
+            )
+
+    def _token(self, namespace: str, generation: int, partition: str | None) -> str:
+        """The idempotency token of this step's run (see ``_identity``); ``partition`` names
+        the partition, or the partition keys, the run covers."""
+        return make_idempotency_token(
+            "dagster",
+            self.identity.pipeline_id,
+            self.identity.run_id,
+            self.identity.step_key,
+            partition,
+            generation,
+            namespace=namespace,
+        )
+
     def execute(self) -> Iterator[AirEvent]:
         selected = self.workflow.selected(self.context)
         if not selected:
             return
         self._selected = selected
         workloads = self._workloads(selected)
-        if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
-        with (
-            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
-            self.workspace.get_client() as client,
-        ):
-            self.redact = client.redactor.with_values(())
-            namespace = deployment_namespace(
-                self.context.instance, self.workspace.deployment_namespace
-            )
+        with self._session(sum(w.num_nodes for w in workloads.values())) as (client, namespace):
             workloads = self._with_secrets(client, workloads, namespace)
             submitted_workloads = (
                 self._with_pipes(selected, workloads) if self.pipes is not None else workloads
             )
             generation = self.identity.generation(self.context)
-            token = make_idempotency_token(
-                "dagster",
-                self.identity.pipeline_id,
-                self.identity.run_id,
-                self.identity.step_key,
-                self.identity.partition,
-                generation,
-                namespace=namespace,
-            )
+            token = self._token(namespace, generation, self.identity.partition)
             submitted: SubmittedRun | None = None
             try:
                 # An interrupt during the submit is held until the run id is known, so
@@ -633,6 +703,23 @@ class StepRun:
                 metadata={"reason": "the workload did not report this check (dagster-pipes)"},
             )
 
+    def _earlier_attempts(self, state: RunState, submitted: SubmittedRun) -> Iterator[AirEvent]:
+        """What retried attempts reported, as observations (the final attempt's reports are
+        the materialization and the check results)."""
+        assert self.pipes is not None
+        for reports in self.pipes.final_reports(state)[1]:
+            asset_key = self._asset_of_task(reports.task_key)
+            if asset_key is not None:
+                yield earlier_attempt_observation(
+                    reports, asset_key, self._partition_of_task(reports.task_key), submitted.run_id
+                )
+
+    def _blocked_message(self, blocked: Mapping[str, str]) -> str:
+        cancelled = self.blocking is not None and bool(self.blocking.cancelled)
+        lines = [f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())]
+        tail = " (their unfinished tasks were cancelled)" if cancelled else ""
+        return "downstream of a failed blocking check" + tail + ":\n" + "\n".join(lines)
+
     def _results(
         self,
         client: AirClient,
@@ -643,7 +730,13 @@ class StepRun:
         generation: int,
     ) -> Iterator[AirEvent]:
         single = len(selected) == 1 and not self.workflow.always_workflow
-        reported, checks = self.pipes.reported() if self.pipes is not None else ({}, [])
+        reported: dict[dg.AssetKey, dg.MaterializeResult] = {}
+        checks: list[dg.AssetCheckResult] = []
+        if self.pipes is not None:
+            self._follow_blocking(state)
+            yield from self._earlier_attempts(state, submitted)
+            reported, checks = self.pipes.reported(state)
+        blocked = self.blocking.blocked if self.blocking is not None else {}
         failed_asset = selected[0].asset_key
         failed_task = state.failed_task
         materialized: set[dg.AssetKey] = set()
@@ -655,6 +748,11 @@ class StepRun:
                 and task.task_key == failed_task.task_key
             ):
                 failed_asset = loaded.asset_key
+            if loaded.key in blocked:
+                self.context.log.warning(
+                    f"stage {loaded.key} is not recorded as materialized: {blocked[loaded.key]}"
+                )
+                continue
             if task.is_success if task is not None else state.is_success:
                 metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
                 metadata.update(self._output_metadata(workloads[loaded.key]))
@@ -667,6 +765,14 @@ class StepRun:
                     data_version=from_pipes.data_version if from_pipes else None,
                 )
         yield from self._check_results(checks, materialized)
+        if blocked:
+            yield terminal_failure_observation(
+                self.context, failed_asset, submitted, state, generation
+            )
+            raise dg.Failure(
+                description=self.redact(self._blocked_message(blocked)),
+                metadata=run_metadata(submitted, state),
+            )
         if state.is_success:
             return
         yield terminal_failure_observation(self.context, failed_asset, submitted, state, generation)

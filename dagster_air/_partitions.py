@@ -22,6 +22,8 @@ import dagster as dg
 PartitionParameters = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any]]
 
 DEFAULT_PARTITION_ENV = "DAGSTER_PARTITION_KEY"
+# Tasks per remote run of a step over a partition range (see ``_ranges``).
+DEFAULT_MAX_TASKS_PER_RUN = 100
 
 
 def is_assignment_list(partition_key: str) -> bool:

@@ -19,8 +19,9 @@ into several records and is not a message: keep reported metadata small.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -33,6 +34,10 @@ from dagster_pipes import (
     PipesParams,
     encode_param,
 )
+
+from air_runtime import RunState
+
+from ._translator import META_PREFIX
 
 # How every message line starts (dagster_pipes writes json.dumps of a dict whose first key
 # is the protocol version).
@@ -47,13 +52,18 @@ class PipesAirLogMessageReader(PipesMessageReader):
     """Reads Pipes messages that any rank printed to its stdout, from the run's logs.
 
     The step's log follower hands every log line to :meth:`handle_line` (on the step's
-    thread, where Dagster's log manager may be called); message lines go to the handler,
-    the others are ordinary log lines.
+    thread, where Dagster's log manager may be called); message lines go to the handler of
+    the task attempt that printed them, the others are ordinary log lines.
     """
 
-    def __init__(self, expected_writers: int = 1) -> None:
+    def __init__(
+        self,
+        expected_writers: int = 1,
+        route: Callable[[str, int], PipesMessageHandler] | None = None,
+    ) -> None:
         self._handler: PipesMessageHandler | None = None
         self._expected_writers = max(1, expected_writers)
+        self._route = route
         self.messages = 0
 
     @property
@@ -70,8 +80,9 @@ class PipesAirLogMessageReader(PipesMessageReader):
         finally:
             self._handler = None
 
-    def handle_line(self, line: str) -> bool:
-        """True when the line was a Pipes message (handled), False for an ordinary line."""
+    def handle_line(self, line: str, task_key: str = "", attempt: int = 0) -> bool:
+        """True when the line was a Pipes message (handled), False for an ordinary line.
+        ``task_key`` and ``attempt`` say which task attempt printed it."""
         if self._handler is None or not is_pipes_message(line):
             return False
         try:
@@ -80,7 +91,8 @@ class PipesAirLogMessageReader(PipesMessageReader):
             return False
         if not isinstance(message, dict) or "method" not in message:
             return False
-        self._handler.handle_message(message)  # type: ignore[arg-type]
+        handler = self._route(task_key, attempt) if self._route is not None else self._handler
+        handler.handle_message(message)  # type: ignore[arg-type]
         self.messages += 1
         return True
 
@@ -92,14 +104,66 @@ class PipesAirLogMessageReader(PipesMessageReader):
         )
 
 
+@dataclass(frozen=True)
+class PartitionScope:
+    """The one partition a task of a partition range run works on, for its Pipes context."""
+
+    key: str
+    time_window: dg.TimeWindow | None = None
+
+
+@dataclass(frozen=True)
+class AttemptReports:
+    """What one attempt of one task reported: materializations (several reports of one
+    asset merged, later keys winning) and asset check results."""
+
+    task_key: str
+    attempt: int  # the platform's attempt_number (0 for the first)
+    materializations: dict[dg.AssetKey, dg.MaterializeResult]
+    checks: list[dg.AssetCheckResult]
+
+
+def _merged_reports(task_key: str, attempt: int, results: Sequence[Any]) -> AttemptReports:
+    materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
+    checks: list[dg.AssetCheckResult] = []
+    for result in results:
+        if isinstance(result, dg.MaterializeResult) and result.asset_key is not None:
+            key = result.asset_key
+            earlier = materializations.get(key)
+            if earlier is not None:
+                result = dg.MaterializeResult(
+                    asset_key=key,
+                    metadata={**(earlier.metadata or {}), **(result.metadata or {})},
+                    data_version=result.data_version or earlier.data_version,
+                )
+            materializations[key] = result
+        elif isinstance(result, dg.AssetCheckResult):
+            checks.append(result)
+    return AttemptReports(task_key, attempt, materializations, checks)
+
+
 class StepPipes:
-    """The Pipes session of one step: per stage environment variables before the submit,
-    reported results after the run."""
+    """The Pipes session of one step: per task environment variables before the submit,
+    reported results per task attempt after the run.
+
+    Messages are kept apart per task attempt (each log record names its task and attempt):
+    a platform retry of a task reports again, and only the task's final attempt stands for
+    it (see :meth:`final_reports`); earlier attempts' reports become observations.
+    """
 
     def __init__(self, context: dg.AssetExecutionContext, expected_writers: int) -> None:
         self.context = context
-        self.reader = PipesAirLogMessageReader(expected_writers)
+        self.reader = PipesAirLogMessageReader(expected_writers, route=self._handler_of)
         self.handler = PipesMessageHandler(context, self.reader)
+        self._attempts: dict[tuple[str, int], PipesMessageHandler] = {}
+
+    def _handler_of(self, task_key: str, attempt: int) -> PipesMessageHandler:
+        handler = self._attempts.get((task_key, attempt))
+        if handler is None:
+            handler = self._attempts[(task_key, attempt)] = PipesMessageHandler(
+                self.context, self.reader
+            )
+        return handler
 
     @contextmanager
     def open(self) -> Iterator[StepPipes]:
@@ -107,8 +171,11 @@ class StepPipes:
             self._messages_params = params
             yield self
 
-    def env_for(self, asset_key: dg.AssetKey, stage_key: str) -> dict[str, str]:
-        """``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES`` for one stage's workload."""
+    def env_for(
+        self, asset_key: dg.AssetKey, stage_key: str, partition: PartitionScope | None = None
+    ) -> dict[str, str]:
+        """``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES`` for one task's workload: its
+        asset, and (a task of a partition range run) its own partition."""
         data = build_external_execution_context_data(self.context, {"air_stage": stage_key})
         name = asset_key.to_user_string()
         data["asset_keys"] = [name]
@@ -116,28 +183,69 @@ class StepPipes:
             by_key = data.get(field)
             if isinstance(by_key, Mapping):
                 data[field] = {k: v for k, v in by_key.items() if k == name}
+        if partition is not None:
+            data["partition_key"] = partition.key
+            data["partition_key_range"] = {"start": partition.key, "end": partition.key}
+            data["partition_time_window"] = (
+                {
+                    "start": partition.time_window.start.isoformat(),
+                    "end": partition.time_window.end.isoformat(),
+                }
+                if partition.time_window is not None
+                else None
+            )
         with PipesEnvContextInjector().inject_context(data) as context_params:
             return {
                 DAGSTER_PIPES_CONTEXT_ENV_VAR: encode_param(context_params),
                 DAGSTER_PIPES_MESSAGES_ENV_VAR: encode_param(self._messages_params),
             }
 
-    def reported(self) -> tuple[dict[dg.AssetKey, dg.MaterializeResult], list[Any]]:
-        """Materializations reported per asset (several reports of one asset merged, later
-        keys winning) and the asset check results."""
+    def reports(self) -> list[AttemptReports]:
+        """Every task attempt's reports so far, in the order they first reported."""
+        return [
+            _merged_reports(task_key, attempt, handler.get_reported_results())
+            for (task_key, attempt), handler in self._attempts.items()
+        ]
+
+    def final_reports(self, state: RunState) -> tuple[list[AttemptReports], list[AttemptReports]]:
+        """(the reports of each task's final attempt, those of earlier attempts)."""
+        final: list[AttemptReports] = []
+        earlier: list[AttemptReports] = []
+        for reports in self.reports():
+            task = state.task(reports.task_key) if reports.task_key else None
+            last = task.attempt_number if task is not None else reports.attempt
+            (final if reports.attempt >= last else earlier).append(reports)
+        return final, earlier
+
+    def reported(
+        self, state: RunState
+    ) -> tuple[dict[dg.AssetKey, dg.MaterializeResult], list[dg.AssetCheckResult]]:
+        """Materializations reported per asset and the asset check results, of each task's
+        final attempt only."""
+        final, _ = self.final_reports(state)
         materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
-        checks: list[Any] = []
-        for result in self.handler.get_reported_results():
-            if isinstance(result, dg.MaterializeResult) and result.asset_key is not None:
-                key = result.asset_key
-                earlier = materializations.get(key)
-                if earlier is not None:
-                    result = dg.MaterializeResult(
-                        asset_key=key,
-                        metadata={**(earlier.metadata or {}), **(result.metadata or {})},
-                        data_version=result.data_version or earlier.data_version,
-                    )
-                materializations[key] = result
-            elif isinstance(result, dg.AssetCheckResult):
-                checks.append(result)
+        checks: list[dg.AssetCheckResult] = []
+        for reports in final:
+            materializations.update(reports.materializations)
+            checks.extend(reports.checks)
         return materializations, checks
+
+
+def earlier_attempt_observation(
+    reports: AttemptReports,
+    asset_key: dg.AssetKey,
+    partition: str | None,
+    run_id: int,
+) -> dg.AssetObservation:
+    """What an earlier (retried) attempt of a task reported, kept as an observation: the
+    final attempt's reports are the materialization and the check results."""
+    metadata: dict[str, Any] = {
+        f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
+        f"{META_PREFIX}attempt": reports.attempt + 1,
+        f"{META_PREFIX}superseded_by_retry": True,
+    }
+    for result in reports.materializations.values():
+        metadata.update(result.metadata or {})
+    for check in reports.checks:
+        metadata[f"{META_PREFIX}check/{check.check_name}"] = "passed" if check.passed else "failed"
+    return dg.AssetObservation(asset_key=asset_key, partition=partition, metadata=metadata)

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep", action="store_true", help="keep the temporary folder (workspace data, logs)"
     )
     parser.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the local workspace serving its run pages after the summary, until "
+        "Enter or Ctrl-C (default: when run on a terminal)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=STAGE_TIMEOUT_SECONDS,
@@ -133,8 +141,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     work_dir = Path(tempfile.mkdtemp(prefix="airo-demo-"))
     try:
+        serve = args.serve if args.serve is not None else sys.stdin.isatty() and sys.stdout.isatty()
         demo = Demo(
-            work_dir, Console(sys.stdout), timeout=float(args.timeout), simulate=args.simulate
+            work_dir,
+            Console(sys.stdout),
+            timeout=float(args.timeout),
+            simulate=args.simulate,
+            serve=serve,
         )
         return demo.run(stages)
     finally:
@@ -146,12 +159,19 @@ def run(args: argparse.Namespace) -> int:
 
 class Demo:
     def __init__(
-        self, work_dir: Path, console: Console, *, timeout: float, simulate: float | None = None
+        self,
+        work_dir: Path,
+        console: Console,
+        *,
+        timeout: float,
+        simulate: float | None = None,
+        serve: bool = False,
     ) -> None:
         self.work_dir = work_dir
         self.console = console
         self.timeout = timeout
         self.simulate = simulate
+        self.serve = serve
         self.source_registry = self.artifact_registry = ""
 
     def run(self, stages: Sequence[str]) -> int:
@@ -204,6 +224,7 @@ class Demo:
                         for text in _tail_lines(outcome.log_path, 15):
                             c.line(c.dim(f"         | {text}"))
                 self._print_runs(client, outcomes)
+                self._serve_pages(workspace.host)
             finally:
                 client.close()
         ok = all(o.ok for o in outcomes)
@@ -401,6 +422,30 @@ class Demo:
                     )
         return StageOutcome(name, True, time.monotonic() - started, success, log_path=log_path)
 
+    def _serve_pages(self, host: str) -> None:
+        """Keep the workspace up for its run pages (the links above) until Enter or Ctrl-C."""
+        c = self.console
+        token_file = self.work_dir / "workspace" / "token"
+        if not self.serve:
+            c.line(c.dim("  (`python -m demo --serve` keeps the run pages above served)"))
+            return
+        c.heading("Run pages")
+        c.line(f"  open {host}/jobs/runs or a run page above in a browser; log in with the")
+        c.line(f"  token in {token_file}")
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            if sys.stdin.isatty():
+                c.line("  press Enter (or Ctrl-C) to stop the local workspace")
+                with contextlib.suppress(EOFError):
+                    input()
+            else:
+                c.line("  Ctrl-C stops the local workspace")
+                threading.Event().wait()
+        except KeyboardInterrupt:
+            c.line()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
     # -- summary -------------------------------------------------------------------------
 
     @staticmethod
@@ -425,6 +470,7 @@ class Demo:
                     f"  {outcome.name}: run {state.run_id} {state.run_name!r} {_result(state)} "
                     f"in {_duration(state.start_time, state.end_time)}"
                 )
+                c.line(f"    run page: {state.run_page_url}")
                 specs = _task_specs(client, run_id)
                 for task in state.tasks:
                     self._print_task(client, task, specs.get(task.task_key, {}))
@@ -438,6 +484,7 @@ class Demo:
         )
         if task.run_id is None:
             return
+        c.line(f"      task run page: {client.host}/jobs/runs/{task.run_id}")
         for node, label in _node_labels(spec):
             try:
                 records = list(client.iter_logs(task.run_id, node=node))
@@ -515,6 +562,10 @@ def _run_bounded(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the served workspace as Ctrl-C does
 
 
 def _result(state: RunState | TaskState) -> str:

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from air_runtime._errors import AirError
+from air_runtime.cli._connection import EXIT_OK, add_workspace_options, fail, open_client
 
 
 def _images_commands(subparsers: Any) -> Any:
@@ -54,10 +55,8 @@ def register(subparsers: Any) -> None:
         default=None,
         help="the Artifact Registry host (default: <workspace id>.container.<region>.<zone>)",
     )
-    push.add_argument("--json", action="store_true", help="print the result as JSON")
     push.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    push.add_argument("--host", default=None, help="workspace URL (default: databricks-sdk config)")
-    push.add_argument("--token", default=None, help="access token (default: databricks-sdk config)")
+    add_workspace_options(push)  # --host, --token-file, --profile, --json
     push.set_defaults(func=_push)
 
 
@@ -89,7 +88,6 @@ def _progress_printer(quiet: bool) -> Any:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from air_runtime.cli._run_cmds import _client, _fail
     from air_runtime.images import parse_source_image, push_image, unity_catalog_image
 
     client = None
@@ -98,7 +96,7 @@ def _push(args: argparse.Namespace) -> int:
         unity_catalog_image(
             args.catalog, args.schema, args.artifact, source=parse_source_image(args.source)
         )
-        with _client(args) as client:
+        with open_client(args) as client:
             pushed = push_image(
                 client,
                 args.source,
@@ -109,7 +107,7 @@ def _push(args: argparse.Namespace) -> int:
                 progress=_progress_printer(args.quiet or args.json),
             )
     except AirError as error:
-        return _fail(error, client)
+        return fail(error, client)
     if args.json:
         print(json.dumps(pushed.as_dict(), indent=2))
     else:
@@ -119,4 +117,4 @@ def _push(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(pushed.unity_catalog_image)
-    return 0
+    return EXIT_OK

@@ -386,6 +386,7 @@ async def _supervise(
             for task in done:
                 rank = waits.pop(task)
                 code = _exit_code(task.result())
+                ctx.logbook.record_exit(ctx.task_run_id, rank, code, stopped=False)
                 if code != 0 and outcome is None:
                     elapsed = round(time.monotonic() - started[rank])
                     line = f"ERROR: Script failed with exit code {code} after {elapsed}s"
@@ -402,4 +403,8 @@ async def _supervise(
         await _stop(list(procs.values()), ctx.kill_grace_s)
         for task in waits:
             task.cancel()
+            rank = waits[task]
+            returncode = procs[rank].returncode
+            if returncode is not None:  # stopped by the workspace, not ended on its own
+                ctx.logbook.record_exit(ctx.task_run_id, rank, _exit_code(returncode), stopped=True)
     return outcome or AttemptOutcome("SUCCESS", "")

@@ -51,6 +51,8 @@ FAULT_FIELDS = {
 _ALIASES = {"submit_response_lost": "rate_response_lost"}
 _SENSITIVE_QUERY = re.compile(r"token|secret|password|credential|value|auth", re.I)
 ADMIN_PREFIX = "/api/2.0/airo-admin/"
+# The run pages (`_pages`) are not the REST API: never faulted, counted or logged here.
+PAGE_PREFIXES = ("/jobs/runs", "/login", "/logout", "/ml/experiments/")
 
 
 def endpoint_key(path: str) -> str:
@@ -62,6 +64,8 @@ def endpoint_key(path: str) -> str:
         return "fs/directories"
     if path.startswith("/api/2.0/ai-training/workflows/by-run-id/"):
         return "ai-training/logs"
+    if path.startswith("/api/2.0/ai-training/provisioned-capacities/"):
+        return "ai-training/provisioned-capacities/get"
     if path.startswith("/api/2.0/permissions/jobs/"):
         return "permissions/jobs"
     if path.startswith("/api/2.0/permissions/experiments/"):
@@ -201,7 +205,7 @@ class FaultInjector:
         return merged
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(ADMIN_PREFIX):
+        if scope["type"] != "http" or scope["path"].startswith((ADMIN_PREFIX, *PAGE_PREFIXES)):
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from air_runtime.local._security import open_private_append, private_dir
+from air_runtime.local._security import open_private_append, private_dir, write_private
 
 Record = dict[str, Any]
 _LINEAR_SCAN = 8192
@@ -230,16 +230,38 @@ class LogBook:
                 close()
         return page, (_encode_token(positions) if more else None)
 
-    def tail(self, task_run_id: int, node_index: int, lines: int) -> list[str]:
+    def record_exit(
+        self, task_run_id: int, node_index: int, exit_code: int, *, stopped: bool
+    ) -> None:
+        """How a node's process ended, kept beside its log for the run pages: its exit code,
+        and whether the workspace stopped it (cancel, timeout, another node failed)."""
+        record = {"exit_code": exit_code, "stopped": stopped}
+        path = self.path(task_run_id, node_index).with_suffix(".exit.json")
+        write_private(path, json.dumps(record))
+
+    def exit_record(self, task_run_id: int, node_index: int) -> dict[str, Any] | None:
+        """What `record_exit` kept for this node; None while it runs or when it never started."""
+        path = self.path(task_run_id, node_index).with_suffix(".exit.json")
+        try:
+            record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record
+
+    def last_records(self, task_run_id: int, node_index: int, lines: int) -> list[Record]:
+        """The last `lines` records of a node's log, oldest first (read from the end)."""
         path = self.path(task_run_id, node_index)
         if not path.exists():
             return []
-        bodies = []
+        records: list[Record] = []
         for _, _, record in _backward(path, _complete_end(path), None):
-            bodies.append(str(record["body"]))
-            if len(bodies) == lines:
+            records.append(record)
+            if len(records) == lines:
                 break
-        return list(reversed(bodies))
+        return list(reversed(records))
+
+    def tail(self, task_run_id: int, node_index: int, lines: int) -> list[str]:
+        return [str(r["body"]) for r in self.last_records(task_run_id, node_index, lines)]
 
 
 def _complete_end(path: Path) -> int:

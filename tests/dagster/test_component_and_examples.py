@@ -107,7 +107,13 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
             "workspace": {"host_env": "TEST_AIR_HOST", "token_env": "TEST_AIR_TOKEN"},
         }
         (defs_path / "defs.yaml").write_text(
-            yaml.safe_dump({"type": "dagster_air.AirWorkloadComponent", "attributes": attributes})
+            yaml.safe_dump(
+                {
+                    "type": "dagster_air.AirWorkloadComponent",
+                    "attributes": attributes,
+                    "requirements": {"env": ["TEST_AIR_HOST", "TEST_AIR_TOKEN"]},
+                }
+            )
         )
         with sandbox.build_all_defs() as defs:
             specs = {s.key: s for s in defs.resolve_all_asset_specs()}
@@ -126,7 +132,7 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
 
 
 @pytest.mark.slow
-def test_dg_list_components_shows_the_component():
+def test_dg_list_components_and_envs_show_the_component_and_what_it_reads():
     out = subprocess.run(
         [str(DG), "list", "components", "--json"],
         capture_output=True,
@@ -137,6 +143,18 @@ def test_dg_list_components_shows_the_component():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "dagster_air.AirWorkloadComponent" in out.stdout
+    # The variable the lr_sweep component reads, declared in its defs.yaml.
+    envs = subprocess.run(
+        [str(DG), "list", "envs"],
+        capture_output=True,
+        text=True,
+        env=_dg_env(),
+        cwd=EXAMPLE_PROJECT,
+        timeout=240,
+    )
+    assert envs.returncode == 0, envs.stderr[-3000:]
+    (line,) = [row for row in envs.stdout.splitlines() if "HF_TOKEN" in row]
+    assert "lr_sweep" in line, envs.stdout
 
 
 @pytest.mark.slow

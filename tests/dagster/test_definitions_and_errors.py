@@ -188,3 +188,83 @@ def test_yaml_schema_errors_name_the_nested_key():
         "Additional properties are not allowed ('partition_keyz' was unexpected)",
     ) in errors
     assert not any("any of the given schemas" in m for _, m in errors)
+
+
+def _fields_without_description(schema: dict) -> list[str]:
+    """Every attribute of the component's schema (nested models included) that has no
+    description."""
+    missing = []
+    models = {"AirWorkloadComponent": schema, **schema.get("$defs", {})}
+    for model_name, model in models.items():
+        if not model_name.startswith(("Air", "DynamicPartitions")):
+            continue  # Dagster's own models (OpSpec, partitions) are Dagster's to describe
+        for field, spec in (model.get("properties") or {}).items():
+            if not spec.get("description"):
+                missing.append(f"{model_name}.{field}")
+    return missing
+
+
+def test_component_conventions_op_spec_type_spec_and_described_fields(monkeypatch):
+    from dagster_air import AirWorkloadComponent
+
+    schema = AirWorkloadComponent.get_model_cls().model_json_schema()
+    assert _fields_without_description(schema) == []
+    spec = AirWorkloadComponent.get_spec()
+    assert "gpu" in spec.tags and spec.description
+
+    monkeypatch.setenv("TEST_OP_SECRET", "a-secret-value")
+    inline = workload("inline", "true")
+    with create_defs_folder_sandbox() as sandbox:
+        folder = sandbox.defs_folder_path / "with_op"
+        folder.mkdir()
+        (folder / "defs.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "type": "dagster_air.AirWorkloadComponent",
+                    "requirements": {"env": ["TEST_OP_SECRET"]},
+                    "attributes": {
+                        "workload": inline,
+                        "secret_env": {"HF_TOKEN": "TEST_OP_SECRET"},
+                        "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                        "op": {
+                            "name": "train_op",
+                            "tags": {"team": "ml"},
+                            "pool": "gpu",
+                            "backfill_policy": {"type": "single_run"},
+                        },
+                        "max_tasks_per_run": 10,
+                    },
+                }
+            )
+        )
+        with sandbox.build_all_defs() as defs:
+            (assets,) = list(defs.assets or [])
+            assert assets.op.name == "train_op"
+            assert assets.op.pool == "gpu"
+            assert assets.op.tags["team"] == "ml"
+            assert assets.backfill_policy == dg.BackfillPolicy.single_run()
+
+    # An environment variable read but not declared for `dg list envs`; a setting given
+    # both ways: refused when the definitions load.
+    for attributes, requirements, expected in [
+        (
+            {"workload": inline, "secret_env": {"HF_TOKEN": "TEST_OP_SECRET"}},
+            None,
+            "read but not declared: TEST_OP_SECRET (secret_env.HF_TOKEN)",
+        ),
+        (
+            {"workload": inline, "pool": "a", "op": {"pool": "b"}},
+            None,
+            "pool given both at the top level and under `op`",
+        ),
+    ]:
+        with create_defs_folder_sandbox() as sandbox:
+            folder = sandbox.defs_folder_path / "broken"
+            folder.mkdir()
+            document = {"type": "dagster_air.AirWorkloadComponent", "attributes": attributes}
+            if requirements:
+                document["requirements"] = requirements
+            (folder / "defs.yaml").write_text(yaml.safe_dump(document))
+            with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+                pass
+            assert expected in _full_text(raised.value)

@@ -13,15 +13,15 @@ REPO = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).with_name("uv")
 
 
-@pytest.mark.slow
-def test_core_without_extras(tmp_path: Path) -> None:
-    venv = tmp_path / "core"
+def fresh_install(venv: Path, requirement: str) -> tuple[Path, str]:
+    """A new virtual environment with ``requirement`` installed: its python and what
+    ``uv pip list`` says it holds (lower case)."""
     subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
     subprocess.run(
-        [str(UV), "pip", "install", "-q", "--python", str(python), str(REPO)],
+        [str(UV), "pip", "install", "-q", "--python", str(python), requirement],
         check=True,
-        timeout=600,
+        timeout=900,
     )
     listed = subprocess.run(
         [str(UV), "pip", "list", "--python", str(python)],
@@ -29,12 +29,23 @@ def test_core_without_extras(tmp_path: Path) -> None:
         text=True,
         check=True,
     ).stdout.lower()
+    return python, listed
+
+
+def site_packages_mb(venv: Path) -> float:
+    site_packages = next((venv / "lib").glob("python3*/site-packages"))
+    return sum(f.stat().st_size for f in site_packages.rglob("*") if f.is_file()) / 2**20
+
+
+@pytest.mark.slow
+def test_core_without_extras(tmp_path: Path) -> None:
+    venv = tmp_path / "core"
+    python, listed = fresh_install(venv, str(REPO))
     for heavy in ("fastapi", "uvicorn", "apache-airflow", "dagster", "tenacity"):
         assert f"\n{heavy} " not in listed, listed
     # What `pip install air-orchestration` costs (40 MB and 24 packages on Linux x86_64 with
     # Python 3.11; databricks-sdk and the cryptography it pulls in are most of it).
-    site_packages = next((venv / "lib").glob("python3*/site-packages"))
-    size_mb = sum(f.stat().st_size for f in site_packages.rglob("*") if f.is_file()) / 2**20
+    size_mb = site_packages_mb(venv)
     packages = len(listed.strip().splitlines()) - 2  # less the header and its rule
     print(f"core install: {size_mb:.0f} MB in site-packages, {packages} packages")
     assert size_mb < 64 and packages < 32, listed

@@ -1,0 +1,291 @@
+"""What the run pages show, read from the workspace's state: runs, their task attempts, the
+containers of each attempt and each node's state, exit code and last log lines.
+
+Plain data for the templates (`templates/`); nothing here renders HTML, and every value is
+escaped by the templates (names and log lines come from workloads).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from air_runtime._states import TaskState
+from air_runtime.local._execution import roles, topology
+from air_runtime.local._logs import Record
+from air_runtime.local._runs import task_json
+from air_runtime.local._store import ACTIVE_LIFE_CYCLES, now_ms
+from air_runtime.local._workspace_state import WorkspaceState
+
+TAIL_LINES = 40  # last lines of each node's log on a page
+
+
+@dataclass
+class NodeView:
+    index: int
+    container: str
+    state: str  # PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED, NOT STARTED, LOST, SIMULATED
+    exit_code: int | None
+    lines: list[str]
+    after_ns: int  # time of the last line shown: the live tail asks for later ones
+    log_url: str
+
+
+@dataclass
+class ContainerView:
+    name: str
+    image: str
+    ranks: list[int]
+    command_path: str
+    nodes: list[NodeView]
+
+
+@dataclass
+class Progress:
+    """State, result and times of a run or of a task attempt."""
+
+    life_cycle_state: str
+    result_state: str | None
+    state_message: str
+    start: str
+    end: str
+    duration: str
+    active: bool
+
+
+def _progress(row: sqlite3.Row) -> dict[str, Any]:
+    """The `Progress` fields of a row of `runs` or of `tasks` (they share these columns)."""
+    return {
+        "life_cycle_state": str(row["life_cycle_state"]),
+        "result_state": row["result_state"],
+        "state_message": str(row["state_message"] or ""),
+        "start": clock(row["start_time"]),
+        "end": clock(row["end_time"]),
+        "duration": duration(row["start_time"], row["end_time"]),
+        "active": row["life_cycle_state"] in ACTIVE_LIFE_CYCLES,
+    }
+
+
+@dataclass
+class AttemptView(Progress):
+    task_key: str
+    task_run_id: int
+    attempt_number: int
+    gpu_hours: float
+    accelerator_type: str
+    accelerator_count: int
+    node_count: int
+    experiment_id: str
+    experiment_path: str
+    mlflow_run_id: str
+    launch_folder: str
+    code_source_path: str
+    depends_on: list[str]
+    run_if: str
+    error_trace: str
+    containers: list[ContainerView] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"/jobs/runs/{self.task_run_id}"
+
+
+@dataclass
+class TaskView:
+    """A task of a run: its newest attempt in full, the earlier ones as links."""
+
+    latest: AttemptView
+    attempts: list[AttemptView]
+    gpu_hours: float
+
+
+@dataclass
+class RunView(Progress):
+    run_id: int
+    run_name: str
+    gpu_hours: float
+    mode: str
+    tasks: list[TaskView]
+
+    @property
+    def url(self) -> str:
+        return f"/jobs/runs/{self.run_id}"
+
+
+def clock(ms: int | None) -> str:
+    """Epoch milliseconds as this machine's local time (the workspace runs here)."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def duration(start_ms: int | None, end_ms: int | None) -> str:
+    if not start_ms:
+        return "-"
+    seconds = max(0, round(((end_ms or now_ms()) - start_ms) / 1000))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{hours}h {minutes}m {seconds}s" if hours else f"{minutes}m {seconds}s"
+    return text if minutes or hours else f"{seconds}s"
+
+
+def _node_state(
+    state: WorkspaceState, row: sqlite3.Row, mode: str, node: int
+) -> tuple[str, int | None]:
+    record = state.logbook.exit_record(int(row["task_run_id"]), node)
+    if record is not None:
+        code = int(record["exit_code"])
+        if record.get("stopped"):
+            return "STOPPED", code
+        return ("SUCCEEDED" if code == 0 else "FAILED"), code
+    life_cycle = str(row["life_cycle_state"])
+    if life_cycle in ("RUNNING", "TERMINATING"):
+        return "RUNNING", None
+    if life_cycle in ACTIVE_LIFE_CYCLES:
+        return "PENDING", None
+    if mode == "simulate":
+        return "SIMULATED", None  # a scripted timeline starts no process
+    # Ended without a record: set-up failed before any process started, or the workspace
+    # stopped while the processes ran (see RunEngine.recover).
+    started = json.loads(row["pgids"] or "[]")
+    return ("LOST" if started else "NOT STARTED"), None
+
+
+def _launch_folder(command_path: str, containers: bool) -> str:
+    folder = PurePosixPath(command_path).parent
+    if containers and folder.parent.name == "containers":
+        folder = folder.parent.parent  # <launch dir>/containers/<name>/command.sh
+    return str(folder)
+
+
+def attempt_view(
+    state: WorkspaceState,
+    row: sqlite3.Row,
+    spec: dict[str, Any],
+    mode: str,
+    *,
+    with_logs: bool = True,
+) -> AttemptView:
+    task_run_id = int(row["task_run_id"])
+    api = task_json(row, spec, "")
+    attempt = TaskState.from_api(api)
+    output = json.loads(row["output"] or "{}")
+    ids = output.get("ai_runtime_task_output") or {}
+    experiment_id = str(ids.get("mlflow_experiment_id") or "")
+    experiment_path = ""
+    if experiment_id:
+        found = state.store.query(
+            "SELECT path FROM experiments WHERE experiment_id = ?", (experiment_id,)
+        )
+        experiment_path = str(found[0]["path"]) if found else ""
+    ai = spec.get("ai_runtime_task") or {}
+    deployment = (ai.get("deployments") or [{}])[0]
+    compute = deployment.get("compute") or {}
+    has_containers = bool(deployment.get("containers"))
+    view = AttemptView(
+        task_key=str(row["task_key"]),
+        task_run_id=task_run_id,
+        attempt_number=int(row["attempt_number"]),
+        gpu_hours=attempt.gpu_hours(now_ms()),
+        **_progress(row),
+        accelerator_type=str(compute.get("accelerator_type") or "-"),
+        accelerator_count=int(compute.get("accelerator_count") or 0),
+        node_count=attempt.node_count,
+        experiment_id=experiment_id,
+        experiment_path=experiment_path,
+        mlflow_run_id=str(ids.get("mlflow_run_id") or ""),
+        launch_folder="",
+        code_source_path=str(ai.get("code_source_path") or ""),
+        depends_on=[str(d.get("task_key")) for d in spec.get("depends_on") or []],
+        run_if=str(spec.get("run_if") or "ALL_SUCCESS"),
+        error_trace=str(output.get("error_trace") or ""),
+    )
+    if not deployment.get("compute"):
+        return view  # not a task this workspace could run: nothing more to show
+    nodes, _, _ = topology(spec)
+    view.node_count = nodes
+    for role in roles(spec):
+        if not view.launch_folder:
+            view.launch_folder = _launch_folder(role.command_path, has_containers)
+        name = role.name or "command"
+        container = ContainerView(
+            name=name,
+            image=role.image or "-",
+            ranks=role.ranks,
+            command_path=role.command_path,
+            nodes=[],
+        )
+        for node in role.ranks:
+            node_state, code = _node_state(state, row, mode, node)
+            records = state.logbook.last_records(task_run_id, node, TAIL_LINES) if with_logs else []
+            container.nodes.append(
+                NodeView(
+                    index=node,
+                    container=name,
+                    state=node_state,
+                    exit_code=code,
+                    lines=[str(r.get("body", "")) for r in records],
+                    after_ns=int(records[-1]["time_unix_nano"]) if records else 0,
+                    log_url=f"/jobs/runs/{task_run_id}/logs/{node}",
+                )
+            )
+        view.containers.append(container)
+    return view
+
+
+def _specs(run: sqlite3.Row) -> dict[str, dict[str, Any]]:
+    body = json.loads(run["body"])
+    return {str(t.get("task_key")): t for t in body.get("tasks") or []}
+
+
+def run_view(state: WorkspaceState, run: sqlite3.Row, *, with_logs: bool = True) -> RunView:
+    specs = _specs(run)
+    by_key: dict[str, list[AttemptView]] = {}
+    for row in state.store.task_rows(int(run["run_id"])):
+        key = str(row["task_key"])
+        by_key.setdefault(key, []).append(
+            attempt_view(state, row, specs.get(key, {}), str(run["mode"]), with_logs=False)
+        )
+    tasks = []
+    for attempts in by_key.values():
+        newest = attempts[-1]
+        if with_logs:
+            found = state.store.task_row(newest.task_run_id)
+            assert found is not None
+            newest = attempt_view(state, found, specs.get(newest.task_key, {}), str(run["mode"]))
+            attempts[-1] = newest
+        tasks.append(TaskView(newest, attempts, sum(a.gpu_hours for a in attempts)))
+    return RunView(
+        run_id=int(run["run_id"]),
+        run_name=str(run["run_name"]),
+        gpu_hours=sum(t.gpu_hours for t in tasks),
+        mode=str(run["mode"]),
+        **_progress(run),
+        tasks=tasks,
+    )
+
+
+def task_run_view(
+    state: WorkspaceState, task: sqlite3.Row
+) -> tuple[RunView, AttemptView, list[AttemptView]]:
+    """The run a task attempt belongs to (without logs), the attempt in full, and every
+    attempt of its task."""
+    run = state.store.run_row(int(task["run_id"]))
+    assert run is not None
+    parent = run_view(state, run, with_logs=False)
+    key = str(task["task_key"])
+    attempt = attempt_view(state, task, _specs(run).get(key, {}), str(run["mode"]))
+    siblings = next((t.attempts for t in parent.tasks if t.latest.task_key == key), [attempt])
+    return parent, attempt, siblings
+
+
+def new_lines(
+    state: WorkspaceState, task_run_id: int, node: int, after_ns: int, limit: int
+) -> list[Record]:
+    """The records of one node's log after `after_ns` (the live tail of a page)."""
+    records, _ = state.logbook.page([task_run_id], node, start_ns=after_ns + 1, size=limit)
+    return records
