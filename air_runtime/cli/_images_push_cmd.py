@@ -15,8 +15,14 @@ import json
 import sys
 from typing import Any
 
-from air_runtime._errors import AirError
-from air_runtime.cli._connection import EXIT_OK, add_workspace_options, fail, open_client
+from air_runtime._errors import AirError, ConfigurationError
+from air_runtime.cli._connection import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_workspace_options,
+    fail,
+    open_client,
+)
 
 
 def _images_commands(subparsers: Any) -> Any:
@@ -90,12 +96,16 @@ def _progress_printer(quiet: bool) -> Any:
 def _push(args: argparse.Namespace) -> int:
     from air_runtime.images import parse_source_image, push_image, unity_catalog_image
 
-    client = None
     try:
-        # The names first: a bad one is refused before the workspace is asked anything.
+        # The names first: a bad one is refused (a usage error) before anything is asked.
         unity_catalog_image(
             args.catalog, args.schema, args.artifact, source=parse_source_image(args.source)
         )
+    except ConfigurationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    client = None
+    try:
         with open_client(args) as client:
             pushed = push_image(
                 client,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from image_registries import HUB_PASSWORD, Registries
 
+from air_runtime.cli._connection import EXIT_ERROR, EXIT_USAGE
 from air_runtime.local import LocalWorkspace
 from air_runtime.local._image_builder import push_generated_image
 
@@ -59,7 +61,7 @@ def test_airo_images_push_then_airo_run_on_the_copied_image(
         "  echo trained on the copied image\n"
     )
     before = _airo(["run", str(workload), "--wait"], env, tmp_path)
-    assert before.returncode == 1
+    assert before.returncode == EXIT_ERROR  # the workspace's answer
     assert (
         "Unity Catalog image main.research.trainer:2.1 is not in the Artifact Registry "
         f"{registries.artifact_registry.host}; push it first" in before.stderr
@@ -85,7 +87,7 @@ def test_airo_images_push_then_airo_run_on_the_copied_image(
 
     ran = _airo(["run", str(workload), "--wait"], env, tmp_path)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip().endswith("succeeded")
+    assert re.search(r"^run \d+ succeeded", ran.stdout, re.M), ran.stdout
 
     for output in (before, pushed, again, ran):
         for secret in (image_workspace.token, HUB_PASSWORD):
@@ -100,6 +102,6 @@ def test_airo_images_push_refuses_a_bad_name_before_contacting_anything(tmp_path
         env,
         tmp_path,
     )  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == EXIT_USAGE
     assert done.stderr.startswith("error: invalid artifact name 'invalid.name'")
     assert done.stdout == ""
