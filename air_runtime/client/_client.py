@@ -586,6 +586,10 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
         )
 
+    async def delete_submission_secrets(self, secrets: SubmissionSecrets) -> int:
+        """Delete every key of the submission; the number deleted."""
+        return await self._run(_secrets.delete_submission_secrets(self._core, secrets))
+
     async def register_image(
         self,
         ref: str,

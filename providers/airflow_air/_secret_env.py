@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_air.exceptions import AirConfigurationError
 
 if TYPE_CHECKING:
-    from air_runtime import AirClient
+    from air_runtime import AirClient, AsyncAirClient
     from air_runtime.client import SubmissionSecrets
 
 _CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
@@ -244,12 +244,34 @@ def delete_submission_secrets(client: AirClient, secrets: SubmissionSecrets, log
     try:
         deleted = client.delete_submission_secrets(secrets)
     except AirError as exc:
-        log.warning(
-            "Could not delete the secret keys of this run from scope %s (the next run of the "
-            "task retries): %s",
-            secrets.scope,
-            exc,
-        )
+        _report_not_deleted(log, secrets, exc)
         return
+    _report_deleted(log, secrets, deleted)
+
+
+async def adelete_submission_secrets(
+    client: AsyncAirClient, secrets: SubmissionSecrets, log: Any
+) -> None:
+    """``delete_submission_secrets`` from a trigger that ends the task itself."""
+    from air_runtime import AirError
+
+    try:
+        deleted = await client.delete_submission_secrets(secrets)
+    except AirError as exc:
+        _report_not_deleted(log, secrets, exc)
+        return
+    _report_deleted(log, secrets, deleted)
+
+
+def _report_not_deleted(log: Any, secrets: SubmissionSecrets, exc: Exception) -> None:
+    log.warning(
+        "Could not delete the secret keys of this run from scope %s (the next run of the "
+        "task retries): %s",
+        secrets.scope,
+        exc,
+    )
+
+
+def _report_deleted(log: Any, secrets: SubmissionSecrets, deleted: int) -> None:
     if deleted:
         log.info("Deleted %s secret keys of the ended run from scope %s", deleted, secrets.scope)

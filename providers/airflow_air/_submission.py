@@ -40,7 +40,7 @@ from airflow_air.links import MLFLOW_URL_KEY, RUN_ID_KEY, RUN_PAGE_URL_KEY
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
-    from air_runtime import AirClient, RunState, SubmittedRun
+    from air_runtime import AirClient, AsyncAirClient, RunState, SubmittedRun
 
 RUN_RECORD_KEY = "airflow_air.run"
 _MAX_FAILURE_GENERATIONS = 1000  # a guard against a logic error, not a real limit
@@ -322,6 +322,35 @@ class LogStreamer:
         self._thread.join(timeout=30)
 
 
+class _BoundedLogCopy:
+    """Writes whole node records into a log until ``max_lines`` would be passed, then one
+    line that says where the rest is."""
+
+    def __init__(self, log: TaskLog, run_id: int, task_key: str | None, max_lines: int) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.task_key = task_key
+        self.max_lines = max_lines
+        self.written = 0
+
+    def add(self, record: Any) -> bool:
+        """Log ``record``; False once the budget is spent (stop reading)."""
+        lines = record.body.count("\n") + 1
+        if self.written + lines > self.max_lines:
+            where = f" --task {self.task_key}" if self.task_key else ""
+            self.log.info(
+                "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
+                "with `airo logs %s%s`",
+                self.written,
+                self.run_id,
+                where,
+            )
+            return False
+        _log_record(self.log, record)
+        self.written += lines
+        return True
+
+
 def copy_run_logs(
     client: AirClient,
     run_id: int,
@@ -333,22 +362,29 @@ def copy_run_logs(
     """Every node's lines of an ended run (or stage), every attempt, into the task log at
     once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
     ``max_lines`` lines; the rest are left to ``airo logs``."""
-    written = 0
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
     try:
         for record in client.iter_run_logs(run_id, task_key=task_key):
-            lines = record.body.count("\n") + 1
-            if written + lines > max_lines:
-                where = f" --task {task_key}" if task_key else ""
-                log.info(
-                    "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
-                    "with `airo logs %s%s`",
-                    written,
-                    run_id,
-                    where,
-                )
+            if not copy.add(record):
                 return
-            _log_record(log, record)
-            written += lines
+    except Exception as exc:  # logs are a convenience: never fail the task for them
+        log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+async def acopy_run_logs(
+    client: AsyncAirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    max_lines: int,
+) -> None:
+    """``copy_run_logs`` from a trigger's event loop (a run finished in the triggerer)."""
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    try:
+        async for record in client.iter_run_logs(run_id, task_key=task_key):
+            if not copy.add(record):
+                return
     except Exception as exc:  # logs are a convenience: never fail the task for them
         log.info("Could not copy the logs of run %s: %s", run_id, exc)
 
@@ -397,6 +433,37 @@ class Outcome:
     def from_event(cls, event: Mapping[str, Any]) -> Outcome:
         fields = cls.__dataclass_fields__
         return cls(**{k: v for k, v in event.items() if k in fields})
+
+    def success_text(self) -> str:
+        """The task log's line for a run (stage) that succeeded."""
+        used = f" ({self.gpu_hours:g} GPU-hours)" if self.gpu_hours is not None else ""
+        if self.task_key:  # the other stages of the run may still be going
+            return (
+                f"Stage {self.task_key} of run {self.run_id} succeeded{used}: {self.run_page_url}"
+            )
+        return f"Run {self.run_id} succeeded{used}: {self.run_page_url}"
+
+    def success_xcoms(self, *, return_value: bool = True) -> dict[str, Any]:
+        """Every XCom a successful try leaves, for a trigger that ends the task itself
+        (``airflow_air.triggers``): what ``push_run_xcoms``, ``push_mlflow_link``, the GPU-hours
+        push and the return value leave when the task ends in a worker."""
+        from airflow.sdk.bases.xcom import BaseXCom
+
+        from airflow_air.links import GPU_HOURS_KEY, AirMlflowRunLink, AirRunLink
+
+        xcoms: dict[str, Any] = {
+            RUN_ID_KEY: self.run_id,
+            RUN_PAGE_URL_KEY: self.run_page_url,
+            AirRunLink().xcom_key: self.run_page_url,
+            MLFLOW_URL_KEY: self.mlflow_run_url or "",
+        }
+        if self.mlflow_run_url:
+            xcoms[AirMlflowRunLink().xcom_key] = self.mlflow_run_url
+        if self.gpu_hours is not None:
+            xcoms[GPU_HOURS_KEY] = self.gpu_hours
+        if return_value:
+            xcoms[BaseXCom.XCOM_RETURN_KEY] = self.result()
+        return xcoms
 
     def result(self) -> dict[str, Any]:
         """The operator's return value (XCom ``return_value``)."""

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
-# Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
-# the trigger; the trigger cancels the run at the deadline itself.
-_DEFER_GRACE = timedelta(minutes=5)
+_DEFAULT_XCOM_BACKEND = "airflow.sdk.execution_time.xcom.BaseXCom"
+# Airflow's next_method for a deferral that ended without an event (trigger timeout or crash).
+_TRIGGER_FAIL = "__fail__"
 
 
 def _default_deferrable() -> bool:
@@ -92,11 +92,16 @@ def _run_has_ended(client: AirClient, run_id: int, wait_s: float = 10.0) -> bool
 
 
 def _defer_timeout(deadline: float | None) -> timedelta | None:
+    """The deferral's timeout: the task's deadline plus ``[air] defer_timeout_grace``, the
+    extra time the triggerer gets before Airflow gives up on the trigger (the trigger
+    cancels the run at the deadline itself; past the grace ``resume_execution`` does)."""
     if deadline is None:
         return None
     import time
 
-    return timedelta(seconds=max(deadline - time.time(), 0)) + _DEFER_GRACE
+    from airflow_air.hooks import defer_timeout_grace
+
+    return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
 
 
 class AirRunOperator(BaseOperator):
@@ -121,6 +126,11 @@ class AirRunOperator(BaseOperator):
         ``[<task> node N attempt A]``) into the task log: streamed while waiting in the
         worker; when the run (stage) ends, for a try that waited in the triggerer (at most
         ``[air] completed_log_lines``).
+    :param finish_in_triggerer: when deferred, let the trigger end the task once the run
+        succeeds (one worker run per task instead of two; the same XComs, links and log
+        lines). Failures always resume in a worker. Kept in the worker when the task has
+        ``outlets``, an ``on_success_callback``, ``multiple_outputs``, or the deployment has
+        listeners or a custom XCom backend (``worker_finish_reason``).
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -154,6 +164,7 @@ class AirRunOperator(BaseOperator):
         cancel_on_kill: bool = True,
         wait_for_termination: bool = True,
         stream_logs: bool = True,
+        finish_in_triggerer: bool = True,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -176,6 +187,7 @@ class AirRunOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.wait_for_termination = wait_for_termination
         self.stream_logs = stream_logs
+        self.finish_in_triggerer = finish_in_triggerer
         self.databricks_conn_id = databricks_conn_id
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None
@@ -494,10 +506,55 @@ class AirRunOperator(BaseOperator):
             state = wait_sync(client, record, poll_interval=poll, log=log, task_key=task_key)
         return self._complete(context, finish_sync(client, state, record, task_key))
 
+    def worker_finish_reason(self, task_key: str | None = None) -> str | None:
+        """Why a deferred success of this task must resume in a worker (None: the trigger
+        may end the task itself, ``TaskSuccessEvent``). A task ended by its trigger never
+        runs worker code again, so whatever users attached to that code keeps the worker:
+
+        - ``finish_in_triggerer=False``;
+        - a workflow stage (its secret keys go only once the whole run has ended);
+        - ``outlets`` (asset events are emitted by the worker that ends the task);
+        - ``on_success_callback`` (it would run in the DAG processor, not the worker);
+        - listeners (OpenLineage, plugins): ``on_task_instance_success`` runs in the worker;
+        - a custom XCom backend: the triggerer writes XComs to the metadata database;
+        - ``multiple_outputs``: the worker splits the return value into keys.
+        """
+        if not self.finish_in_triggerer:
+            return "finish_in_triggerer=False"
+        if task_key is not None:
+            return "a workflow stage"
+        if self.outlets:
+            return "the task has outlets"
+        if self.on_success_callback:
+            return "the task has an on_success_callback"
+        if getattr(self, "multiple_outputs", False):
+            return "multiple_outputs=True"
+        from airflow.sdk import conf
+        from airflow.sdk.listener import get_listener_manager
+
+        if get_listener_manager().has_listeners:
+            return "listeners are registered (OpenLineage or a plugin)"
+        backend = conf.get("core", "xcom_backend", fallback=_DEFAULT_XCOM_BACKEND)
+        if backend not in (_DEFAULT_XCOM_BACKEND, "airflow.sdk.bases.xcom.BaseXCom"):
+            return f"a custom XCom backend ({backend})"
+        return None
+
     def _defer_until_done(self, context: Context, record: RunRecord, task_key: str | None) -> None:
         from airflow_air.triggers import AirRunTrigger
 
         deadline = _deadline(self, context)
+        secret_keys: dict[str, str] | None = None
+        why_worker = self.worker_finish_reason(task_key)
+        if why_worker is not None:
+            self.log.info("A success resumes in a worker: %s", why_worker)
+        elif self.secret_env:
+            import dataclasses
+
+            from airflow_air._deployment import deployment_namespace
+            from airflow_air._secret_env import submission_secrets
+
+            secrets = submission_secrets(context, self.secret_scope_name(), deployment_namespace())
+            secret_keys = dataclasses.asdict(secrets)
         self.defer(
             trigger=AirRunTrigger(
                 record.run_id,
@@ -510,10 +567,47 @@ class AirRunOperator(BaseOperator):
                 first_poll_at=_first_poll_at(),
                 # References only: the triggerer looks the values up itself to redact them.
                 secret_env=self.redaction_references() or None,
+                finish_in_triggerer=why_worker is None,
+                push_return_value=bool(self.do_xcom_push),
+                secret_keys=secret_keys,
+                stream_logs=self.stream_logs,
             ),
             method_name="execute_complete",
             timeout=_defer_timeout(deadline),
         )
+
+    def resume_execution(
+        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
+    ) -> Any:
+        """Airflow resumes a deferred task with ``__fail__`` when its trigger timed out
+        (the triggerer was down or overloaded past the deferral's timeout) or crashed; then
+        neither ``execute_complete`` nor any ``on_kill`` runs, and the run would keep its GPUs.
+        So the run this try deferred on is cancelled here before the task fails."""
+        if next_method == _TRIGGER_FAIL and self.cancel_on_kill:
+            self._cancel_deferred_run(context, next_kwargs or {})
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _cancel_deferred_run(self, context: Context, next_kwargs: Mapping[str, Any]) -> None:
+        from airflow_air.hooks import AirHook
+        from airflow_air.links import RUN_ID_KEY
+
+        try:  # pushed by this task instance right after the submit (a stage's too)
+            pulled = context["ti"].xcom_pull(task_ids=self.task_id, key=RUN_ID_KEY)
+            run_id = int(pulled) if pulled is not None else None
+        except Exception as exc:
+            self.log.warning("Could not find the run to cancel: %s", exc)
+            return
+        if run_id is None:
+            return
+        why = next_kwargs.get("error") or "the trigger failed"
+        try:
+            with AirHook(self.databricks_conn_id).get_client() as client:
+                if client.get_run(run_id).is_terminal:
+                    return
+                client.cancel(run_id)
+            self.log.warning("Cancelled run %s: the deferral ended with %s", run_id, why)
+        except Exception as exc:
+            self.log.warning("Could not cancel run %s: %s", run_id, self.redactor()(str(exc)))
 
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
         from airflow.sdk.exceptions import AirflowException
@@ -573,17 +667,7 @@ class AirRunOperator(BaseOperator):
             # Also when the run failed: the accelerators were held all the same.
             context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
         if outcome.status == "success":
-            used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
-            if outcome.task_key:  # the other stages of the run may still be going
-                self.log.info(
-                    "Stage %s of run %s succeeded%s: %s",
-                    outcome.task_key,
-                    outcome.run_id,
-                    used,
-                    outcome.run_page_url,
-                )
-            else:
-                self.log.info("Run %s succeeded%s: %s", outcome.run_id, used, outcome.run_page_url)
+            self.log.info("%s", outcome.success_text())
             return outcome.result()
         if outcome.status == "failed":
             raise AirRunFailedError(
