@@ -58,7 +58,7 @@ test-lowest: venv-lowest
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow" -n 2
 
-demo: venv
+demo: venv services
 	$(BIN)/python -m demo
 
 bench: venv

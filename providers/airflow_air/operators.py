@@ -743,7 +743,17 @@ class AirRunOperator(BaseOperator):
 
 
 class AirRegisterImageOperator(BaseOperator):
-    """Registers a Docker Hub image for AI Runtime workloads and waits until it is AVAILABLE.
+    """Registers a Docker Hub image for AI Runtime workloads and waits until it is AVAILABLE,
+    or, with ``catalog`` and ``schema``, copies an image into Unity Catalog.
+
+    Unity Catalog target (today's platform; ``databricks air images push``): ``image`` is the
+    source (Docker Hub by default, any registry; its login from ``docker_conn_id`` or the
+    worker's ``~/.docker/config.json``), copied registry to registry, without Docker, to the
+    workspace's Artifact Registry as ``<catalog>.<schema>.<artifact>``. Returns that
+    ``unity_catalog_image`` reference (XCom ``digest``: the manifest digest), to template
+    into a downstream ``AirRunOperator``, e.g.
+    ``overrides={"environment.unity_catalog_image": "{{ ti.xcom_pull('copy_image') }}"}``
+    or ``{"containers[0].unity_catalog_image": ...}``.
 
     Idempotent: an image already AVAILABLE is not registered again unless ``refresh=True``
     (a re-pushed tag), and a registration in progress is waited on, not restarted.
@@ -756,12 +766,24 @@ class AirRegisterImageOperator(BaseOperator):
     :param refresh: register again even when AVAILABLE.
     :param timeout: seconds to wait for AVAILABLE.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param catalog: Unity Catalog target: the catalog...
+    :param schema: ...the schema...
+    :param artifact: ...and ``NAME[:TAG]`` (default: the source's name and tag).
+    :param registry_host: the Artifact Registry host (default: derived from the workspace).
 
-    Returns the image's manifest digest, ``sha256:<hex>`` (pin it as ``image@<digest>``), or
+    Docker Hub mode returns the image's manifest digest, ``sha256:<hex>`` (pin it as ``image@<digest>``), or
     None when the platform reports none; XCom ``image`` holds the image's normal form.
     """
 
-    template_fields: Sequence[str] = ("image", "credentials_scope", "credentials_key")
+    template_fields: Sequence[str] = (
+        "image",
+        "credentials_scope",
+        "credentials_key",
+        "catalog",
+        "schema",
+        "artifact",
+        "registry_host",
+    )
     ui_color = "#e8f0ff"
 
     def __init__(
@@ -776,10 +798,22 @@ class AirRegisterImageOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
+        catalog: str | None = None,
+        schema: str | None = None,
+        artifact: str | None = None,
+        registry_host: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if (catalog is None) != (schema is None):
+            from airflow_air.exceptions import AirConfigurationError
+
+            raise AirConfigurationError("catalog and schema go together (the Unity Catalog target)")
         self.image = image
+        self.catalog = catalog
+        self.schema = schema
+        self.artifact = artifact
+        self.registry_host = registry_host
         self.docker_conn_id = docker_conn_id
         self.credentials_scope = credentials_scope
         self.credentials_key = credentials_key
@@ -852,6 +886,20 @@ class AirRegisterImageOperator(BaseOperator):
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             self.redactor().include(client.redactor)
+            if self.catalog is not None and self.schema is not None:
+                from airflow_air._unity_catalog_images import push_to_unity_catalog
+
+                return push_to_unity_catalog(
+                    self,
+                    context,
+                    client,
+                    source=self.image,
+                    catalog=self.catalog,
+                    schema=self.schema,
+                    artifact=self.artifact,
+                    registry_host=self.registry_host,
+                    credential=self._connection_credential(),
+                )
             try:
                 image = normalize_docker_ref(self.image)
             except ValueError as exc:
