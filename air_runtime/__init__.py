@@ -68,6 +68,9 @@ if TYPE_CHECKING:
     from air_runtime._auth import SdkConfigCredentials as SdkConfigCredentials
     from air_runtime._auth import StaticToken as StaticToken
     from air_runtime._auth import normalize_host as normalize_host
+    from air_runtime._submission import RunOutcome as RunOutcome
+    from air_runtime._submission import Submission as Submission
+    from air_runtime._submission import SubmissionKey as SubmissionKey
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
@@ -86,6 +89,9 @@ _LAZY = {
     "RetryPolicy": "air_runtime.client",
     "SubmittedRun": "air_runtime.client",
     "RunWatcher": "air_runtime._watcher",
+    "RunOutcome": "air_runtime._submission",
+    "Submission": "air_runtime._submission",
+    "SubmissionKey": "air_runtime._submission",
     "Credentials": "air_runtime._auth",
     "OAuthM2M": "air_runtime._auth",
     "SdkConfigCredentials": "air_runtime._auth",

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from air_runtime._errors import WorkloadError
-from air_runtime.plan import RUN_IF_VALUES, TASK_KEY_RE
+from air_runtime.plan import RUN_IF_VALUES
+from air_runtime.platform import TASK_KEY_RE
 from air_runtime.workload import MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
 
 Errors = list[dict[str, str]]
