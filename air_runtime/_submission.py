@@ -160,6 +160,19 @@ class RunOutcome:
         return cls(**{k: v for k, v in event.items() if k in known})
 
     @classmethod
+    def read(
+        cls, client: AirClient, state: RunState, task_key: str | None = None
+    ) -> RunOutcome:
+        """The outcome of the ended run ``state`` (or of its task ``task_key``)."""
+        return _run_sync(client, outcome_flow(client._core, state, task_key))
+
+    @classmethod
+    async def aread(
+        cls, client: AsyncAirClient, state: RunState, task_key: str | None = None
+    ) -> RunOutcome:
+        return await _run_async(client, outcome_flow(client._core, state, task_key))
+
+    @classmethod
     def unfinished(
         cls, status: str, run_id: int, run_page_url: str, message: str, task_key: str | None
     ) -> RunOutcome:
@@ -375,7 +388,7 @@ class Submission:
                 continue
             if count:
                 self.log.info(
-                    f"deleted {count} secret keys of ended run {run_id} from {secrets.scope}"
+                    f"deleted {count} secret keys of the ended run {run_id} from scope {secrets.scope}"
                 )
         return deleted
 

@@ -1,0 +1,380 @@
+"""One try of an ``AirRunOperator``: the Airflow side of one ``air_runtime.Submission``.
+
+Only imported from ``execute`` (it pulls in the core client). The life of the submission
+(secret keys, submit, outcome, deleting the keys) is the core's; this module adds what is
+Airflow's, each step once and in order:
+
+1. the generation to own (``airflow_air._generations``: the task state store, token probing);
+2. the XComs and links of the run;
+3. the wait: in the worker (streaming every node's log lines into the task log) or in the
+   triggerer (``AirRunTrigger``), a run that has already ended being finished here without
+   deferring (a trigger firing at once is what Airflow 3.3 can mistake for a killed task);
+4. the outcome as Airflow shows it: the return value, the MLflow link, the GPU-hours XCom, or
+   the exception that fails (or times out) the task.
+
+The workflow group's submit task (``AirWorkflowSubmitOperator``) uses the same pieces for the
+run its stages share, and each stage is an ``AirTaskRun`` waiting for its own task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from air_runtime import AirError, RunFailed, RunOutcome, RunTimeout, Submission
+from airflow_air._deployment import deployment_namespace
+from airflow_air._generations import (
+    FirstGeneration,
+    RunRecord,
+    reattach,
+    submission_key,
+    submit_generations,
+)
+from airflow_air.exceptions import AirConfigurationError
+from airflow_air.hooks import AirHook, completed_log_lines, first_poll_delay
+from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from air_runtime import AirClient, RunState, Stage, Workload
+    from airflow_air._logs import TaskLog
+    from airflow_air.operators import AirRunOperator
+
+# Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
+# the trigger; the trigger cancels the run at the deadline itself.
+DEFER_GRACE = timedelta(minutes=5)
+
+
+@contextlib.contextmanager
+def configuration_errors_fail_fast(redact: Callable[[str], str] = str) -> Iterator[None]:
+    """The core's errors a retry cannot fix (``retryable`` False: an invalid workload, a
+    refused credential, a request the workspace rejects) become ``AirConfigurationError`` (an
+    AirflowFailException); a failed or timed-out run stays retryable (a retry submits a new
+    run). ``redact`` cleans the message (an image registration's reason may echo credentials)."""
+    try:
+        yield
+    except AirError as exc:
+        if exc.retryable or isinstance(exc, RunFailed | RunTimeout):
+            raise
+        raise AirConfigurationError(redact(str(exc))) from exc
+
+
+def try_deadline(task: BaseOperator, context: Context) -> float | None:
+    """Wall-clock end of ``execution_timeout`` counted from this try's start, for triggers."""
+    if task.execution_timeout is None:
+        return None
+    started = getattr(context.get("ti"), "start_date", None)
+    start = started.timestamp() if started is not None else time.time()
+    return start + task.execution_timeout.total_seconds()
+
+
+def first_poll_at() -> float:
+    """When a trigger created now may first ask the workspace (see ``airflow_air.triggers``)."""
+    return time.time() + max(first_poll_delay(), 0.0)
+
+
+def defer_timeout(deadline: float | None) -> timedelta | None:
+    if deadline is None:
+        return None
+    return timedelta(seconds=max(deadline - time.time(), 0)) + DEFER_GRACE
+
+
+def return_value(outcome: RunOutcome) -> dict[str, Any]:
+    """The operator's return value (XCom ``return_value``)."""
+    out: dict[str, Any] = {
+        "run_id": outcome.run_id,
+        "run_page_url": outcome.run_page_url,
+        "result_state": outcome.result_state,
+        "mlflow_experiment_id": outcome.mlflow_experiment_id,
+        "mlflow_run_id": outcome.mlflow_run_id,
+        "gpu_hours": outcome.gpu_hours,
+    }
+    if outcome.task_key:
+        out["task_key"] = outcome.task_key
+    return out
+
+
+def new_submission(
+    context: Context, task_id: str, log: TaskLog, redact: Callable[[str], str]
+) -> Submission:
+    """The submission of this task instance (``task_id``: the workflow's submit task for a
+    stage), in this deployment's namespace."""
+    return Submission(
+        submission_key(context, task_id, deployment_namespace()), log=log, redact=redact
+    )
+
+
+def own_run(
+    context: Context,
+    task: BaseOperator,
+    client: AirClient,
+    submission: Submission,
+    prepare: Callable[[], Workload | Sequence[Stage]],
+    *,
+    log: TaskLog,
+    run_name: str | None = None,
+) -> RunRecord:
+    """The run this try owns: an earlier try's (reattached), or a new generation's, submitted
+    with what ``prepare`` gives (secrets are resolved only when a run is submitted)."""
+    found = reattach(context, task, client, log=log)
+    if isinstance(found, FirstGeneration):
+        found = submit_generations(
+            context, client, submission, prepare(), found, log=log, run_name=run_name
+        )
+    submission.attach(found.run_id, found.run_page_url)
+    push_run_xcoms(context, found.run_id, found.run_page_url)
+    return found
+
+
+class AirTaskRun:
+    """One try of ``task`` (an ``AirRunOperator``): own a run, wait for it (or for its stage),
+    and report how it ended."""
+
+    def __init__(self, task: AirRunOperator, context: Context) -> None:
+        self.task = task
+        self.context = context
+        self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
+
+    # --- entry points -------------------------------------------------------------------
+
+    def execute(self) -> Any:
+        task = self.task
+        if task.secret_env and self.stage is None:
+            from airflow_air._secret_env import check_references
+
+            check_references(task.secret_env)
+        with (
+            configuration_errors_fail_fast(lambda text: task.redactor()(text)),
+            AirHook(task.databricks_conn_id).get_client() as client,
+        ):
+            log = task.redacting_log(client)
+            if self.stage is not None:
+                record = self._stage_run(log)
+            else:
+                submission = self._submission(log)
+                workload = self._workload()
+                record = own_run(
+                    self.context,
+                    task,
+                    client,
+                    submission,
+                    lambda: self._with_secrets(client, submission, workload),
+                    log=log,
+                )
+            task._run_id = record.run_id
+            task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            if self.stage is not None:
+                task._lineage_result["task_key"] = self.stage
+            elif not task.wait_for_termination:
+                return {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            return self._wait(client, record)
+
+    def resume(self, event: Mapping[str, Any] | None) -> Any:
+        """``execute_complete``: the trigger's event (a stored event of an earlier version
+        reads the same: ``RunOutcome.from_event``)."""
+        from airflow.sdk.exceptions import AirflowException
+
+        if not event:
+            raise AirflowException("the trigger ended without an event")
+        outcome = RunOutcome.from_event(event)
+        if outcome.status in ("success", "failed", "timeout"):
+            try:
+                with AirHook(self.task.databricks_conn_id).get_client() as client:
+                    self._copy_logs(client, outcome.run_id)
+            except Exception as exc:  # the logs are a convenience; the outcome is known
+                self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
+        return self._complete(outcome)
+
+    # --- 1. the run -------------------------------------------------------------------------
+
+    def _submission(self, log: TaskLog) -> Submission:
+        task_id = self.task.workflow_submit_task_id or self.task.task_id
+        return new_submission(self.context, task_id, log, self.task.redactor())
+
+    def _workload(self) -> Workload:
+        from airflow_air._openlineage import with_parent_job_env
+
+        return with_parent_job_env(self.task.load_workload(), self.context)
+
+    def _with_secrets(
+        self, client: AirClient, submission: Submission, workload: Workload
+    ) -> Workload:
+        """``secret_env`` values under keys of this submission alone; the workload gets
+        ``scope/key`` only."""
+        from airflow_air._secret_env import resolve_secret_env
+
+        if not self.task.secret_env:
+            return workload
+        values = resolve_secret_env(self.task.secret_env)
+        self.task.redactor().add(*values.values())
+        return submission.prepare(client, workload, values, scope=self.task.secret_scope_name())
+
+    def _stage_run(self, log: TaskLog) -> RunRecord:
+        """A workflow stage follows the run its group's submit task started."""
+        from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
+
+        ti = self.context["ti"]
+        submit_id = self.task.workflow_submit_task_id
+        run_id = ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
+        if run_id is None:
+            raise AirConfigurationError(
+                f"workflow task {submit_id!r} recorded no run_id; it must run (and succeed) "
+                f"before stage {self.task.task_id!r}"
+            )
+        url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
+        push_run_xcoms(self.context, int(run_id), url)
+        log.info("Stage %s of run %s: %s", self.stage, run_id, url)
+        return RunRecord(int(run_id), url, 0, 0)
+
+    # --- 3. the wait ------------------------------------------------------------------------
+
+    def _wait(self, client: AirClient, record: RunRecord) -> Any:
+        """Wait for the run (or stage): in the triggerer when deferrable, else in the worker."""
+        if self.task.deferrable:
+            state = client.get_run(record.run_id)
+            if state.has_ended(self.stage):
+                self.task.log.info(
+                    "Run %s%s has already ended; finishing without deferring",
+                    record.run_id,
+                    f" (stage {self.stage})" if self.stage else "",
+                )
+                self._copy_logs(client, record.run_id)
+                return self._complete(self._outcome(client, state, record), client, state)
+            self._defer(record)
+        return self._wait_in_worker(client, record)
+
+    def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
+        from airflow_air._logs import LogStreamer, StateLogger
+
+        log = self.task.redacting_log(client)
+        streaming = (
+            LogStreamer(client, record.run_id, log, self.stage)
+            if self.task.stream_logs
+            else contextlib.nullcontext()
+        )
+        with streaming:
+            state = client.wait(
+                record.run_id,
+                poll_interval=self.task.effective_poll_interval(),
+                on_update=StateLogger(log, record.run_id, self.stage),
+                task_key=self.stage,
+            )
+        return self._complete(self._outcome(client, state, record), client, state)
+
+    def _defer(self, record: RunRecord) -> None:
+        from airflow_air.triggers import AirRunTrigger
+
+        task = self.task
+        deadline = try_deadline(task, self.context)
+        task.defer(
+            trigger=AirRunTrigger(
+                record.run_id,
+                run_page_url=record.run_page_url,
+                databricks_conn_id=task.databricks_conn_id,
+                poll_interval=task.effective_poll_interval(),
+                deadline=deadline,
+                cancel_on_kill=task.cancel_on_kill,
+                task_key=self.stage,
+                first_poll_at=first_poll_at(),
+                # References only: the triggerer looks the values up itself to redact them.
+                secret_env=task.redaction_references() or None,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(deadline),
+        )
+
+    def _copy_logs(self, client: AirClient, run_id: int) -> None:
+        """The nodes' lines of a run (stage) that ended while this task was not streaming
+        them: it waited in the triggerer, or found the run ended. The triggerer does not
+        follow logs itself: thousands of deferred tasks would each poll every node, where
+        the shared watcher sends a few coalesced status requests for all of them."""
+        if not self.task.stream_logs:
+            return
+        from airflow_air._logs import copy_run_logs
+
+        copy_run_logs(
+            client,
+            run_id,
+            self.task.redacting_log(client),
+            self.stage,
+            max_lines=completed_log_lines(),
+        )
+
+    # --- 4. the outcome ---------------------------------------------------------------------
+
+    def _outcome(self, client: AirClient, state: RunState, record: RunRecord) -> RunOutcome:
+        outcome = RunOutcome.read(client, state, self.stage)
+        return dataclasses.replace(
+            outcome, run_page_url=record.run_page_url or outcome.run_page_url
+        )
+
+    def _complete(
+        self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None
+    ) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+        from airflow_air.exceptions import AirRunFailedError
+
+        task, context = self.task, self.context
+        task._run_id = outcome.run_id
+        task._lineage_result = {
+            **return_value(outcome),
+            "mlflow_run_url": outcome.mlflow_run_url,
+        }
+        remember_run_page(context, outcome.run_page_url)
+        push_mlflow_link(context, outcome.mlflow_run_url)
+        outcome = dataclasses.replace(outcome, message=task.redactor()(outcome.message))
+        if task.secret_env and outcome.status in ("success", "failed"):
+            self._finish(outcome, client, state)
+        if outcome.gpu_hours is not None:
+            from airflow_air.links import GPU_HOURS_KEY
+
+            # Also when the run failed: the accelerators were held all the same.
+            context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
+        if outcome.status == "success":
+            used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
+            if outcome.task_key:  # the other stages of the run may still be going
+                task.log.info(
+                    "Stage %s of run %s succeeded%s: %s",
+                    outcome.task_key,
+                    outcome.run_id,
+                    used,
+                    outcome.run_page_url,
+                )
+            else:
+                task.log.info("Run %s succeeded%s: %s", outcome.run_id, used, outcome.run_page_url)
+            return return_value(outcome)
+        if outcome.status == "failed":
+            raise AirRunFailedError(
+                outcome.message,
+                run_id=outcome.run_id,
+                result_state=outcome.result_state,
+                run_page_url=outcome.run_page_url,
+            )
+        if outcome.status == "timeout":
+            raise AirflowTaskTimeout(outcome.message)
+        raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    def _finish(
+        self, outcome: RunOutcome, client: AirClient | None, state: RunState | None
+    ) -> None:
+        """The run has ended (for a stage: once its whole run has): delete the keys its
+        ``secret_env`` values were written to. Best effort; never fails the task."""
+        try:
+            submission = self._submission(self.task.log)
+            submission.scopes.append(self.task.secret_scope_name())
+            submission.attach(outcome.run_id, outcome.run_page_url)
+            if client is not None:
+                submission.finish(client, state)
+                return
+            with AirHook(self.task.databricks_conn_id).get_client() as own:
+                submission.finish(own)
+        except Exception as exc:
+            self.task.log.warning(
+                "Could not delete the secret keys of run %s: %s", outcome.run_id, exc
+            )
