@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ._errors import AirError, RunTimeout
-from ._states import RunState, mlflow_ids, mlflow_run_url
+from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
 from .client import _runs, _secrets, _submit
 from .client._core import ClientCore, Flow
 from .client._secrets import SubmissionSecrets
@@ -180,9 +180,12 @@ class RunOutcome:
         return cls(status, run_id, run_page_url, None, message, task_key)
 
 
-def _duration_s(state: RunState) -> float | None:
-    if state.start_time and state.end_time and state.end_time >= state.start_time:
-        return round((state.end_time - state.start_time) / 1000.0, 3)
+def _duration_s(state: RunState, task: TaskState | None) -> float | None:
+    """The task's (newest attempt's) time when known, else the run's."""
+    start = (task.start_time if task else None) or state.start_time
+    end = (task.end_time if task else None) or state.end_time
+    if start and end and end >= start:
+        return round((end - start) / 1000.0, 3)
     return None
 
 
@@ -207,7 +210,7 @@ def outcome_flow(
         mlflow_run_id=mlflow_run,
         mlflow_run_url=mlflow_run_url(core.host, experiment, mlflow_run),
         gpu_hours=result.gpu_hours,
-        duration_s=_duration_s(view),
+        duration_s=_duration_s(state, task),
         task_run_id=task.run_id if task is not None and task_key is not None else None,
     )
 
@@ -248,17 +251,16 @@ class Submission:
 
     # --- 1. prepare ---------------------------------------------------------------------
 
-    def prepare_flow(
+    def store_flow(
         self,
         core: ClientCore,
-        workload: Workload,
         values: Mapping[str, str],
         *,
         scope: str,
         stage: str | None = None,
-    ) -> Flow[Workload]:
+    ) -> Flow[dict[str, str]]:
         if not values:
-            return workload
+            return {}
         secrets = self.key.secrets(scope)
         if scope not in self.scopes:  # the first write to a scope sweeps it
             try:
@@ -270,7 +272,20 @@ class Submission:
         refs = yield from _secrets.store_submission_secrets(core, secrets, values, stage)
         if scope not in self.scopes:
             self.scopes.append(scope)
-        return workload.with_secrets(refs)
+        return refs
+
+    def store(
+        self,
+        client: AirClient,
+        values: Mapping[str, str],
+        *,
+        scope: str,
+        stage: str | None = None,
+    ) -> dict[str, str]:
+        """Sweep ``scope`` (once), store ``values`` under this submission's keys (of one
+        ``stage`` of a multi-task run); ``{NAME: "scope/key"}`` for ``Workload.with_secrets``.
+        A failure to store raises (``AirError``); the sweep only warns."""
+        return _run_sync(client, self.store_flow(client._core, values, scope=scope, stage=stage))
 
     def prepare(
         self,
@@ -281,12 +296,10 @@ class Submission:
         scope: str,
         stage: str | None = None,
     ) -> Workload:
-        """Sweep ``scope`` (once), store ``values`` under this submission's keys (of one
-        ``stage`` of a multi-task run), and return ``workload`` carrying references. A
-        failure to store raises (``AirError``); the sweep only warns."""
-        return _run_sync(
-            client, self.prepare_flow(client._core, workload, values, scope=scope, stage=stage)
-        )
+        """``store`` the values and return ``workload`` carrying their references."""
+        if not values:
+            return workload
+        return workload.with_secrets(self.store(client, values, scope=scope, stage=stage))
 
     # --- 2. submit ----------------------------------------------------------------------
 

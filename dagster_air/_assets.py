@@ -12,11 +12,12 @@ import dagster as dg
 from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._execution import AirEvent, AirWorkflow, LoadedStage, StepRun
+from ._execution import AirEvent, StepRun
 from ._partitions import PartitionParameters
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
+from ._step_submission import AirWorkflow, LoadedStage
 from ._translator import DagsterAirTranslator, stage_asset_key
 
 
@@ -124,9 +125,8 @@ def _workflow_and_specs(
 ) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
     _check_partition_coverage(partitions_def, partition_parameters)
     check_env_vars_set(secret_env or {}, "secret_env")
-    loaded, specs = _load_stages(
-        stages, translator or DagsterAirTranslator(), base_dir, partitions_def
-    )
+    translator = translator or DagsterAirTranslator()
+    loaded, specs = _load_stages(stages, translator, base_dir, partitions_def)
     workflow = AirWorkflow(
         name=name,
         stages=tuple(loaded),
@@ -138,6 +138,7 @@ def _workflow_and_specs(
         run_env=dict(run_env or {}),
         always_workflow=len(loaded) > 1,
         output_env=output_env,
+        translator=translator,
     )
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
@@ -297,14 +298,22 @@ class AirInvocation:
     def stages(self) -> tuple[LoadedStage, ...]:
         return self.workflow.stages
 
-    def run(self, overrides: Overrides | None = None) -> Iterator[AirEvent]:
+    def run(
+        self,
+        overrides: Overrides | None = None,
+        *,
+        translator: DagsterAirTranslator | None = None,
+    ) -> Iterator[AirEvent]:
         """Submit the selected stages, wait, and yield one ``MaterializeResult`` per stage.
 
         ``overrides`` are applied after the run config's, e.g. values computed from
-        upstream assets: ``air.run({"env_variables.DATA_PATH": path})``.
+        upstream assets: ``air.run({"env_variables.DATA_PATH": path})``. ``translator``
+        derives the run-time metadata (materializations, attempts, failures); by default
+        the one the asset was defined with, as dagster-dbt's ``dbt.cli(...,
+        dagster_dbt_translator=...)``.
         """
         yield from StepRun(
-            self.context, self.workflow, self.workspace, self.config, overrides
+            self.context, self.workflow, self.workspace, self.config, overrides, translator
         ).execute()
 
 

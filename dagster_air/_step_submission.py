@@ -1,0 +1,296 @@
+"""What one Dagster step submits: the selected stages' workloads with the run-time
+overrides, the partition's parameters, ``run_env``, the upstream output location, the
+orchestrator secrets and the Pipes environment; and the submit itself.
+
+The life of the submission (secret keys, idempotency token, marking, deleting the keys) is
+``air_runtime.Submission``'s; this module only decides *what* the step asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from air_runtime import (
+    AirClient,
+    AirError,
+    AuthError,
+    ConfigurationError,
+    Redactor,
+    Stage,
+    Submission,
+    SubmissionKey,
+    SubmittedRun,
+    Workload,
+    WorkloadError,
+)
+
+from ._config import AirRunConfig
+from ._identity import StepIdentity, deployment_namespace
+from ._partitions import PartitionParameters, partition_overrides
+from ._pipes import StepPipes
+from ._resource import AirWorkspace
+from ._secrets import resolve_secret_env
+from ._stage import AirStage
+from ._translator import DagsterAirTranslator
+
+OUTPUT_URI_KEY = "dagster/uri"
+
+
+@dataclass(frozen=True)
+class LoadedStage:
+    """A stage with its validated workload and the asset it materializes."""
+
+    stage: AirStage
+    workload: Workload
+    asset_key: dg.AssetKey
+
+    @property
+    def key(self) -> str:
+        return self.stage.key
+
+
+@dataclass(frozen=True)
+class AirWorkflow:
+    """Everything an asset needs at run time, fixed when the definitions load."""
+
+    name: str
+    stages: tuple[LoadedStage, ...]
+    resource_key: str = "air_workspace"
+    secret_env: Mapping[str, str] | None = None
+    partition_parameters: PartitionParameters | None = None
+    partition_env: str | None = None
+    log_node: int | None = None
+    # Env vars whose values are formatted per step: {run_id}, {partition_key}, {stage}.
+    run_env: Mapping[str, str] | None = None
+    always_workflow: bool = False  # several stages: always a multi-task run, even one selected
+    # The environment variable that names where the stages write (recorded as dagster/uri).
+    output_env: str | None = None
+    # Derives the run-time metadata too (materializations, attempts, failures).
+    translator: DagsterAirTranslator = field(default_factory=DagsterAirTranslator)
+
+    def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
+        keys = context.selected_asset_keys
+        return [s for s in self.stages if s.asset_key in keys]
+
+
+def config_failure(error: Exception | str, what: str) -> dg.Failure:
+    return dg.Failure(description=f"{what}: {error}", allow_retries=False)
+
+
+def _refusal(error: AirError, otherwise: str) -> str:
+    """What a non-retryable error is about: the credentials, the setup, or the request."""
+    if isinstance(error, AuthError):
+        return "the workspace refused the credentials of the air_workspace resource"
+    if isinstance(error, ConfigurationError):
+        return "the workspace setup needs a change"
+    return otherwise
+
+
+class StepSubmission:
+    """The submission of one Dagster step materializing one or more stages as one run."""
+
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        workflow: AirWorkflow,
+        workspace: AirWorkspace,
+        config: AirRunConfig,
+        selected: list[LoadedStage],
+        extra_overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    ) -> None:
+        self.context = context
+        self.workflow = workflow
+        self.workspace = workspace
+        self.config = config
+        self.selected = selected
+        self.extra_overrides = extra_overrides
+        self.identity = StepIdentity.of(context)
+        self.redact = Redactor(())
+        self.submission: Submission | None = None
+
+    @property
+    def single(self) -> bool:
+        """One stage selected of a one-stage workflow: a single-task run."""
+        return len(self.selected) == 1 and not self.workflow.always_workflow
+
+    # --- the workloads ----------------------------------------------------------------------
+
+    def workloads(self) -> dict[str, Workload]:
+        partition = self._partition_overrides()
+        workloads = {}
+        for s in self.selected:
+            workload = self._apply_overrides(s, partition)
+            run_env = self._run_env(s.key)
+            if run_env:
+                workload = workload.with_overrides(run_env)
+            upstream = self._upstream_output(s)
+            if upstream:
+                workload = workload.with_overrides(upstream)
+            workloads[s.key] = workload
+        return workloads
+
+    def _apply_overrides(
+        self, loaded: LoadedStage, partition: tuple[dict[str, Any], list[str]]
+    ) -> Workload:
+        workload = loaded.workload
+        typed = {**self.config.mapping_overrides(), **partition[0]}
+        text = [*partition[1], *self.config.text_overrides(loaded.key)]
+        try:
+            for overrides in (typed, text, self.extra_overrides):
+                if overrides:
+                    workload = workload.with_overrides(overrides)
+        except WorkloadError as error:
+            raise config_failure(
+                error, f"stage {loaded.key}: the run-time overrides do not give a valid workload"
+            ) from None
+        return workload
+
+    def _partition_overrides(self) -> tuple[dict[str, Any], list[str]]:
+        if not self.context.has_partition_key:
+            return {}, []
+        try:
+            return partition_overrides(
+                self.context.partition_key,
+                self.workflow.partition_parameters,
+                self.workflow.partition_env,
+            )
+        except (KeyError, ValueError) as error:
+            raise config_failure(error, "cannot map the partition to parameters") from None
+
+    def _upstream_output(self, loaded: LoadedStage) -> dict[str, str]:
+        """A stage run without an upstream stage of its workflow reads where that stage
+        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri``."""
+        name = self.workflow.output_env
+        keys = {s.key for s in self.selected}
+        missing = [d for d in loaded.stage.depends_on if d not in keys]
+        if not name or not missing:
+            return {}
+        by_key = {s.key: s for s in self.workflow.stages}
+        for dependency in missing:
+            uri = self._latest_uri(by_key[dependency].asset_key)
+            if uri:
+                self.context.log.info(
+                    f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
+                )
+                return {f"env_variables.{name}": uri}
+        raise config_failure(
+            f"no materialization of {', '.join(missing)} records an output location "
+            f"({OUTPUT_URI_KEY})",
+            f"stage {loaded.key} runs without its upstream stage",
+        )
+
+    def _latest_uri(self, asset_key: dg.AssetKey) -> str | None:
+        partitions = [self.context.partition_key] if self.context.has_partition_key else None
+        records = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
+        ).records
+        for record in records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
+            if value is not None:
+                return str(value.value)
+        return None
+
+    def _run_env(self, stage_key: str) -> dict[str, str]:
+        fields = {
+            "run_id": self.context.run_id,
+            "partition_key": self.identity.partition or "",
+            "stage": stage_key,
+        }
+        try:
+            return {
+                f"env_variables.{name}": template.format(**fields)
+                for name, template in (self.workflow.run_env or {}).items()
+            }
+        except (KeyError, IndexError, ValueError) as error:
+            raise config_failure(
+                error, "run_env may only use {run_id}, {partition_key} and {stage}"
+            ) from None
+
+    # --- the submission ---------------------------------------------------------------------
+
+    def open(self, client: AirClient) -> Submission:
+        """The core's submission of this step, in this Dagster instance's namespace."""
+        self.redact = client.redactor.with_values(())
+        namespace = deployment_namespace(self.context.instance, self.workspace.deployment_namespace)
+        identity = self.identity
+        key = SubmissionKey(
+            "dagster",
+            namespace,
+            identity.pipeline_id,
+            identity.run_id,
+            identity.step_key,
+            identity.partition,
+        )
+        self.submission = Submission(key, log=self.context.log, redact=lambda t: self.redact(t))
+        return self.submission
+
+    def with_secrets(
+        self, client: AirClient, workloads: dict[str, Workload]
+    ) -> dict[str, Workload]:
+        """Write the secret_env values under keys of this step's submission alone, after
+        deleting what earlier runs of the step left behind once their runs ended."""
+        assert self.submission is not None
+        secret_env = {**self.workspace.secret_env, **(self.workflow.secret_env or {})}
+        if not secret_env:
+            return workloads
+        values = resolve_secret_env(secret_env)
+        self.redact = client.redactor.with_values(values.values())
+        if self.redact.ignored:
+            self.context.log.warning(
+                f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
+                "are not redacted from messages and logs (too short to tell from ordinary text)"
+            )
+        try:
+            refs = self.submission.store(client, values, scope=self.workspace.secret_scope)
+        except AirError as error:
+            if error.retryable:
+                raise
+            raise config_failure(
+                self.redact(str(error)), _refusal(error, "cannot store the orchestrator secrets")
+            ) from None
+        return {key: w.with_secrets(refs) for key, w in workloads.items()}
+
+    def with_pipes(self, pipes: StepPipes, workloads: dict[str, Workload]) -> dict[str, Workload]:
+        """Each stage's Dagster Pipes context in its environment (see ``_pipes``)."""
+        result = {}
+        for s in self.selected:
+            env = pipes.env_for(s.asset_key, s.key)
+            result[s.key] = workloads[s.key].with_overrides(
+                {f"env_variables.{name}": value for name, value in env.items()}
+            )
+        return result
+
+    def submit(
+        self, client: AirClient, workloads: dict[str, Workload], generation: int
+    ) -> SubmittedRun:
+        assert self.submission is not None
+        selected = self.selected
+        keys = {s.key for s in selected}
+        try:
+            if self.single:
+                return self.submission.submit(client, workloads[selected[0].key], generation)
+            stages = [
+                Stage(
+                    task_key=s.key,
+                    workload=workloads[s.key],
+                    depends_on=tuple(d for d in s.stage.depends_on if d in keys),
+                    run_if=s.stage.run_if
+                    if any(d in keys for d in s.stage.depends_on)
+                    else "ALL_SUCCESS",
+                )
+                for s in selected
+            ]
+            return self.submission.submit(client, stages, generation, run_name=self.workflow.name)
+        except AirError as error:
+            if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
+                raise config_failure(
+                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
+                ) from None
+            raise dg.Failure(
+                description=f"submitting the run failed: {self.redact(str(error))}"
+            ) from None
