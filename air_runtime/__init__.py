@@ -31,7 +31,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
-from air_runtime._redaction import Redactor, credential_secrets
+from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime._templates import (
     has_template_placeholders,
@@ -129,6 +129,7 @@ __all__ = [
     "PlatformError",
     "Problem",
     "RateLimited",
+    "RedactingLog",
     "Redactor",
     "RunFailed",
     "RunState",

@@ -160,9 +160,7 @@ class RunOutcome:
         return cls(**{k: v for k, v in event.items() if k in known})
 
     @classmethod
-    def read(
-        cls, client: AirClient, state: RunState, task_key: str | None = None
-    ) -> RunOutcome:
+    def read(cls, client: AirClient, state: RunState, task_key: str | None = None) -> RunOutcome:
         """The outcome of the ended run ``state`` (or of its task ``task_key``)."""
         return _run_sync(client, outcome_flow(client._core, state, task_key))
 

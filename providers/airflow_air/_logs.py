@@ -1,4 +1,4 @@
-"""Task log lines of a run: state changes, every node's log lines, and redaction of both.
+"""Task log lines of a run while it is waited on: state changes and every node's log lines.
 
 Only imported from ``execute`` and the triggers (it pulls in the core client's types).
 """
@@ -6,42 +6,11 @@ Only imported from ``execute`` and the triggers (it pulls in the core client's t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from air_runtime import AirClient, RunState
-
-
-class TaskLog(Protocol):
-    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
-
-    def info(self, event: str, *args: Any) -> Any: ...
-
-    def warning(self, event: str, *args: Any) -> Any: ...
-
-
-class RedactingLog:
-    """A ``TaskLog`` that formats each line and removes secret values before logging it:
-    Airflow's masker only knows plain values, and the triggerer's log has no masker at all
-    for values it never looked up."""
-
-    def __init__(self, log: TaskLog, redact: Callable[[str], str]) -> None:
-        self._log = log
-        self._redact = redact
-
-    def _text(self, event: str, args: tuple[Any, ...]) -> str:
-        try:
-            text = event % args if args else event
-        except (TypeError, ValueError):
-            text = " ".join([event, *map(str, args)])
-        return self._redact(text)
-
-    def info(self, event: str, *args: Any) -> Any:
-        return self._log.info("%s", self._text(event, args))
-
-    def warning(self, event: str, *args: Any) -> Any:
-        return self._log.warning("%s", self._text(event, args))
+    from airflow_air._task_run import TaskLog
 
 
 class StateLogger:

@@ -105,11 +105,16 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
-def secret_values(secret_env: Mapping[str, str]) -> list[str]:
+def secret_values(
+    secret_env: Mapping[str, str], strict: Mapping[str, str] | None = None
+) -> list[str]:
     """The values the references point to, for redaction; a reference that cannot be looked
-    up is skipped (the submit reports it; a reattaching try may never need it)."""
+    up is skipped (the submit reports it; a reattaching try may never need it). ``strict``
+    references are checked first: a malformed one is an error (``check_references``)."""
     from airflow.sdk.log import mask_secret
 
+    if strict:
+        check_references(strict)
     values = []
     for name, ref in secret_env.items():
         try:

@@ -23,9 +23,9 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from air_runtime import AirError, RunFailed, RunOutcome, RunTimeout, Submission
+from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
 from airflow_air._deployment import deployment_namespace
 from airflow_air._generations import (
     FirstGeneration,
@@ -35,19 +35,32 @@ from airflow_air._generations import (
     submit_generations,
 )
 from airflow_air.exceptions import AirConfigurationError
-from airflow_air.hooks import AirHook, completed_log_lines, first_poll_delay
+from airflow_air.hooks import (
+    AirHook,
+    completed_log_lines,
+    default_poll_interval,
+    default_secret_scope,
+    first_poll_delay,
+)
 from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
-    from air_runtime import AirClient, RunState, Stage, Workload
-    from airflow_air._logs import TaskLog
+    from air_runtime import AirClient, Redactor, RunState, Stage, Workload
     from airflow_air.operators import AirRunOperator
 
 # Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
 # the trigger; the trigger cancels the run at the deadline itself.
 DEFER_GRACE = timedelta(minutes=5)
+
+
+class TaskLog(Protocol):
+    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
+
+    def info(self, event: str, *args: Any) -> Any: ...
+
+    def warning(self, event: str, *args: Any) -> Any: ...
 
 
 @contextlib.contextmanager
@@ -82,6 +95,58 @@ def defer_timeout(deadline: float | None) -> timedelta | None:
     if deadline is None:
         return None
     return timedelta(seconds=max(deadline - time.time(), 0)) + DEFER_GRACE
+
+
+def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
+    """The scope ``secret_env`` values are written to (``secret_scope``: a rendered one)."""
+    return secret_scope or task.secret_scope or default_secret_scope()
+
+
+def redaction_references(task: AirRunOperator) -> dict[str, str]:
+    """The ``secret_env`` references whose values must not show in this task's messages:
+    its own and, for a workflow stage, those of the other stages of its run (their
+    workloads share one run, and a stage's log can print a sibling's secret)."""
+    references: dict[str, str] = {}
+    if task.workflow_submit_task_id is not None and task.has_dag():
+        for other in task.dag.tasks:
+            if (
+                other is not task
+                and getattr(other, "workflow_submit_task_id", None) == task.workflow_submit_task_id
+            ):
+                for name, ref in (getattr(other, "secret_env", None) or {}).items():
+                    if isinstance(ref, str) and "{{" not in ref:
+                        references[f"{other.task_id}.{name}"] = ref
+    references.update(task.secret_env or {})
+    return references
+
+
+def try_redactor(
+    task: AirRunOperator, client: AirClient | None = None, *, check: bool = False
+) -> Redactor:
+    """The workspace credentials and every value of ``redaction_references``, looked up
+    again, so a reattaching or resumed try that did not submit redacts them too. ``check``:
+    a try about to submit checks its own references first (a malformed one fails it)."""
+    from air_runtime import Redactor, credential_secrets
+    from airflow_air._secret_env import secret_values
+
+    strict = task.secret_env if check and not task.workflow_submit_task_id else None
+    values = secret_values(redaction_references(task), strict=strict)
+    if client is not None:
+        redactor = client.redactor.with_values(values)
+    else:
+        redactor = Redactor(values)
+        try:
+            access = AirHook(task.databricks_conn_id).workspace_access()
+            redactor.add(*credential_secrets(access.credentials))
+        except Exception:  # the connection is checked where it is used
+            pass
+    if redactor.ignored:
+        task.log.warning(
+            "%d secret_env value(s) are shorter than 4 characters: they are not "
+            "redacted from messages and logs (too short to tell from ordinary text)",
+            redactor.ignored,
+        )
+    return redactor
 
 
 def return_value(outcome: RunOutcome) -> dict[str, Any]:
@@ -139,32 +204,40 @@ class AirTaskRun:
         self.task = task
         self.context = context
         self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
+        self.poll_interval = (
+            task.poll_interval if task.poll_interval is not None else default_poll_interval()
+        )
+        self.log: TaskLog = task.log
+        self.submission: Submission | None = None
+
+    def redactor(self) -> Redactor:
+        if self.task._redactor is None:  # a resumed try: the first look at its secrets
+            self.task._redactor = try_redactor(self.task)
+        return self.task._redactor
+
+    def redact(self, text: str) -> str:
+        return self.redactor()(text)
 
     # --- entry points -------------------------------------------------------------------
 
     def execute(self) -> Any:
         task = self.task
-        if task.secret_env and self.stage is None:
-            from airflow_air._secret_env import check_references
-
-            check_references(task.secret_env)
         with (
-            configuration_errors_fail_fast(lambda text: task.redactor()(text)),
+            configuration_errors_fail_fast(self.redact),
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
-            log = task.redacting_log(client)
+            submission = self._open(client)
             if self.stage is not None:
-                record = self._stage_run(log)
+                record = self._stage_run()
             else:
-                submission = self._submission(log)
                 workload = self._workload()
                 record = own_run(
                     self.context,
                     task,
                     client,
                     submission,
-                    lambda: self._with_secrets(client, submission, workload),
-                    log=log,
+                    lambda: self._with_secrets(client, workload),
+                    log=self.log,
                 )
             task._run_id = record.run_id
             task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
@@ -185,6 +258,9 @@ class AirTaskRun:
         if outcome.status in ("success", "failed", "timeout"):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
+                    if self.task._redactor is None:
+                        self.task._redactor = try_redactor(self.task, client)
+                    self.log = RedactingLog(self.task.log, self.task._redactor)
                     self._copy_logs(client, outcome.run_id)
             except Exception as exc:  # the logs are a convenience; the outcome is known
                 self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
@@ -192,29 +268,37 @@ class AirTaskRun:
 
     # --- 1. the run -------------------------------------------------------------------------
 
-    def _submission(self, log: TaskLog) -> Submission:
+    def _open(self, client: AirClient) -> Submission:
+        """This try's redaction (every secret value it may see), log and submission."""
+        task = self.task
+        if task._redactor is None:
+            task._redactor = try_redactor(task, client, check=True)
+        self.log = RedactingLog(task.log, task._redactor)
+        self.submission = self._submission()
+        return self.submission
+
+    def _submission(self) -> Submission:
         task_id = self.task.workflow_submit_task_id or self.task.task_id
-        return new_submission(self.context, task_id, log, self.task.redactor())
+        return new_submission(self.context, task_id, self.log, self.redact)
 
     def _workload(self) -> Workload:
         from airflow_air._openlineage import with_parent_job_env
 
         return with_parent_job_env(self.task.load_workload(), self.context)
 
-    def _with_secrets(
-        self, client: AirClient, submission: Submission, workload: Workload
-    ) -> Workload:
+    def _with_secrets(self, client: AirClient, workload: Workload) -> Workload:
         """``secret_env`` values under keys of this submission alone; the workload gets
         ``scope/key`` only."""
         from airflow_air._secret_env import resolve_secret_env
 
         if not self.task.secret_env:
             return workload
+        assert self.submission is not None
         values = resolve_secret_env(self.task.secret_env)
-        self.task.redactor().add(*values.values())
-        return submission.prepare(client, workload, values, scope=self.task.secret_scope_name())
+        self.redactor().add(*values.values())
+        return self.submission.prepare(client, workload, values, scope=secret_scope_of(self.task))
 
-    def _stage_run(self, log: TaskLog) -> RunRecord:
+    def _stage_run(self) -> RunRecord:
         """A workflow stage follows the run its group's submit task started."""
         from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
 
@@ -228,7 +312,7 @@ class AirTaskRun:
             )
         url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
         push_run_xcoms(self.context, int(run_id), url)
-        log.info("Stage %s of run %s: %s", self.stage, run_id, url)
+        self.log.info("Stage %s of run %s: %s", self.stage, run_id, url)
         return RunRecord(int(run_id), url, 0, 0)
 
     # --- 3. the wait ------------------------------------------------------------------------
@@ -251,17 +335,16 @@ class AirTaskRun:
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
         from airflow_air._logs import LogStreamer, StateLogger
 
-        log = self.task.redacting_log(client)
         streaming = (
-            LogStreamer(client, record.run_id, log, self.stage)
+            LogStreamer(client, record.run_id, self.log, self.stage)
             if self.task.stream_logs
             else contextlib.nullcontext()
         )
         with streaming:
             state = client.wait(
                 record.run_id,
-                poll_interval=self.task.effective_poll_interval(),
-                on_update=StateLogger(log, record.run_id, self.stage),
+                poll_interval=self.poll_interval,
+                on_update=StateLogger(self.log, record.run_id, self.stage),
                 task_key=self.stage,
             )
         return self._complete(self._outcome(client, state, record), client, state)
@@ -276,13 +359,13 @@ class AirTaskRun:
                 record.run_id,
                 run_page_url=record.run_page_url,
                 databricks_conn_id=task.databricks_conn_id,
-                poll_interval=task.effective_poll_interval(),
+                poll_interval=self.poll_interval,
                 deadline=deadline,
                 cancel_on_kill=task.cancel_on_kill,
                 task_key=self.stage,
                 first_poll_at=first_poll_at(),
                 # References only: the triggerer looks the values up itself to redact them.
-                secret_env=task.redaction_references() or None,
+                secret_env=redaction_references(task) or None,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -297,13 +380,7 @@ class AirTaskRun:
             return
         from airflow_air._logs import copy_run_logs
 
-        copy_run_logs(
-            client,
-            run_id,
-            self.task.redacting_log(client),
-            self.stage,
-            max_lines=completed_log_lines(),
-        )
+        copy_run_logs(client, run_id, self.log, self.stage, max_lines=completed_log_lines())
 
     # --- 4. the outcome ---------------------------------------------------------------------
 
@@ -319,23 +396,19 @@ class AirTaskRun:
         from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
         from airflow_air.exceptions import AirRunFailedError
+        from airflow_air.links import GPU_HOURS_KEY
 
         task, context = self.task, self.context
         task._run_id = outcome.run_id
-        task._lineage_result = {
-            **return_value(outcome),
-            "mlflow_run_url": outcome.mlflow_run_url,
-        }
+        task._lineage_result = {**return_value(outcome), "mlflow_run_url": outcome.mlflow_run_url}
+        outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
         remember_run_page(context, outcome.run_page_url)
         push_mlflow_link(context, outcome.mlflow_run_url)
-        outcome = dataclasses.replace(outcome, message=task.redactor()(outcome.message))
-        if task.secret_env and outcome.status in ("success", "failed"):
-            self._finish(outcome, client, state)
         if outcome.gpu_hours is not None:
-            from airflow_air.links import GPU_HOURS_KEY
-
             # Also when the run failed: the accelerators were held all the same.
             context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
+        if task.secret_env and outcome.status in ("success", "failed"):
+            self._finish(outcome, client, state)
         if outcome.status == "success":
             used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
             if outcome.task_key:  # the other stages of the run may still be going
@@ -366,8 +439,9 @@ class AirTaskRun:
         """The run has ended (for a stage: once its whole run has): delete the keys its
         ``secret_env`` values were written to. Best effort; never fails the task."""
         try:
-            submission = self._submission(self.task.log)
-            submission.scopes.append(self.task.secret_scope_name())
+            submission = self.submission or self._submission()
+            if secret_scope_of(self.task) not in submission.scopes:
+                submission.scopes.append(secret_scope_of(self.task))
             submission.attach(outcome.run_id, outcome.run_page_url)
             if client is not None:
                 submission.finish(client, state)

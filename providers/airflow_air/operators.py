@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from air_runtime import AirClient, Redactor, Workload
-    from airflow_air._logs import RedactingLog
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
@@ -207,66 +206,14 @@ class AirRunOperator(BaseOperator):
         name = path or self.workload_file or f"{self.task_id}.workload"
         return load_workload(source, overrides or None, base_dir=base_dir, source_name=name)
 
-    def secret_scope_name(self, secret_scope: str | None = None) -> str:
-        from airflow_air.hooks import default_secret_scope
-
-        return secret_scope or self.secret_scope or default_secret_scope()
-
-    def redaction_references(self) -> dict[str, str]:
-        """The ``secret_env`` references whose values must not show in this task's messages:
-        its own and, for a workflow stage, those of the other stages of its run (their
-        workloads share one run, and a stage's log can print a sibling's secret)."""
-        references: dict[str, str] = {}
-        if self.workflow_submit_task_id is not None and self.has_dag():
-            for task in self.dag.tasks:
-                if (
-                    isinstance(task, AirRunOperator)
-                    and task is not self
-                    and task.workflow_submit_task_id == self.workflow_submit_task_id
-                ):
-                    for name, ref in (task.secret_env or {}).items():
-                        if isinstance(ref, str) and "{{" not in ref:
-                            references[f"{task.task_id}.{name}"] = ref
-        references.update(self.secret_env or {})
-        return references
-
     def redactor(self, client: AirClient | None = None) -> Redactor:
         """This try's ``air_runtime.Redactor``: the workspace credentials and every value of
-        ``redaction_references()`` (looked up again, so a reattaching or resumed try that did
-        not submit redacts them too)."""
+        ``secret_env`` reference it may see (``airflow_air._task_run.try_redactor``)."""
         if self._redactor is None:
-            from air_runtime import Redactor, credential_secrets
-            from airflow_air._secret_env import secret_values
+            from airflow_air._task_run import try_redactor
 
-            values = secret_values(self.redaction_references())
-            if client is not None:
-                self._redactor = client.redactor.with_values(values)
-            else:
-                self._redactor = Redactor(values)
-                try:
-                    from airflow_air.hooks import AirHook
-
-                    access = AirHook(self.databricks_conn_id).workspace_access()
-                    self._redactor.add(*credential_secrets(access.credentials))
-                except Exception:  # the connection is checked where it is used
-                    pass
-            if self._redactor.ignored:
-                self.log.warning(
-                    "%d secret_env value(s) are shorter than 4 characters: they are not "
-                    "redacted from messages and logs (too short to tell from ordinary text)",
-                    self._redactor.ignored,
-                )
+            self._redactor = try_redactor(self, client)
         return self._redactor
-
-    def redacting_log(self, client: AirClient | None = None) -> RedactingLog:
-        from airflow_air._logs import RedactingLog
-
-        return RedactingLog(self.log, self.redactor(client))
-
-    def effective_poll_interval(self) -> float:
-        from airflow_air.hooks import default_poll_interval
-
-        return self.poll_interval if self.poll_interval is not None else default_poll_interval()
 
     # --- execution (airflow_air._task_run) ------------------------------------------------
 

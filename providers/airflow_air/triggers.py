@@ -202,7 +202,8 @@ class AirRunTrigger(BaseTrigger):
     def _on_update(self) -> Callable[[RunState], None]:
         """Each state change into the triggerer's log (redacted), remembered for the
         timeout message; a stage's line says its task's state too."""
-        from airflow_air._logs import RedactingLog, StateLogger
+        from air_runtime import RedactingLog
+        from airflow_air._logs import StateLogger
 
         logger = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
 

@@ -208,7 +208,12 @@ class AirWorkflowSubmitOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         from airflow_air._openlineage import with_parent_job_env
-        from airflow_air._task_run import configuration_errors_fail_fast, new_submission, own_run
+        from airflow_air._task_run import (
+            configuration_errors_fail_fast,
+            new_submission,
+            own_run,
+            secret_scope_of,
+        )
         from airflow_air.hooks import AirHook
 
         group = self._group()
@@ -246,7 +251,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                             client,
                             workload,
                             resolve_secret_env(references),
-                            scope=op.secret_scope_name(rendered["secret_scope"]),
+                            scope=secret_scope_of(op, rendered["secret_scope"]),
                             stage=stage.task_key,
                         )
                     stages.append(dataclasses.replace(stage, workload=workload))
