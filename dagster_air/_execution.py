@@ -25,7 +25,6 @@ from air_runtime import AirClient, AirError, RunFailed, RunOutcome, RunState, Su
 
 from ._config import AirRunConfig
 from ._identity import terminal_failure_observation
-from ._interrupts import deferred_interrupts
 from ._pipes import StepPipes
 from ._resource import AirWorkspace
 from ._step_submission import OUTPUT_URI_KEY, AirWorkflow, LoadedStage, StepSubmission
@@ -76,36 +75,30 @@ class StepRun:
             self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
             self.workspace.get_client() as client,
         ):
-            submission = step.open(client)
-            workloads = step.with_secrets(client, workloads)
-            submitted_workloads = (
-                step.with_pipes(self.pipes, workloads) if self.pipes is not None else workloads
-            )
-            generation = step.identity.generation(self.context)
             submitted: SubmittedRun | None = None
             try:
-                # An interrupt during the submit is held until the run id is known, so
-                # the run can still be cancelled.
-                with deferred_interrupts():
-                    submitted = step.submit(client, submitted_workloads, generation)
+                workloads = step.submit(client, workloads, self.pipes)
+                submitted = step.submitted
+                assert submitted is not None and step.submission is not None
                 self.context.log.info(
                     f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
-                    f"{submitted.run_page_url} (generation {generation})"
+                    f"{submitted.run_page_url} (generation {step.generation})"
                 )
                 state = yield from self._wait(submitted)
             except DagsterExecutionInterruptedError:
-                if submitted is not None:
+                submitted = step.submitted
+                if submitted is not None and step.submission is not None:
                     ended = self._cancel_remote(client, submitted)
                     if ended is not None:
-                        submission.finish(client, ended)
+                        step.submission.finish(client, ended)
                     # A retry of this step (Dagster retries interrupted steps that have a
                     # retry policy) must not reattach to the run just cancelled.
                     yield terminal_failure_observation(
-                        self.context, selected[0].asset_key, submitted, ended, generation
+                        self.context, selected[0].asset_key, submitted, ended, step.generation
                     )
                 raise
-            submission.finish(client, state)
-            yield from self._results(client, workloads, submitted, state, generation)
+            step.submission.finish(client, state)
+            yield from self._results(client, workloads, submitted, state, step.generation)
 
     # --- waiting --------------------------------------------------------------------
 

@@ -22,14 +22,14 @@ from air_runtime import (
     Redactor,
     Stage,
     Submission,
-    SubmissionKey,
     SubmittedRun,
     Workload,
     WorkloadError,
 )
 
 from ._config import AirRunConfig
-from ._identity import StepIdentity, deployment_namespace
+from ._identity import StepIdentity
+from ._interrupts import deferred_interrupts
 from ._partitions import PartitionParameters, partition_overrides
 from ._pipes import StepPipes
 from ._resource import AirWorkspace
@@ -47,10 +47,10 @@ class LoadedStage:
     stage: AirStage
     workload: Workload
     asset_key: dg.AssetKey
+    key: str = field(init=False)  # the stage's key (its task key in a multi-task run)
 
-    @property
-    def key(self) -> str:
-        return self.stage.key
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.stage.key)
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,12 @@ class StepSubmission:
         self.selected = selected
         self.extra_overrides = extra_overrides
         self.identity = StepIdentity.of(context)
+        # One stage selected of a one-stage workflow: a single-task run.
+        self.single = len(selected) == 1 and not workflow.always_workflow
         self.redact = Redactor(())
         self.submission: Submission | None = None
-
-    @property
-    def single(self) -> bool:
-        """One stage selected of a one-stage workflow: a single-task run."""
-        return len(self.selected) == 1 and not self.workflow.always_workflow
+        self.submitted: SubmittedRun | None = None
+        self.generation = 0
 
     # --- the workloads ----------------------------------------------------------------------
 
@@ -213,23 +212,26 @@ class StepSubmission:
 
     # --- the submission ---------------------------------------------------------------------
 
-    def open(self, client: AirClient) -> Submission:
-        """The core's submission of this step, in this Dagster instance's namespace."""
+    def submit(
+        self, client: AirClient, workloads: dict[str, Workload], pipes: StepPipes | None
+    ) -> dict[str, Workload]:
+        """Open the core's submission of this step (in this Dagster instance's namespace),
+        write the secrets, add the Pipes environment and submit this attempt's generation.
+        An interrupt during the submit is held until the run id is known (``submitted``),
+        so the run can still be cancelled. Returns the workloads as submitted, secrets
+        included (without the Pipes environment)."""
         self.redact = client.redactor.with_values(())
-        namespace = deployment_namespace(self.context.instance, self.workspace.deployment_namespace)
-        identity = self.identity
-        key = SubmissionKey(
-            "dagster",
-            namespace,
-            identity.pipeline_id,
-            identity.run_id,
-            identity.step_key,
-            identity.partition,
+        key, self.generation = self.identity.submission(
+            self.context, self.workspace.deployment_namespace
         )
         self.submission = Submission(key, log=self.context.log, redact=lambda t: self.redact(t))
-        return self.submission
+        workloads = self._with_secrets(client, workloads)
+        submitted = self._with_pipes(pipes, workloads) if pipes is not None else workloads
+        with deferred_interrupts():
+            self.submitted = self._submit(client, submitted)
+        return workloads
 
-    def with_secrets(
+    def _with_secrets(
         self, client: AirClient, workloads: dict[str, Workload]
     ) -> dict[str, Workload]:
         """Write the secret_env values under keys of this step's submission alone, after
@@ -255,7 +257,7 @@ class StepSubmission:
             ) from None
         return {key: w.with_secrets(refs) for key, w in workloads.items()}
 
-    def with_pipes(self, pipes: StepPipes, workloads: dict[str, Workload]) -> dict[str, Workload]:
+    def _with_pipes(self, pipes: StepPipes, workloads: dict[str, Workload]) -> dict[str, Workload]:
         """Each stage's Dagster Pipes context in its environment (see ``_pipes``)."""
         result = {}
         for s in self.selected:
@@ -265,15 +267,13 @@ class StepSubmission:
             )
         return result
 
-    def submit(
-        self, client: AirClient, workloads: dict[str, Workload], generation: int
-    ) -> SubmittedRun:
+    def _submit(self, client: AirClient, workloads: dict[str, Workload]) -> SubmittedRun:
         assert self.submission is not None
         selected = self.selected
         keys = {s.key for s in selected}
         try:
             if self.single:
-                return self.submission.submit(client, workloads[selected[0].key], generation)
+                return self.submission.submit(client, workloads[selected[0].key], self.generation)
             stages = [
                 Stage(
                     task_key=s.key,
@@ -285,7 +285,9 @@ class StepSubmission:
                 )
                 for s in selected
             ]
-            return self.submission.submit(client, stages, generation, run_name=self.workflow.name)
+            return self.submission.submit(
+                client, stages, self.generation, run_name=self.workflow.name
+            )
         except AirError as error:
             if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
                 raise config_failure(
