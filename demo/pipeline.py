@@ -103,6 +103,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=STAGE_TIMEOUT_SECONDS,
         help="seconds each stage may take (default: %(default)s)",
     )
+    parser.add_argument(
+        "--simulate",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="start the local workspace in simulate mode: no rank processes, every run stays "
+        "RUNNING for SECONDS and then succeeds (shows the orchestration without training)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +124,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     work_dir = Path(tempfile.mkdtemp(prefix="airo-demo-"))
     try:
-        return Demo(work_dir, Console(sys.stdout), timeout=float(args.timeout)).run(stages)
+        demo = Demo(
+            work_dir, Console(sys.stdout), timeout=float(args.timeout), simulate=args.simulate
+        )
+        return demo.run(stages)
     finally:
         if args.keep:
             print(f"\nkept {work_dir}")
@@ -125,10 +136,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 class Demo:
-    def __init__(self, work_dir: Path, console: Console, *, timeout: float) -> None:
+    def __init__(
+        self, work_dir: Path, console: Console, *, timeout: float, simulate: float | None = None
+    ) -> None:
         self.work_dir = work_dir
         self.console = console
         self.timeout = timeout
+        self.simulate = simulate
 
     def run(self, stages: Sequence[str]) -> int:
         from air_runtime.local import start_local_workspace
@@ -136,8 +150,13 @@ class Demo:
         started = time.monotonic()
         c = self.console
         c.heading("Local workspace")
-        with start_local_workspace(data_dir=self.work_dir / "workspace") as workspace:
+        mode: dict[str, Any] = {}
+        if self.simulate is not None:
+            mode = {"mode": "simulate", "simulate": {"running_s": self.simulate}}
+        with start_local_workspace(data_dir=self.work_dir / "workspace", **mode) as workspace:
             c.line(f"  serving the Databricks REST API at {workspace.host}")
+            if self.simulate is not None:
+                c.line(f"  simulate mode: every run stays RUNNING for {self.simulate:g}s")
             client = AirClient(workspace.host, workspace.token)
             try:
                 stored = store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))

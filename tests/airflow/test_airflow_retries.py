@@ -130,16 +130,26 @@ def _submit_sleeper(workspace) -> int:
     return run_id
 
 
-async def _run_in_triggerer(trigger, *, user_action: bool) -> None:
+def _requests_served(workspace) -> int:
+    return sum(workspace.admin.counters()["requests"].values())
+
+
+async def _run_in_triggerer(trigger, workspace, *, user_action: bool) -> None:
     """Run the trigger in Airflow's TriggerRunner and cancel it the way the triggerer does:
     a user action on the task (on_kill runs) or a triggerer shutdown (plain cancel)."""
     from airflow.jobs.triggerer_job_runner import TriggerRunner
 
     runner = TriggerRunner()
     runner.triggers[1] = {"task": None, "name": "air", "events": 0, "is_watcher": False}
+    before = await asyncio.to_thread(_requests_served, workspace)
     task = asyncio.create_task(runner.run_trigger(1, trigger))
     runner.triggers[1]["task"] = task
-    await asyncio.sleep(1.0)  # the trigger is now waiting on the run
+    # The trigger is waiting on the run once the workspace has seen its first poll (the
+    # admin requests that read the counters are not counted).
+    deadline = time.monotonic() + 120
+    while await asyncio.to_thread(_requests_served, workspace) <= before:
+        assert not task.done() and time.monotonic() < deadline, "the trigger never polled"
+        await asyncio.sleep(0.05)
     assert not task.done()
     if user_action:
         runner.to_cancel.append(1)
@@ -156,7 +166,7 @@ def test_deferred_kill_cancels_but_triggerer_restart_does_not(workspace, user_ac
 
     run_id = _submit_sleeper(workspace)
     trigger = AirRunTrigger(run_id, poll_interval=0.2, cancel_on_kill=True)
-    asyncio.run(_run_in_triggerer(trigger, user_action=user_action))
+    asyncio.run(_run_in_triggerer(trigger, workspace, user_action=user_action))
 
     with AirClient(workspace.host, workspace.token) as client:
         if user_action:

@@ -307,4 +307,4 @@ def test_scheme_less_host_of_a_plain_http_workspace_fails_at_once(workspace_fact
 
     with pytest.raises(ConfigurationError, match="use http://"):
         asyncio.run(async_whoami())
-    assert time.monotonic() - started < 10  # was minutes of TLS retries
+    assert time.monotonic() - started < 45  # was over a minute of TLS retries

@@ -48,8 +48,9 @@ def test_demo_runs_the_pipeline_directly_via_airflow_and_via_dagster() -> None:
 
 @pytest.mark.slow
 def test_demo_exits_non_zero_when_a_stage_fails() -> None:
-    # The run needs a few seconds: a 0.3 s budget makes the stage fail with RunTimeout.
-    result = run_demo("--stages", "client", "--timeout", "0.3", timeout=120)
+    # Simulate mode holds every run RUNNING for an hour: the stage's 5 s budget runs out
+    # first however fast or slow the machine is, and the stage fails with RunTimeout.
+    result = run_demo("--stages", "client", "--simulate", "3600", "--timeout", "5", timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[FAIL] RunTimeout" in result.stdout
     assert "some stages FAILED" in result.stdout

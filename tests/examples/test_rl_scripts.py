@@ -172,12 +172,10 @@ def test_evaluate_passes_fails_and_reports_missing_metrics(tmp_path: Path) -> No
 
 def test_trainer_gives_up_when_the_server_never_comes(tmp_path: Path) -> None:
     env = platform_env(1, free_port(), tmp_path / "output", RL_HEALTH_TIMEOUT_SECONDS="1")
-    started = time.monotonic()
     rc, out = finish(start("trainer.py", container_dir(tmp_path, "trainer", None), env))
 
     assert rc == 2
     assert "not healthy after 1s" in out
-    assert time.monotonic() - started < 15
     assert not (tmp_path / "output" / "metrics.json").exists()
 
 

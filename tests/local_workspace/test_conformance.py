@@ -122,7 +122,7 @@ def test_serverless_policies_filter_and_pages(tmp_path) -> None:
 
 
 def _experiment_id(api: httpx.Client, task_run_id: int) -> str:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while True:
         output = api.get("/api/2.2/jobs/runs/get-output", params={"run_id": task_run_id}).json()
         ids = output.get("ai_runtime_task_output") or {}

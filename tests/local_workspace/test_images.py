@@ -19,7 +19,8 @@ ACCESS = "/api/2.0/ai-compute-manager/images:checkImageAccess"
 def api(tmp_path):
     ws = start_local_workspace(
         data_dir=tmp_path / "ws",
-        image_delay_s=0.4,
+        # IMPORTING lasts a second: polls every 50 ms see it on a loaded machine too.
+        image_delay_s=2.0,
         private_images={"docker.io/acme/private": {"user": "acme", "password": "pw"}},
     )
     with httpx.Client(base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}) as client:
@@ -29,7 +30,8 @@ def api(tmp_path):
 
 def _wait_final(api: httpx.Client, url: str) -> dict:
     states = []
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         body = api.get(GET, params={"docker_image_url": url}).json()
         states.append(body["state"])
         if body["state"] in ("AVAILABLE", "FAILED"):

@@ -96,7 +96,7 @@ def _wait_ready(ready: Path, process: subprocess.Popen[str]) -> int:
         assert time.monotonic() < deadline, "the workspace did not start"
         time.sleep(0.05)
     port = int(json.loads(ready.read_text())["port"])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while True:
         try:
             httpx.get(f"http://127.0.0.1:{port}/api/2.0/airo-admin/health", timeout=2)

@@ -35,7 +35,7 @@ def single_dag(dag_id: str, **operator_kwargs) -> DAG:
 sync_dag = single_dag("air_test_sync", deferrable=False)
 deferred_dag = single_dag("air_test_deferred", deferrable=True)
 timeout_dag = single_dag(
-    "air_test_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=4)
+    "air_test_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=15)
 )
 crash_dag = single_dag(
     "air_test_crash", deferrable=False, retries=2, retry_delay=timedelta(seconds=0)

@@ -38,10 +38,10 @@ sync_timeout_dag = single_dag(
     "reliability_sync_timeout",
     deferrable=False,
     stream_logs=False,
-    execution_timeout=timedelta(seconds=3),
+    execution_timeout=timedelta(seconds=10),
 )
 deferred_timeout_dag = single_dag(
-    "reliability_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=3)
+    "reliability_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=10)
 )
 secret_dag = single_dag(
     "reliability_secrets",
