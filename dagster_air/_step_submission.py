@@ -90,31 +90,27 @@ def _refusal(error: AirError, otherwise: str) -> str:
     return otherwise
 
 
+@dataclass
 class StepSubmission:
     """The submission of one Dagster step materializing one or more stages as one run."""
 
-    def __init__(
-        self,
-        context: dg.AssetExecutionContext,
-        workflow: AirWorkflow,
-        workspace: AirWorkspace,
-        config: AirRunConfig,
-        selected: list[LoadedStage],
-        extra_overrides: Mapping[str, Any] | Sequence[str] | None = None,
-    ) -> None:
-        self.context = context
-        self.workflow = workflow
-        self.workspace = workspace
-        self.config = config
-        self.selected = selected
-        self.extra_overrides = extra_overrides
-        self.identity = StepIdentity.of(context)
+    context: dg.AssetExecutionContext
+    workflow: AirWorkflow
+    workspace: AirWorkspace
+    config: AirRunConfig
+    selected: list[LoadedStage]
+    extra_overrides: Mapping[str, Any] | Sequence[str] | None = None
+    # Set while submitting: the redaction of what the step resolved, the core's submission,
+    # the run, and the generation this attempt submitted.
+    redact: Redactor = field(default_factory=lambda: Redactor(()), init=False)
+    submission: Submission | None = field(default=None, init=False)
+    submitted: SubmittedRun | None = field(default=None, init=False)
+    generation: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.identity = StepIdentity.of(self.context)
         # One stage selected of a one-stage workflow: a single-task run.
-        self.single = len(selected) == 1 and not workflow.always_workflow
-        self.redact = Redactor(())
-        self.submission: Submission | None = None
-        self.submitted: SubmittedRun | None = None
-        self.generation = 0
+        self.single = len(self.selected) == 1 and not self.workflow.always_workflow
 
     # --- the workloads ----------------------------------------------------------------------
 
