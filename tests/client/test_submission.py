@@ -22,7 +22,9 @@ from air_runtime import (
     Submission,
     SubmissionKey,
     load_workload,
+    make_idempotency_token,
 )
+from air_runtime.client import SubmissionSecrets
 
 SCOPE = "orch"
 VALUES = {"HF_TOKEN": "hf_value_one", "WANDB_KEY": "wandb_value_two"}
@@ -254,6 +256,20 @@ def test_the_outcome_event_form_is_stable():
 
 def test_the_key_derives_tokens_per_generation_and_secret_names():
     key = _key("scheduled__x")
+    # The same tokens and key names as before the key existed: a retry after an upgrade
+    # still gets its run back, and a sweep still finds the keys earlier runs left.
+    assert key.idempotency_token("0.0") == make_idempotency_token(
+        "airflow", "nightly", "scheduled__x", "train", None, "0.0", namespace="ns-1"
+    )
+    assert key.secrets(SCOPE) == SubmissionSecrets.of(
+        SCOPE,
+        namespace="ns-1",
+        orchestrator="airflow",
+        pipeline_id="nightly",
+        task_key="train",
+        run_id="scheduled__x",
+        map_index=None,
+    )
     assert key.idempotency_token("0.0") != key.idempotency_token("0.1")
     assert key.idempotency_token("0.0") == _key("scheduled__x").idempotency_token("0.0")
     assert key.secrets(SCOPE).prefix != _key("scheduled__y").secrets(SCOPE).prefix
