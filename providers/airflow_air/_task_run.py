@@ -12,8 +12,9 @@ Airflow's, each step once and in order:
 4. the outcome as Airflow shows it: the return value, the MLflow link, the GPU-hours XCom, or
    the exception that fails (or times out) the task.
 
-The workflow group's submit task (``AirWorkflowSubmitOperator``) uses the same pieces for the
-run its stages share, and each stage is an ``AirTaskRun`` waiting for its own task.
+The workflow group's submit task (``AirWorkflowSubmitOperator``) owns the run its stages
+share through the same ``TaskRun``, and each stage is an ``AirTaskRun`` waiting for its own
+task.
 """
 
 from __future__ import annotations
@@ -164,51 +165,61 @@ def return_value(outcome: RunOutcome) -> dict[str, Any]:
     return out
 
 
-def new_submission(
-    context: Context, task_id: str, log: TaskLog, redact: Callable[[str], str]
-) -> Submission:
-    """The submission of this task instance (``task_id``: the workflow's submit task for a
-    stage), in this deployment's namespace."""
-    return Submission(
-        submission_key(context, task_id, deployment_namespace()), log=log, redact=redact
-    )
+class TaskRun:
+    """What every try that submits shares (an ``AirRunOperator``'s, the workflow group's
+    submit task's): its submission, in this deployment's namespace, and the run it owns."""
+
+    def __init__(
+        self, task: BaseOperator, context: Context, submit_task_id: str | None = None
+    ) -> None:
+        self.task = task
+        self.context = context
+        # The submission is the submitting task's (a workflow stage shares its group's).
+        self.submit_task_id = submit_task_id or task.task_id
+        self.log: TaskLog = task.log
+        self.submission: Submission | None = None
+
+    def redact(self, text: str) -> str:
+        return text
+
+    def open_submission(self) -> Submission:
+        key = submission_key(self.context, self.submit_task_id, deployment_namespace())
+        self.submission = Submission(key, log=self.log, redact=self.redact)
+        return self.submission
+
+    def own(
+        self,
+        client: AirClient,
+        prepare: Callable[[], Workload | Sequence[Stage]],
+        *,
+        run_name: str | None = None,
+    ) -> RunRecord:
+        """The run this try owns: an earlier try's (reattached), or a new generation's,
+        submitted with what ``prepare`` gives (secrets are resolved only when a run is
+        submitted)."""
+        submission = self.submission or self.open_submission()
+        found = reattach(self.context, self.task, client, log=self.log)
+        if isinstance(found, FirstGeneration):
+            found = submit_generations(
+                self.context, client, submission, prepare(), found, log=self.log, run_name=run_name
+            )
+        submission.attach(found.run_id, found.run_page_url)
+        push_run_xcoms(self.context, found.run_id, found.run_page_url)
+        return found
 
 
-def own_run(
-    context: Context,
-    task: BaseOperator,
-    client: AirClient,
-    submission: Submission,
-    prepare: Callable[[], Workload | Sequence[Stage]],
-    *,
-    log: TaskLog,
-    run_name: str | None = None,
-) -> RunRecord:
-    """The run this try owns: an earlier try's (reattached), or a new generation's, submitted
-    with what ``prepare`` gives (secrets are resolved only when a run is submitted)."""
-    found = reattach(context, task, client, log=log)
-    if isinstance(found, FirstGeneration):
-        found = submit_generations(
-            context, client, submission, prepare(), found, log=log, run_name=run_name
-        )
-    submission.attach(found.run_id, found.run_page_url)
-    push_run_xcoms(context, found.run_id, found.run_page_url)
-    return found
-
-
-class AirTaskRun:
+class AirTaskRun(TaskRun):
     """One try of ``task`` (an ``AirRunOperator``): own a run, wait for it (or for its stage),
     and report how it ended."""
 
+    task: AirRunOperator
+
     def __init__(self, task: AirRunOperator, context: Context) -> None:
-        self.task = task
-        self.context = context
+        super().__init__(task, context, task.workflow_submit_task_id)
         self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
         self.poll_interval = (
             task.poll_interval if task.poll_interval is not None else default_poll_interval()
         )
-        self.log: TaskLog = task.log
-        self.submission: Submission | None = None
 
     def redactor(self) -> Redactor:
         if self.task._redactor is None:  # a resumed try: the first look at its secrets
@@ -226,19 +237,12 @@ class AirTaskRun:
             configuration_errors_fail_fast(self.redact),
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
-            submission = self._open(client)
+            self._open(client)
             if self.stage is not None:
                 record = self._stage_run()
             else:
                 workload = self._workload()
-                record = own_run(
-                    self.context,
-                    task,
-                    client,
-                    submission,
-                    lambda: self._with_secrets(client, workload),
-                    log=self.log,
-                )
+                record = self.own(client, lambda: self._with_secrets(client, workload))
             task._run_id = record.run_id
             task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             if self.stage is not None:
@@ -268,18 +272,13 @@ class AirTaskRun:
 
     # --- 1. the run -------------------------------------------------------------------------
 
-    def _open(self, client: AirClient) -> Submission:
+    def _open(self, client: AirClient) -> None:
         """This try's redaction (every secret value it may see), log and submission."""
         task = self.task
         if task._redactor is None:
             task._redactor = try_redactor(task, client, check=True)
         self.log = RedactingLog(task.log, task._redactor)
-        self.submission = self._submission()
-        return self.submission
-
-    def _submission(self) -> Submission:
-        task_id = self.task.workflow_submit_task_id or self.task.task_id
-        return new_submission(self.context, task_id, self.log, self.redact)
+        self.open_submission()
 
     def _workload(self) -> Workload:
         from airflow_air._openlineage import with_parent_job_env
@@ -439,7 +438,7 @@ class AirTaskRun:
         """The run has ended (for a stage: once its whole run has): delete the keys its
         ``secret_env`` values were written to. Best effort; never fails the task."""
         try:
-            submission = self.submission or self._submission()
+            submission = self.submission or self.open_submission()
             if secret_scope_of(self.task) not in submission.scopes:
                 submission.scopes.append(secret_scope_of(self.task))
             submission.attach(outcome.run_id, outcome.run_page_url)

@@ -208,12 +208,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         from airflow_air._openlineage import with_parent_job_env
-        from airflow_air._task_run import (
-            configuration_errors_fail_fast,
-            new_submission,
-            own_run,
-            secret_scope_of,
-        )
+        from airflow_air._task_run import TaskRun, configuration_errors_fail_fast, secret_scope_of
         from airflow_air.hooks import AirHook
 
         group = self._group()
@@ -237,7 +232,8 @@ class AirWorkflowSubmitOperator(BaseOperator):
             )
             # One submission for the run the stages share; each stage's values under keys
             # of its own (``stage``), in the scope that stage names.
-            submission = new_submission(context, self.task_id, self.log, str)
+            run = TaskRun(self, context)
+            submission = run.open_submission()
 
             def with_secrets() -> list[Any]:
                 from airflow_air._secret_env import resolve_secret_env
@@ -257,15 +253,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     stages.append(dataclasses.replace(stage, workload=workload))
                 return stages
 
-            record = own_run(
-                context,
-                self,
-                client,
-                submission,
-                with_secrets,
-                log=self.log,
-                run_name=group.run_name or group.group_id,
-            )
+            record = run.own(client, with_secrets, run_name=group.run_name or group.group_id)
             self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._lineage_result
 
