@@ -51,10 +51,9 @@ class StepRun:
         self.context = context
         self.workflow = workflow
         self.workspace = workspace
+        self.config = config
+        self.extra_overrides = extra_overrides
         self.translator = translator or workflow.translator
-        self.step = StepSubmission(
-            context, workflow, workspace, config, workflow.selected(context), extra_overrides
-        )
         self.pipes: StepPipes | None = None
         self._attempts_seen: set[tuple[str, int]] = set()
 
@@ -64,13 +63,15 @@ class StepRun:
     # --- the whole step -------------------------------------------------------------
 
     def execute(self) -> Iterator[AirEvent]:
-        step = self.step
+        self.step = step = StepSubmission(
+            self.context, self.workflow, self.workspace, self.config, self.extra_overrides
+        )
         selected = step.selected
         if not selected:
             return
         workloads = step.workloads()
         if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, sum(workloads[s.key].num_nodes for s in selected))
+            self.pipes = StepPipes(self.context, step.num_nodes)
         with (
             self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
             self.workspace.get_client() as client,
@@ -81,7 +82,7 @@ class StepRun:
                 submitted = step.submitted
                 assert submitted is not None and step.submission is not None
                 self.context.log.info(
-                    f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
+                    f"run {submitted.run_id} for {step.stage_keys}: "
                     f"{submitted.run_page_url} (generation {step.generation})"
                 )
                 state = yield from self._wait(submitted)

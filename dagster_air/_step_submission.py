@@ -98,7 +98,6 @@ class StepSubmission:
     workflow: AirWorkflow
     workspace: AirWorkspace
     config: AirRunConfig
-    selected: list[LoadedStage]
     extra_overrides: Mapping[str, Any] | Sequence[str] | None = None
     # Set while submitting: the redaction of what the step resolved, the core's submission,
     # the run, and the generation this attempt submitted.
@@ -108,10 +107,12 @@ class StepSubmission:
     generation: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
+        self.selected = self.workflow.selected(self.context)
+        self.stage_keys = ", ".join(s.key for s in self.selected)
         self.identity = StepIdentity.of(self.context)
         # One stage selected of a one-stage workflow: a single-task run.
         self.single = len(self.selected) == 1 and not self.workflow.always_workflow
-
+        self.num_nodes = 0  # of the selected stages' workloads, once built
     # --- the workloads ----------------------------------------------------------------------
 
     def workloads(self) -> dict[str, Workload]:
@@ -126,6 +127,7 @@ class StepSubmission:
             if upstream:
                 workload = workload.with_overrides(upstream)
             workloads[s.key] = workload
+        self.num_nodes = sum(w.num_nodes for w in workloads.values())
         return workloads
 
     def _apply_overrides(
