@@ -456,9 +456,13 @@ class ClientCore:
         retry: bool = True,
         raw: bool = False,
         policy: RetryPolicy | None = None,
+        timeout_s: float | None = None,
     ) -> Flow[Any]:
         """One API call with auth, retries and typed errors; returns the decoded JSON body
         (``{}`` when empty) or the ``httpx.Response`` when ``raw``.
+
+        ``timeout_s`` bounds this call's connect, write and read waits instead of the
+        client's timeout.
 
         ``retry=False`` is for requests that must not be repeated (a submit without an
         idempotency token); connection failures before sending are retried either way.
@@ -474,6 +478,8 @@ class ClientCore:
             request = self.build_request(
                 method, path, auth, params=params, json=json, content=content
             )
+            if timeout_s is not None:
+                request.extensions["timeout"] = httpx.Timeout(timeout_s).as_dict()
             attempts += 1
             retry_after: float | None = None
             try:

@@ -41,22 +41,32 @@ if TYPE_CHECKING:
 logger = logging.getLogger("air_runtime.client")
 
 PREFLIGHT_PATH = "/api/2.0/ai-training/config:validate"
-# Preflight is an optimisation (the submit validates again): do not let a sick validation
-# service hold up the submit for the full retry budget.
-_PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total_s=5.0)
+# validateconfig.go preflightValidate: one attempt, bounded by submissionValidationTimeout
+# (5 s); the submit validates again, so a sick validation service must not hold it up.
+PREFLIGHT_TIMEOUT_S = 5.0
+_PREFLIGHT_RETRY = RetryPolicy(max_attempts=1, max_total_s=PREFLIGHT_TIMEOUT_S)
+_PREFLIGHT_UNAVAILABLE = (
+    "server-side config validation was unavailable; continuing with submission (%s)"
+)
 
 
 def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
     """The workspace's own check before anything is uploaded (validateconfig.go): field
     errors and any refusal block the submit; a service that is not there or not well
-    (404, 408, 429, 501, 5xx, FEATURE_DISABLED, no answer) does not, since the submit
-    validates again."""
+    (404, 408, 429, 501, 5xx, FEATURE_DISABLED, no answer within 5 s) is warned about and
+    does not, since the submit validates again."""
     try:
-        answer = yield from core.call("POST", PREFLIGHT_PATH, json=body, policy=_PREFLIGHT_RETRY)
+        answer = yield from core.call(
+            "POST",
+            PREFLIGHT_PATH,
+            json=body,
+            policy=_PREFLIGHT_RETRY,
+            timeout_s=PREFLIGHT_TIMEOUT_S,
+        )
     except AuthError:
         raise
     except (NotFound, RateLimited) as error:
-        logger.info("preflight validation unavailable, continuing: %s", error)
+        logger.warning(_PREFLIGHT_UNAVAILABLE, error)
         return []
     except PlatformError as error:
         status = error.status_code
@@ -66,7 +76,7 @@ def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
             or status == 408
             or error.error_code == "FEATURE_DISABLED"
         ):
-            logger.info("preflight validation unavailable, continuing: %s", error)
+            logger.warning(_PREFLIGHT_UNAVAILABLE, error)
             return []
         return [Problem(path="", message=str(error), hint="the workspace refused the workload")]
     problems = []
@@ -135,15 +145,14 @@ def experiment_access_control(acl: Sequence[dict[str, Any]]) -> list[dict[str, A
     return entries
 
 
-def _experiment_id(core: ClientCore, run_id: int) -> Flow[str | None]:
+def _experiment_id(core: ClientCore, task_run_id: int | None) -> Flow[str | None]:
     """The run's own MLflow experiment (never one guessed from a name): runs/get-output of
-    its first task, asked again until it appears or the wait is over (runpermissions.go)."""
-    from ._runs import get_output, get_run
+    the run's first task (from the one runs/get), asked again until it names the
+    experiment or the wait is over (runpermissions.go resolveSubmittedExperimentID)."""
+    from ._runs import get_output
 
     deadline = time.monotonic() + EXPERIMENT_ID_WAIT_S
     while True:
-        state = yield from get_run(core, run_id)
-        task_run_id = state.tasks[0].run_id if state.tasks else None
         if task_run_id is not None:
             output = yield from get_output(core, task_run_id)
             experiment, _ = mlflow_ids(output)
@@ -161,7 +170,14 @@ def _permissions(core: ClientCore, run_id: int, acl: tuple[dict[str, Any], ...])
 
     try:
         state = yield from get_run(core, run_id)
-        job_id = state.job_id or run_id
+    except AirError as error:
+        logger.warning(
+            "run %s was submitted, but its permissions were not applied: %s", run_id, error
+        )
+        return  # applySubmittedPermissions: nothing to grant on without the run
+    task_run_id = state.tasks[0].run_id if state.tasks else None
+    job_id = state.job_id or run_id
+    try:
         yield from core.call(
             "PATCH", f"/api/2.0/permissions/jobs/{job_id}", json={"access_control_list": list(acl)}
         )
@@ -173,7 +189,7 @@ def _permissions(core: ClientCore, run_id: int, acl: tuple[dict[str, Any], ...])
     if not experiment_acl:
         return
     try:
-        experiment = yield from _experiment_id(core, run_id)
+        experiment = yield from _experiment_id(core, task_run_id)
         if experiment is None:
             logger.warning(
                 "run %s was submitted, but its MLflow experiment was not known within %gs: "

@@ -4,12 +4,11 @@ them (databricks/cli cmd/air/runupload.go): ``json.Marshal`` for the env files, 
 
 from __future__ import annotations
 
-import decimal
 import json
-import math
 import re
 from typing import Any
 
+from air_runtime.workload._go_yaml import go_float
 from air_runtime.workload._yaml import plain_scalar_tag
 
 
@@ -30,34 +29,6 @@ def command_script(command: str) -> bytes:
     return command.encode("utf-8")
 
 
-def _go_float(value: float) -> str:
-    """``strconv.FormatFloat(v, 'g', -1, 64)``, the form go-yaml writes floats in: the
-    shortest digits, exponent form below 1e-4 and from 1e6 on (``1e+06``)."""
-    if math.isnan(value):
-        return ".nan"
-    if math.isinf(value):
-        return ".inf" if value > 0 else "-.inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    if 1e-4 <= abs(value) < 1e6:  # fixed notation, where repr gives Go's digits
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
-    sign = "-" if value < 0 else ""
-    exact = decimal.Decimal(repr(abs(value))).normalize()
-    digits = "".join(map(str, exact.as_tuple().digits))
-    exponent = int(exact.as_tuple().exponent)
-    point = len(digits) + exponent  # where the decimal point falls in the digits
-    exp = point - 1
-    if exp < -4 or exp >= 6:
-        mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return f"{sign}{digits}{'0' * (point - len(digits))}"
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
 def _go_yaml_scalar(value: Any) -> str:
     if value is None:
         return "null"
@@ -66,7 +37,7 @@ def _go_yaml_scalar(value: Any) -> str:
     if type(value) is int:
         return str(value)
     if type(value) is float:
-        return _go_float(value)
+        return go_float(value)
     text = str(value)
     # Plain when it is a run of ordinary words that reads back as the same string (not a
     # number, bool or null, YAML 1.1's included); double-quoted otherwise, the style

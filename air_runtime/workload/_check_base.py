@@ -26,7 +26,7 @@ ENVIRONMENT_KEYS = ("version", "dependencies", "docker_image", "unity_catalog_im
 DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
 CONTAINER_KEYS = ("name", "ranks", "unity_catalog_image", "command", "environment_variables")
 CODE_SOURCE_KEYS = ("root_path", "remote_volume", "include_paths", "git")
-GIT_KEYS = ("branch", "commit")
+GIT_KEYS = ("branch", "commit", "remote")
 PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
 
 # The Jobs API's task_key: ASCII letters, digits, '_' and '-', at most 100 characters
@@ -35,9 +35,11 @@ PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
 NAME_RE = TASK_KEY_RE  # an experiment name becomes the run's task key
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-UC_IMAGE_RE = re.compile(
-    r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+:[A-Za-z0-9_][A-Za-z0-9_.-]*$"
-)
+# runconfig.go unityCatalogImageRe: structural only (no '.', ':' or whitespace inside a part);
+# whether the image exists is the workspace's to say.
+UC_IMAGE_RE = re.compile(r"^[^.:\s]+\.[^.:\s]+\.[^.:\s]+:[^:\s]+$")
+# runconfig.go gitRefRe: the branch name flows into git's arguments.
+GIT_REF_RE = re.compile(r"^[\w./-]+$")
 SECRET_TEMPLATE_RE = re.compile(r"^\{\{secrets/([^/{}\s]+)/([^/{}\s]+)\}\}$")
 VERSION_RE = re.compile(r"^databricks_ai_v(\d+)$")
 UUID_RE = re.compile(
@@ -175,7 +177,8 @@ class CheckerBase:
         text = self.string(value, path)
         if text is None:
             return None
-        lines = len(text.splitlines())
+        # runconfig.go validateCommand counts line breaks + 1 (a trailing one included)
+        lines = text.count("\n") + 1
         if lines > MAX_COMMAND_LINES:
             self.add(
                 path,

@@ -7,6 +7,7 @@ from typing import Any
 from air_runtime.workload._check_base import (
     CODE_SOURCE_KEYS,
     GIT_KEYS,
+    GIT_REF_RE,
     _short,
     _type_name,
 )
@@ -15,27 +16,46 @@ from air_runtime.workload._check_containers import ContainerRules
 
 class CodeSourceRules(ContainerRules):
     def code_source(self, raw: Any) -> dict[str, Any] | None:
+        """The forms runconfig.go takes: the fields directly under ``code_source``, with or
+        without ``type: snapshot``, or nested under ``snapshot:`` (with ``type: snapshot``);
+        the nested form mixed with fields directly under it is refused."""
         path = "code_source"
-        if isinstance(raw, dict) and "type" in raw:
-            # the older nested form {type: snapshot, snapshot: {...}}
-            extra = [k for k in raw if k not in ("type", "snapshot")]
-            for key in extra:
-                self.unknown_key(path, str(key), ("type", "snapshot"))
-            if raw.get("type") != "snapshot":
+        if isinstance(raw, dict) and ("type" in raw or "snapshot" in raw):
+            if "type" in raw and raw["type"] != "snapshot":
                 self.add(
                     f"{path}.type",
-                    f"unknown {path}.type {_short(raw.get('type'))}",
-                    "use type: snapshot, or the flat form code_source: {root_path: ...}",
+                    f"code_source.type must be 'snapshot', got {_short(raw['type'])}",
+                    "use type: snapshot (the only code source type), or remove type",
                 )
                 return None
-            if "snapshot" not in raw:
-                self.add(
-                    f"{path}.snapshot",
-                    f"{path}.snapshot is required with type: snapshot",
-                    "add snapshot: {root_path: .}",
-                )
-                return None
-            raw, path = raw["snapshot"], f"{path}.snapshot"
+            flat = {k: v for k, v in raw.items() if k != "type"}
+            if "snapshot" in raw:
+                beside = [k for k in flat if k != "snapshot"]
+                for key in beside:
+                    if key not in CODE_SOURCE_KEYS:
+                        self.unknown_key(path, str(key), ("type", "snapshot", *CODE_SOURCE_KEYS))
+                known = [str(k) for k in beside if k in CODE_SOURCE_KEYS]
+                if known:
+                    self.add(
+                        f"{path}.snapshot",
+                        "code_source mixes the nested snapshot: form with "
+                        f"{', '.join(known)} directly under code_source",
+                        "use one form: move those fields under snapshot:, or remove snapshot: "
+                        "and keep them directly under code_source",
+                        at_key=True,
+                    )
+                if beside:
+                    return None
+                raw, path = raw["snapshot"], f"{path}.snapshot"
+                if raw is None:
+                    self.add(
+                        f"{path}.root_path",
+                        f"{path}.root_path is required",
+                        "give the local folder to upload, relative to the YAML file (e.g. .)",
+                    )
+                    return None
+            else:
+                raw = flat
         data = self.mapping(raw, path, CODE_SOURCE_KEYS, "code_source")
         if data is None:
             return None
@@ -96,7 +116,8 @@ class CodeSourceRules(ContainerRules):
             if git is None:
                 ok = False
             else:
-                given = [k for k in GIT_KEYS if k in git]
+                ok = self.git_remote(git, f"{path}.git") and ok
+                given = [k for k in ("branch", "commit") if k in git]
                 if len(given) != 1:
                     self.add(
                         f"{path}.git",
@@ -107,6 +128,41 @@ class CodeSourceRules(ContainerRules):
                     ok = False
                 else:
                     value = self.string(git[given[0]], f"{path}.git.{given[0]}")
+                    if value is not None and given[0] == "branch" and not GIT_REF_RE.match(value):
+                        # runconfig.go gitRefRe: the name goes into git's arguments
+                        self.add(
+                            f"{path}.git.branch",
+                            f"invalid git.branch format {_short(value)}: only alphanumeric "
+                            "characters, hyphens, dots, slashes, and underscores are allowed",
+                            "give the branch name as git shows it (e.g. main, release/1.2)",
+                        )
+                        value = None
                     ok = ok and value is not None
                     out["git"] = {given[0]: value}
         return out if ok else None
+
+    def git_remote(self, git: dict[str, Any], path: str) -> bool:
+        """``git.remote``: only false or empty (runconfig.go gitRef.validate); the snapshot is
+        always the local copy."""
+        if "remote" not in git:
+            return True
+        remote = git["remote"]
+        if isinstance(remote, dict | list):
+            self.add(
+                f"{path}.remote",
+                "git.remote must be a boolean or a remote name string",
+                "remove git.remote",
+            )
+            return False
+        if remote is True or (isinstance(remote, str) and remote != "") or (
+            not isinstance(remote, bool | str) and remote is not None
+        ):
+            self.add(
+                f"{path}.remote",
+                "git.remote is no longer supported: the snapshot archives your local copy, so a "
+                "branch resolves to its local HEAD. To deploy a specific committed revision, use "
+                "git.commit",
+                "remove git.remote (or set it to false) and pin the revision with git.commit",
+            )
+            return False
+        return True

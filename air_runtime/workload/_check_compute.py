@@ -85,6 +85,7 @@ class ComputeRules(EnvironmentRules):
         if "pool_id" in data:
             pool_id = self.string(data["pool_id"], "compute.pool_id")
             if pool_id is not None:
+                pool_id = pool_id.strip()  # compute.go: trimmed, then 1-255
                 if len(pool_id) > 255:
                     self.add(
                         "compute.pool_id",
@@ -96,6 +97,7 @@ class ComputeRules(EnvironmentRules):
         if "priority_class" in data:
             prio = self.string(data["priority_class"], "compute.priority_class")
             if prio is not None:
+                prio = prio.strip()  # compute.go parsePriorityClass: trimmed, upper-cased
                 if prio.upper() not in PRIORITY_CLASSES:
                     self.add(
                         "compute.priority_class",

@@ -147,14 +147,17 @@ class ContainerRules(ComputeRules):
             return None
         for key in raw:
             if key == "files":
-                self.add(
-                    f"{path}.files",
-                    f"{path}.files is not supported",
-                    "put the variables under environment_variables.variables",
-                    at_key=True,
-                )
+                # The CLI takes an empty list (or nothing) and refuses files to load.
+                if raw["files"] not in (None, []):
+                    self.add(
+                        f"{path}.files",
+                        f"{path}.files must be empty: environment files are not supported",
+                        "put the variables under environment_variables.variables, or write "
+                        "files: []",
+                        at_key=True,
+                    )
             elif key != "variables":
-                self.unknown_key(path, str(key), ("variables",))
+                self.unknown_key(path, str(key), ("files", "variables"))
         variables = self.env_variables(raw.get("variables", {}), f"{path}.variables")
         plain: dict[str, str] = {}
         secrets: dict[str, dict[str, str]] = {}
@@ -193,7 +196,7 @@ class ContainerRules(ComputeRules):
                 ranks = list(range(nodes))
             if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
                 return
-            seen: set[int] = set()
+            seen: dict[int, None] = {}  # in the order written (runsubmit.go sends them so)
             for rank in ranks:
                 if rank < 0 or rank >= nodes:
                     self.add(
@@ -211,7 +214,7 @@ class ContainerRules(ComputeRules):
                         "list each rank once",
                     )
                     continue
-                seen.add(rank)
+                seen[rank] = None
                 if rank in owners:
                     self.add(
                         f"containers[{i}].ranks",
@@ -220,7 +223,7 @@ class ContainerRules(ComputeRules):
                     )
                 owners.setdefault(rank, []).append(label(i))
             if results[i] is not None:
-                results[i]["ranks"] = sorted(seen)  # type: ignore[index]
+                results[i]["ranks"] = list(seen)  # type: ignore[index]
         containers = ", ".join(label(i) for i in range(len(raw)))
         for first, last in _spans(r for r in range(nodes) if r not in owners):
             if last - first < 2:

@@ -64,6 +64,8 @@ class EnvironmentRules(VariableRules):
             if uc is not None:
                 out["unity_catalog_image"] = uc
 
+        # runconfig.go: an image pins the whole runtime, so dependencies (even []) and
+        # version are refused beside it.
         managed = [f"environment.{k}" for k in ("version", "dependencies") if k in data]
         for image_key in ("docker_image", "unity_catalog_image"):
             if image_key in data and managed:
@@ -94,11 +96,13 @@ class EnvironmentRules(VariableRules):
         return out
 
     def version(self, value: Any) -> str | None:
+        """Digits (sent as written: "05" stays "05") or ``databricks_ai_v<N>`` with N >= 5,
+        any case (runconfig_load.go validateRuntimeVersion)."""
         path = "environment.version"
         hint = "use a number such as 6 or the form databricks_ai_v<N> with N >= 5"
         if _is_int(value):
-            if value < 1:
-                self.add(path, f"{path} must be positive, got {value}", hint)
+            if value < 0:
+                self.add(path, f"{path} must be an integer, got {value}", hint)
                 return None
             return str(value)
         if not isinstance(value, str):
@@ -106,18 +110,24 @@ class EnvironmentRules(VariableRules):
             return None
         text = value.strip().lower()
         if text.isdigit() and text.isascii():
-            return value.strip()  # sent as written: "05" stays "05" (runsubmit.go)
+            return text
         match = VERSION_RE.match(text)
         if match and text.isascii():
             if int(match.group(1)) < 5:
                 self.add(
                     path,
-                    f"{path} {_short(value)} is too old: databricks_ai_v<N> needs N >= 5",
+                    f"{path} {_short(value)} is too old: databricks_ai_v<N> needs N >= 5 "
+                    "(AI Runtime version 5 or higher)",
                     hint,
                 )
                 return None
-            return f"databricks_ai_v{int(match.group(1))}"
-        self.add(path, f"{path} {_short(value)} is not a valid version", hint)
+            return text  # the digits as written, lower-cased (databricks_ai_v05 stays)
+        self.add(
+            path,
+            f"unsupported client image version {_short(value)}: version must be an integer, "
+            "optionally prefixed with databricks_ai_v",
+            hint,
+        )
         return None
 
     def docker_image(self, raw: Any) -> dict[str, Any] | None:
@@ -179,11 +189,12 @@ class EnvironmentRules(VariableRules):
         text = self.string(value, path)
         if text is None:
             return None
-        if not UC_IMAGE_RE.match(text.strip()):
+        if not UC_IMAGE_RE.match(text):
             self.add(
                 path,
-                f"{path} {_short(text)} is not of the form <catalog>.<schema>.<image>:<tag>",
-                "e.g. main.rl.vllm:0.20.0",
+                f"{path} must be in the format '<catalog>.<schema>.<image>:<tag>', got "
+                f"{_short(text)}",
+                "e.g. main.rl.vllm:0.20.0 (no '.', ':' or spaces inside a part)",
             )
             return None
-        return text.strip()
+        return text

@@ -17,6 +17,9 @@ from air_runtime.workload._models import (
     PRINCIPAL_FIELDS,
 )
 
+# runconfig.go: 127, the server-side max_length of the policy name filter
+MAX_USAGE_POLICY_NAME = 127
+
 
 class RunOptionRules(CodeSourceRules):
     def mlflow(self, data: dict[str, Any], out: dict[str, Any]) -> None:
@@ -94,8 +97,9 @@ class RunOptionRules(CodeSourceRules):
             else:
                 level = self.string(data["level"], f"{path}.level")
                 if level is not None:
-                    if level.upper() in PERMISSION_LEVELS:
-                        entry["level"] = level.upper()
+                    if level.strip().upper() in PERMISSION_LEVELS:
+                        # sent as written (runpermissions.go permissionAccessControl)
+                        entry["level"] = level
                     else:
                         self.add(
                             f"{path}.level",
@@ -115,7 +119,15 @@ class RunOptionRules(CodeSourceRules):
             )
         if "usage_policy_name" in data:
             name = self.string(data["usage_policy_name"], "usage_policy_name")
-            if name is not None:
+            if name is not None and len(name.strip()) > MAX_USAGE_POLICY_NAME:
+                # runconfig.go: the server's limit on the policy name filter
+                self.add(
+                    "usage_policy_name",
+                    f"usage_policy_name must be at most {MAX_USAGE_POLICY_NAME} characters, "
+                    f"got {len(name.strip())}",
+                    "copy the policy's name exactly, or give usage_policy_id",
+                )
+            elif name is not None:
                 out["usage_policy_name"] = name
         if "usage_policy_id" in data:
             pid = self.string(data["usage_policy_id"], "usage_policy_id")

@@ -11,8 +11,10 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from yaml.nodes import Node
 
 from air_runtime._errors import Problem, WorkloadError
+from air_runtime.workload._go_yaml import encode_go_yaml, go_yaml_dump, override_node, set_node
 from air_runtime.workload._models import Workload
 from air_runtime.workload._rules import Checker
 from air_runtime.workload._yaml import (
@@ -96,13 +98,14 @@ def _read_source(
 
 def _parse_overrides(
     overrides: Mapping[str, Any] | Sequence[str] | None,
-) -> tuple[list[tuple[str, Any]], list[Problem]]:
+) -> tuple[list[tuple[str, Any, str | None]], list[Problem]]:
+    """(key, value, the value's text when given as ``K=V``) of each override."""
     if overrides is None:
         return [], []
-    items: list[tuple[str, Any]] = []
+    items: list[tuple[str, Any, str | None]] = []
     problems: list[Problem] = []
     if isinstance(overrides, Mapping):
-        return [(str(k), v) for k, v in overrides.items()], []
+        return [(str(k), v, None) for k, v in overrides.items()], []
     if isinstance(overrides, str):
         overrides = [overrides]
     for entry in overrides:
@@ -119,15 +122,14 @@ def _parse_overrides(
         key, text = entry.split("=", 1)
         key = key.strip()
         if is_literal_path(key):
-            items.append((key, text))  # environment variables keep their text
+            items.append((key, text, text))  # environment variables keep their text
             continue
         try:
             value = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError:
             value = text
-        if isinstance(value, list | dict):
-            value = text  # only scalars: "a: b" stays a string
-        items.append((key, value))
+        # any YAML, as runconfig_override.go parseOverrideNode: "[1, 2]" is a list
+        items.append((key, value, text))
     return items, problems
 
 
@@ -178,36 +180,6 @@ def _apply_override(raw: dict[str, Any], key: str, value: Any) -> str | None:
     return None  # pragma: no cover
 
 
-class _ReadableDumper(yaml.SafeDumper):
-    """Writes multi-line strings (commands) as ``|`` blocks, the way people write them."""
-
-
-_LINE_BREAKS_OTHER_THAN_NEWLINE = ("\r", "\x85", "\u2028", "\u2029")
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    # Double quotes escape every character, so YAML line breaks other than "\n" survive.
-    style: str | None = None
-    if (
-        any(ch in value for ch in _LINE_BREAKS_OTHER_THAN_NEWLINE)
-        or not value.replace("\n", "").isprintable()
-    ):
-        style = '"'
-    elif "\n" in value:
-        style = "|"
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_ReadableDumper.add_representer(str, _represent_str)
-
-
-def dump_yaml(data: Any) -> str:
-    """YAML text of ``data`` (used for training_config.yaml of mapping/overridden workloads)."""
-    return yaml.dump(
-        data, Dumper=_ReadableDumper, sort_keys=False, allow_unicode=True, default_flow_style=False
-    )
-
-
 def _to_models(
     normalized: dict[str, Any], source_text: str, base_dir: str | None, label: str | None
 ) -> Workload:
@@ -238,8 +210,9 @@ def load_workload(
     raw mapping before validation: ``{"compute.num_accelerators": 16}`` or
     ``["compute.num_accelerators=16"]`` (values of the ``K=V`` form are YAML scalars).
 
-    ``source_text`` (uploaded as training_config.yaml) is the text as given; for a mapping,
-    or when overrides changed the text, it is the YAML dump of what was validated.
+    ``source_text`` (uploaded as training_config.yaml) is the YAML tree after the overrides,
+    re-encoded as the CLI's go-yaml writes it (comments dropped, key order and each value's
+    style kept); for a mapping, the mapping in go-yaml's layout.
 
     ``source_name`` names YAML text or a mapping in messages (``WorkloadError.source``), e.g.
     the file a template was rendered from; a path names itself.
@@ -267,7 +240,8 @@ def load_workload(
                 label,
             )
         items, problems = _parse_overrides(overrides)
-        for key, value in items:
+        applied: list[tuple[list[str | int], Node]] = []
+        for key, value, value_text in items:
             error = _apply_override(raw, key, value)
             if error:
                 problems.append(
@@ -279,6 +253,7 @@ def load_workload(
                     )
                 )
             else:
+                applied.append((_split_path(key) or [], override_node(value_text, value)))
                 marks.overridden.add(key)
                 for table in (marks.values, marks.keys):
                     for path in [
@@ -292,8 +267,26 @@ def load_workload(
             # in file order, so the list reads top to bottom; located problems first
             problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
             raise WorkloadError(problems, label)
-        if text is None or items:
-            text = dump_yaml(raw)
+        # runconfig_load.go: the tree after overrides, comments stripped, go-yaml's layout
+        if marks.root is None:
+            text = go_yaml_dump(raw)
+        else:
+            for parts, node in applied:
+                set_node(marks.root, parts, node)
+            text = encode_go_yaml(marks.root)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_BYTES:  # runupload.go maxConfigYAMLBytes: the run page renders it
+            raise WorkloadError(
+                [
+                    Problem(
+                        "",
+                        f"training_config.yaml would be {size / (1024 * 1024):.2f} MB, over the "
+                        "1 MB limit",
+                        "reduce parameters or command (move data into code_source or a volume)",
+                    )
+                ],
+                label,
+            )
         workload = _to_models(normalized, text, folder, label)
         workload._raw = raw
         return workload
@@ -319,6 +312,14 @@ def load_workload(
 def lint_workload(workload: Workload) -> list[str]:
     """Warnings that do not block a submit."""
     warnings: list[str] = []
+    for i, permission in enumerate(workload.permissions):
+        if permission.level != permission.level.strip().upper():
+            # Sent as written, as the CLI does (runpermissions.go); the permissions API
+            # knows the upper-case names only.
+            warnings.append(
+                f"permissions[{i}].level {permission.level!r} is sent as written: the workspace "
+                f"knows {permission.level.strip().upper()}; write it that way"
+            )
     image = workload.environment.docker_image
     if image is not None and workload.command:
         for line in workload.command.splitlines():

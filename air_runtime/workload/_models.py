@@ -79,7 +79,7 @@ class Environment(_Frozen):
 
 class Container(_Frozen):
     name: str
-    ranks: tuple[int, ...]  # always explicit, sorted
+    ranks: tuple[int, ...]  # always explicit, in the order written
     unity_catalog_image: str
     command: str
     # the container's own variables, split into plain values and secret references

@@ -12,6 +12,7 @@ from typing import Any
 from air_runtime.workload._check_base import (
     CONTAINER_NAME_RE,
     ENV_NAME_RE,
+    GIT_REF_RE,
     MAX_IDEMPOTENCY_TOKEN_LENGTH,
     NAME_RE,
     UC_IMAGE_RE,
@@ -47,21 +48,25 @@ def _obj(
 def workload_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of the workload file."""
     principal = {"type": "string", "minLength": 1}
-    code_source_flat = _obj(
-        {
-            "root_path": {"type": "string", "minLength": 1},
-            "remote_volume": {"type": "string", "pattern": "^/Volumes/"},
-            "include_paths": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
+    code_source_fields = {
+        "root_path": {"type": "string", "minLength": 1},
+        "remote_volume": {"type": "string", "pattern": "^/Volumes/"},
+        "include_paths": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "minLength": 1},
+        },
+        "git": _obj(
+            {
+                "branch": {"type": "string", "pattern": GIT_REF_RE.pattern},
+                "commit": {"type": "string"},
+                # runconfig.go: only false or empty; the local copy is always packed
+                "remote": {"enum": [False, "", None]},
             },
-            "git": _obj(
-                {"branch": {"type": "string"}, "commit": {"type": "string"}},
-                oneOf=[{"required": ["branch"]}, {"required": ["commit"]}],
-            ),
-        }
-    )
+            oneOf=[{"required": ["branch"]}, {"required": ["commit"]}],
+        ),
+    }
+    code_source_flat = _obj(code_source_fields)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Databricks AI Runtime workload",
@@ -88,7 +93,7 @@ def workload_json_schema() -> dict[str, Any]:
                     {
                         "version": {
                             "anyOf": [
-                                {"type": "integer", "minimum": 1},
+                                {"type": "integer", "minimum": 0},
                                 {
                                     "type": "string",
                                     "pattern": r"^(\d+|[Dd][Aa][Tt][Aa][Bb][Rr][Ii][Cc][Kk][Ss]_[Aa][Ii]_[Vv]\d+)$",
@@ -139,7 +144,9 @@ def workload_json_schema() -> dict[str, Any]:
                                         "type": "object",
                                         "propertyNames": {"pattern": _ENV_NAME},
                                         "additionalProperties": _SCALAR,
-                                    }
+                                    },
+                                    # the CLI takes an empty list only
+                                    "files": {"type": "array", "maxItems": 0},
                                 }
                             ),
                         },
@@ -159,6 +166,8 @@ def workload_json_schema() -> dict[str, Any]:
                 "code_source": {
                     "anyOf": [
                         code_source_flat,
+                        # the legacy form: type: snapshot with the fields directly under it
+                        _obj({"type": {"const": "snapshot"}, **code_source_fields}, ("type",)),
                         _obj(
                             {"type": {"const": "snapshot"}, "snapshot": code_source_flat},
                             ("type", "snapshot"),

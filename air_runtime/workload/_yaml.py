@@ -83,6 +83,8 @@ class SourceMarks:
     keys: dict[str, Mark] = field(default_factory=dict)
     # paths set by overrides: their values come from no line of the file
     overridden: set[str] = field(default_factory=set)
+    # the composed document (styles and key order), re-encoded as training_config.yaml
+    root: Node | None = None
 
     def is_overridden(self, path: str) -> bool:
         return self.override_for(path) is not None
@@ -302,6 +304,7 @@ def load_yaml_text(
             raise YamlLoadError(
                 Problem("", "the document nests too deeply", "flatten the structure")
             ) from None
+        builder.marks.root = node
         return data, builder.marks
     finally:
         loader.dispose()

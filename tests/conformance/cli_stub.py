@@ -1,8 +1,8 @@
 """A recording stub workspace for the conformance suite.
 
-It plays the part of the databricks/cli acceptance harness (``acceptance/experimental/air/*/
-test.toml``): requests matching a ``METHOD /path`` pattern get the stubbed answer, everything
-is recorded, and recordings are normalised the way the harness's ``[[Repls]]`` do (user
+It plays the part of the databricks/cli acceptance harness (``acceptance/air/*/test.toml``):
+requests matching a ``METHOD /path`` pattern get the stubbed answer (or the error an answer
+raises, such as a dropped connection), everything is recorded, and recordings are normalised the way the harness's ``[[Repls]]`` do (user
 names, launch suffixes, snapshot archive names, idempotency tokens). It is an ``httpx``
 transport, so our real client sends real requests to it without a socket.
 """
@@ -166,8 +166,44 @@ class StubWorkspace(httpx.BaseTransport):
         return [normalise(f"{r.method} {r.path}") for r in self.requests]
 
 
+# --- what the acceptance scripts read back ---------------------------------------------------
+
+LAUNCH = "/Workspace/Users/[USERNAME]/.air/cli_launch/{exp}/{exp}_[RUN_ID]"
+IMPORT = "/api/2.0/workspace-files/import-file"
+SNAPSHOTS = "/Workspace/Users/[USERNAME]/.air/repo_snapshots/.internal"
+
+
+def submit_stub(stub: StubWorkspace, run_id: int = 555) -> StubWorkspace:
+    """The answers acceptance run-submit/test.toml stubs."""
+    stub.stub("POST /api/2.0/ai-training/config:validate", (200, {}))
+    stub.stub("POST /api/2.2/jobs/runs/submit", (200, {"run_id": run_id}))
+    return stub
+
+
+def groups_in_order(stub: StubWorkspace, groups: list[list[str]]) -> None:
+    """Every request is expected, and each group is sent only after the one before it
+    ended (requests inside a group go at once, so their order is free)."""
+    sent = stub.lines()
+    assert sorted(sent) == sorted(line for group in groups for line in group)
+    last = -1
+    for group in groups:
+        positions = [i for i, line in enumerate(sent) if line in group]
+        assert min(positions) > last, f"{group} started before the previous group ended: {sent}"
+        last = max(positions)
+
+
+def uploads(stub: StubWorkspace) -> dict[str, Any]:
+    """Uploaded files by normalised path: the exact text, or an archive's entries."""
+    return {
+        normalise(r.path.removeprefix(IMPORT)): archive_entries(r.raw_body)
+        if r.path.endswith(".tar.gz")
+        else r.raw_body.decode("utf-8")
+        for r in stub.to("POST", f"{IMPORT}/.*")
+    }
+
+
 # Pinned dates keep the commit, and so the snapshot's cache key, the same on every run
-# (acceptance/experimental/air/run-submit/script).
+# (acceptance/air/run-submit/script).
 GIT_ENV = {
     "GIT_AUTHOR_DATE": "2020-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2020-01-01T00:00:00Z",

@@ -1,8 +1,10 @@
 """What our client sends, compared with what the `databricks air` CLI sends.
 
-Each test follows one scenario of the CLI's own tests in databricks/cli
-(``acceptance/experimental/air/*`` and ``cmd/air/*_test.go``) and names the CLI file the
-expected requests come from. The expectations are written from reading that code: the
+Each test follows one scenario of the CLI's own tests in databricks/cli as of PRs #6617,
+#6653, #6657, #6716, #6722 and #6783 (``acceptance/air/*`` and ``cmd/air/*_test.go``) and
+names the CLI file the expected requests come from. Docker Hub registration left the CLI in
+#6657; its tests here follow the last CLI that had it (``acceptance/experimental/air/
+register-image*``) and keep our documented extension working. The expectations are written from reading that code: the
 CLI's facts in our words, normalised as its acceptance harness normalises them
 (``[USERNAME]``, ``[UUID]``, ``[RUN_ID]``, ``[SNAPSHOT_TARBALL]``). Where we send something
 the CLI does not, the test says so and why (docs/cli-conformance.md lists every difference).
@@ -17,46 +19,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_stub import HOST, USER, Recorded, StubWorkspace, archive_entries, git, normalise
+from cli_stub import (
+    HOST,
+    IMPORT,
+    LAUNCH,
+    SNAPSHOTS,
+    USER,
+    Recorded,
+    StubWorkspace,
+    git,
+    groups_in_order,
+    normalise,
+    submit_stub,
+    uploads,
+)
 
 import air_runtime.client._images as images_module
 from air_runtime import AuthError, ConfigurationError, WorkloadError
 from air_runtime.client import AirClient
 from air_runtime.workload import load_workload
-
-LAUNCH = "/Workspace/Users/[USERNAME]/.air/cli_launch/{exp}/{exp}_[RUN_ID]"
-IMPORT = "/api/2.0/workspace-files/import-file"
-SNAPSHOTS = "/Workspace/Users/[USERNAME]/.air/repo_snapshots/.internal"
-
-
-def submit_stub(stub: StubWorkspace, run_id: int = 555) -> StubWorkspace:
-    """The answers acceptance run-submit/test.toml stubs."""
-    stub.stub("POST /api/2.0/ai-training/config:validate", (200, {}))
-    stub.stub("POST /api/2.2/jobs/runs/submit", (200, {"run_id": run_id}))
-    return stub
-
-
-def groups_in_order(stub: StubWorkspace, groups: list[list[str]]) -> None:
-    """Every request is expected, and each group is sent only after the one before it
-    ended (requests inside a group go at once, so their order is free)."""
-    sent = stub.lines()
-    assert sorted(sent) == sorted(line for group in groups for line in group)
-    last = -1
-    for group in groups:
-        positions = [i for i, line in enumerate(sent) if line in group]
-        assert min(positions) > last, f"{group} started before the previous group ended: {sent}"
-        last = max(positions)
-
-
-def uploads(stub: StubWorkspace) -> dict[str, Any]:
-    """Uploaded files by normalised path: the exact text, or an archive's entries."""
-    return {
-        normalise(r.path.removeprefix(IMPORT)): archive_entries(r.raw_body)
-        if r.path.endswith(".tar.gz")
-        else r.raw_body.decode("utf-8")
-        for r in stub.to("POST", f"{IMPORT}/.*")
-    }
-
 
 # --- run-submit with a git code source ------------------------------------------------------
 
@@ -81,9 +62,21 @@ code_source:
       commit: {commit}
 """
 
-# acceptance/experimental/air/run-submit/output.txt, with the runtime the newest CLI picks
-# by default (cmd/air/runsubmit.go defaultDlRuntimeImage "CLIENT-GPU-6"; that recording was
-# made when it was 4).
+RUN_SUBMIT_UPLOADED = """\
+experiment_name: submit-smoke
+command: python train.py
+compute:
+    accelerator_type: GPU_1xH100
+    num_accelerators: 1
+code_source:
+    type: snapshot
+    snapshot:
+        root_path: .
+        git:
+            commit: {commit}
+"""
+
+# acceptance/air/run-submit/output.txt (runsubmit.go defaultDlRuntimeImage "CLIENT-GPU-6").
 RUN_SUBMIT_BODY = {
     "environments": [{"environment_key": "default", "spec": {"environment_version": "6"}}],
     "idempotency_token": "[UUID]",
@@ -113,7 +106,7 @@ RUN_SUBMIT_BODY = {
 def test_run_submit_with_git_code_source(
     stub: StubWorkspace, client: AirClient, git_repo: Callable[..., tuple[Path, str]]
 ) -> None:
-    """acceptance/experimental/air/run-submit (script, output.txt, test.toml);
+    """acceptance/air/run-submit (script, output.txt, test.toml);
     cmd/air/snapshot_upload.go, snapshot_package.go, snapshot_resolve.go."""
     repo, commit = git_repo()
     # git.commit tolerates a dirty tree: the pinned revision is what gets packed.
@@ -181,7 +174,8 @@ def test_run_submit_with_git_code_source(
         "project/train.py": "print('committed')\n",
     }
     assert sent[f"{launch}/command.sh"] == "python train.py"  # as written (runupload.go)
-    assert sent[f"{launch}/training_config.yaml"] == RUN_SUBMIT_YAML.format(commit=commit)
+    # runconfig_load.go: the YAML tree re-encoded by go-yaml v3 (four-space indentation)
+    assert sent[f"{launch}/training_config.yaml"] == RUN_SUBMIT_UPLOADED.format(commit=commit)
     for request in stub.to("POST", f"{IMPORT}/.*"):
         assert request.query == {"overwrite": "true"}
     name = submit.body["tasks"][0]["ai_runtime_task"]["code_source_path"].rsplit("/", 1)[1]
@@ -294,28 +288,6 @@ environment:
     - numpy
     - torch==2.3.0
 """
-
-
-def test_run_submit_with_dependencies(stub: StubWorkspace, client: AirClient) -> None:
-    """acceptance/experimental/air/run-submit-deps: only the config and the command are
-    uploaded (dependencies ride on environments[].spec.dependencies)."""
-    submit_stub(stub)
-    client.submit_workload(load_workload(DEPS_YAML))
-    launch = LAUNCH.format(exp="deps-smoke")
-    assert uploads(stub) == {
-        f"{launch}/command.sh": "python train.py",
-        f"{launch}/training_config.yaml": DEPS_YAML,
-    }
-    (submit,) = stub.to("POST", "/api/2.2/jobs/runs/submit")
-    body = normalise(submit.body)
-    assert body["environments"] == [
-        {
-            "environment_key": "default",
-            "spec": {"dependencies": ["numpy", "torch==2.3.0"], "environment_version": "5"},
-        }
-    ]
-    assert body["tasks"][0]["max_retries"] == 3 and body["tasks"][0]["retry_on_timeout"] is True
-    assert "code_source_path" not in body["tasks"][0]["ai_runtime_task"]
 
 
 def test_environment_version_is_sent_as_written(stub: StubWorkspace, client: AirClient) -> None:
@@ -489,7 +461,7 @@ def test_whole_run_logs_ask_each_node_of_each_attempt(
 
 
 def test_get_list_and_cancel(stub: StubWorkspace, client: AirClient) -> None:
-    """acceptance/experimental/air/get, list, cancel; cmd/air/list.go newJobsScanStrategy
+    """acceptance/air/get, list, cancel; cmd/air/list.go newJobsScanStrategy
     (SUBMIT_RUN runs with their tasks, 25 a page), get.go, cancel.go."""
     stub.stub(
         "GET /api/2.2/jobs/runs/get",
@@ -549,7 +521,8 @@ def image_stub(stub: StubWorkspace, access: tuple[int, Any]) -> None:
 def test_register_image_with_local_docker_credentials(
     stub: StubWorkspace, client: AirClient, docker_login: Path, access: tuple[int, Any]
 ) -> None:
-    """acceptance/experimental/air/register-image ("the registration POST carries the
+    """History (removed from the CLI in #6657, kept as our extension):
+    acceptance/experimental/air/register-image ("the registration POST carries the
     auto-stored credential reference"); cmd/air/image_credentials.go storeDockerCredentials
     (scope docker-credentials-<user>, key <host>-<user>-local, base64 user:password);
     image_client.go checkImageAccess: an error is "unknown", never an abort."""
@@ -588,7 +561,8 @@ def test_register_image_without_local_credentials_skips_the_probe(
 def test_register_image_without_secret_permission(
     stub: StubWorkspace, client: AirClient, docker_login: Path
 ) -> None:
-    """acceptance/experimental/air/register-image-no-secret-permission: the scope cannot be
+    """History (removed from the CLI in #6657, kept as our extension):
+    acceptance/experimental/air/register-image-no-secret-permission: the scope cannot be
     created, so the image is tried without credentials, and the refusal names why the
     local credentials were not used."""
     stub.stub(
@@ -757,53 +731,6 @@ def test_a_file_as_mlflow_experiment_directory_is_refused(
             )
         )
     assert not stub.to("POST", "/api/2.2/jobs/runs/submit")
-
-
-def test_permissions_on_the_job_and_the_experiment(stub: StubWorkspace, client: AirClient) -> None:
-    """cmd/air/runpermissions.go: the job ACL, then the same principals on the run's own
-    MLflow experiment (from runs/get-output): CAN_VIEW -> CAN_READ, CAN_MANAGE_RUN ->
-    CAN_EDIT, CAN_MANAGE -> CAN_MANAGE."""
-    submit_stub(stub)
-    stub.stub(
-        "GET /api/2.2/jobs/runs/get",
-        (200, {"run_id": 555, "job_id": 777, "state": {"life_cycle_state": "PENDING"},
-               "tasks": [{"task_key": "perm", "run_id": 556}]}),
-    )  # fmt: skip
-    stub.stub(
-        "GET /api/2.2/jobs/runs/get-output",
-        (200, {"ai_runtime_task_output": {"mlflow_experiment_id": "exp-9"}}),
-    )
-    stub.stub("PATCH /api/2.0/permissions/jobs/777", (200, {}))
-    stub.stub("PATCH /api/2.0/permissions/experiments/exp-9", (200, {}))
-    client.submit_workload(
-        load_workload(
-            "experiment_name: perm\ncommand: echo hi\n"
-            "compute: {accelerator_type: GPU_1xA10, num_accelerators: 1}\n"
-            "permissions:\n"
-            "  - {user_name: a@example.com, level: CAN_VIEW}\n"
-            "  - {group_name: ml, level: CAN_MANAGE_RUN}\n"
-            "  - {service_principal_name: sp-1, level: CAN_MANAGE}\n"
-        )
-    )
-    (jobs,) = stub.to("PATCH", "/api/2.0/permissions/jobs/777")
-    assert jobs.body == {
-        "access_control_list": [
-            {"user_name": "a@example.com", "permission_level": "CAN_VIEW"},
-            {"group_name": "ml", "permission_level": "CAN_MANAGE_RUN"},
-            {"service_principal_name": "sp-1", "permission_level": "CAN_MANAGE"},
-        ]
-    }
-    (experiment,) = stub.to("PATCH", "/api/2.0/permissions/experiments/exp-9")
-    assert experiment.body == {
-        "access_control_list": [
-            {"user_name": "a@example.com", "permission_level": "CAN_READ"},
-            {"group_name": "ml", "permission_level": "CAN_EDIT"},
-            {"service_principal_name": "sp-1", "permission_level": "CAN_MANAGE"},
-        ]
-    }
-    (output,) = stub.to("GET", "/api/2.2/jobs/runs/get-output")
-    assert output.query == {"run_id": "556"}
-    assert jobs.seq < experiment.seq
 
 
 # --- preflight ----------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ def test_example_plan_matches_golden(path: Path) -> None:
 
 def test_examples_are_all_covered() -> None:
     names = {p.name for p in EXAMPLES}
-    assert {"single_node.yaml", "torchrun_two_nodes.yaml", "docker_image.yaml", "grpo_two_containers.yaml",
+    assert {"single_node.yaml", "torchrun_two_nodes.yaml", "docker_image.yaml", "unity_catalog_image.yaml",
+            "grpo_two_containers.yaml",
             "evaluate.yaml"} <= names
 
 

@@ -29,12 +29,30 @@ VALID_YAML = textwrap.dedent(
       echo hi
     """
 )
+# VALID_YAML as the CLI uploads it (runconfig_load.go: go-yaml v3's layout, styles kept)
+VALID_YAML_AS_UPLOADED = textwrap.dedent(
+    """\
+    experiment_name: exp
+    compute:
+        accelerator_type: GPU_1xA10
+        num_accelerators: 2
+    env_variables:
+        RANK: 0
+        X: 1.50
+        B: yes
+        T: true
+        N: 0x1F
+        Q: "quoted"
+    command: |
+        echo hi
+    """
+)
 
 
 def test_env_values_keep_literal_text() -> None:
     w = load_workload(VALID_YAML)
     assert w.env_variables == {"RANK": "0", "X": "1.50", "B": "yes", "T": "true", "N": "0x1F", "Q": "quoted"}
-    assert w.source_text == VALID_YAML
+    assert w.source_text == VALID_YAML_AS_UPLOADED
 
 
 def test_container_variables_keep_literal_text() -> None:
@@ -115,7 +133,7 @@ def test_file_path_source_and_base_dir(tmp_path: Path) -> None:
     path.write_text(VALID_YAML)
     w = load_workload(str(path))
     assert w.base_dir == str(tmp_path.resolve())
-    assert load_workload(path).source_text == VALID_YAML
+    assert load_workload(path).source_text == VALID_YAML_AS_UPLOADED
     assert load_workload(VALID_YAML, base_dir=tmp_path).base_dir == str(tmp_path)
     problem = only_problem(str(tmp_path / "missing.yaml"))
     assert "cannot read" in problem.message
@@ -324,3 +342,14 @@ def test_with_env_variables_adds_only_what_the_workload_does_not_set() -> None:
     plan = build_plan(added, user_name="me@example.com", idempotency_token="t")
     (env_file,) = [f for f in plan.files if f.path.endswith("/env_vars.json")]
     assert b'{"name":"NEW","value":"1"}' in env_file.content
+
+
+def test_override_values_are_yaml_and_keep_their_style_in_the_uploaded_config() -> None:
+    """runconfig_override.go parseOverrideNode: the value is YAML (a list stays a list);
+    variables keep their text (runconfig.go decodes them into strings)."""
+    w = load_workload(VALID_YAML, ["parameters.layers=[64, 32]", "env_variables.X=2.50",
+                                   "env_variables.Y=a: b"])
+    assert w.parameters == {"layers": [64, 32]}
+    assert (w.env_variables["X"], w.env_variables["Y"]) == ("2.50", "a: b")
+    assert "    X: 2.50\n" in w.source_text and '    Y: "a: b"\n' in w.source_text
+    assert w.source_text.endswith("parameters:\n    layers: [64, 32]\n")

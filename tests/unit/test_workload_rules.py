@@ -75,7 +75,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("uc image form", minimal(environment={"unity_catalog_image": "main.vllm:1"}),
      "environment.unity_catalog_image", "<catalog>.<schema>.<image>:<tag>"),
     ("command blank", minimal(command="   "), "command", "must not be blank"),
-    ("command too long", minimal(command="echo\n" * 1001), "command", "1001 lines, more than 1000"),
+    ("command too long", minimal(command="echo\n" * 1001), "command", "1002 lines, more than 1000"),
+    ("command 1000 lines and a break", minimal(command="echo\n" * 1000), "command", "1001 lines"),
     ("command not string", minimal(command=["a"]), "command", "must be a string"),
     ("neither command nor containers", minimal(command=...), "command", "one of command or containers"),
     ("env name", minimal(env_variables={"1BAD": "x"}), "env_variables.1BAD", "'1BAD' is invalid"),
@@ -118,6 +119,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
      "'CAN_FLY'"),
     ("policy both", minimal(usage_policy_name="n", usage_policy_id=UUID), "usage_policy_id", "mutually exclusive"),
     ("policy uuid", minimal(usage_policy_id="not-a-uuid"), "usage_policy_id", "not a UUID"),
+    ("policy name long", minimal(usage_policy_name="p" * 128), "usage_policy_name", "at most 127 characters, got 128"),
     ("unknown top key", minimal(comand="x"), "comand", "unknown key 'comand'"),
     ("unknown compute key", minimal(compute={**TWO_NODES, "num_gpus": 2}), "compute.num_gpus", "unknown key"),
     ("unknown environment key", minimal(environment={"verison": 6}), "environment.verison", "unknown key"),
@@ -167,6 +169,32 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("env files rejected",
      containers_workload([{**TWO_CONTAINERS[0], "environment_variables": {"files": ["a.env"]}}, TWO_CONTAINERS[1]]),
      "containers[0].environment_variables.files", "not supported"),
+    # --- today's CLI (cmd/air/runconfig.go, compute.go, runconfig_load.go) ---
+    ("code mixed forms", minimal(code_source={"type": "snapshot", "root_path": ".", "snapshot": {"root_path": "."}}),
+     "code_source.snapshot", "mixes the nested snapshot: form with root_path"),
+    ("code type null", minimal(code_source={"type": None, "root_path": "."}), "code_source.type",
+     "must be 'snapshot'"),
+    ("git remote true", minimal(code_source={"root_path": ".", "git": {"branch": "main", "remote": True}}),
+     "code_source.git.remote", "git.remote is no longer supported"),
+    ("git remote name", minimal(code_source={"root_path": ".", "git": {"commit": "abc", "remote": "origin"}}),
+     "code_source.git.remote", "use git.commit"),
+    ("git remote list", minimal(code_source={"root_path": ".", "git": {"commit": "abc", "remote": ["o"]}}),
+     "code_source.git.remote", "boolean or a remote name string"),
+    ("git branch chars", minimal(code_source={"root_path": ".", "git": {"branch": "main; rm -rf /"}}),
+     "code_source.git.branch", "invalid git.branch format"),
+    ("pool blank after trim", minimal(compute={**TWO_NODES, "pool_id": "   "}), "compute.pool_id", "blank"),
+    ("uc image dot in part", minimal(environment={"unity_catalog_image": "main.rl.v.llm:1"}),
+     "environment.unity_catalog_image", "'<catalog>.<schema>.<image>:<tag>'"),
+    ("uc image space", minimal(environment={"unity_catalog_image": "main.rl.vllm :1"}),
+     "environment.unity_catalog_image", "'<catalog>.<schema>.<image>:<tag>'"),
+    ("uc image two tags", minimal(environment={"unity_catalog_image": "main.rl.vllm:1:2"}),
+     "environment.unity_catalog_image", "'<catalog>.<schema>.<image>:<tag>'"),
+    ("uc + empty deps", minimal(environment={"unity_catalog_image": "a.b.c:1", "dependencies": []}),
+     "environment.unity_catalog_image", "environment.dependencies"),
+    ("uc + version", minimal(environment={"unity_catalog_image": "a.b.c:1", "version": 6}),
+     "environment.unity_catalog_image", "environment.version"),
+    ("version prefix only", minimal(environment={"version": "databricks_ai_v"}), "environment.version",
+     "must be an integer, optionally prefixed with databricks_ai_v"),
     ("container unknown key", containers_workload([{**TWO_CONTAINERS[0], "rank": [0]}, TWO_CONTAINERS[1]]),
      "containers[0].rank", "unknown key 'rank'"),
 ]
@@ -241,12 +269,49 @@ def test_priority_upper_case_with_pool() -> None:
     w = load_workload(minimal(compute={**TWO_NODES, "pool_id": "pool-1", "priority_class": "best_effort"}))
     assert w.compute.priority_class == "BEST_EFFORT"
     assert w.compute.pool_id == "pool-1"
+    # compute.go: both trimmed, priority upper-cased
+    w = load_workload(minimal(compute={**TWO_NODES, "pool_id": "  pool-2 ", "priority_class": " critical "}))
+    assert (w.compute.pool_id, w.compute.priority_class) == ("pool-2", "CRITICAL")
+
+
+@pytest.mark.parametrize(
+    "code_source",
+    [
+        {"type": "snapshot", "root_path": ".", "include_paths": ["train.py"]},  # legacy: fields under it
+        {"type": "snapshot", "snapshot": {"root_path": "."}},
+        {"root_path": ".", "git": {"commit": "abc", "remote": False}},
+        {"root_path": ".", "git": {"branch": "release/1.2", "remote": ""}},
+        {"root_path": ".", "git": {"commit": "abc", "remote": None}},
+    ],
+)
+def test_code_source_forms_of_todays_cli(code_source: dict[str, Any]) -> None:
+    """runconfig.go: the legacy type: snapshot with the fields directly under it, the nested
+    form, and git.remote false or empty are all accepted."""
+    w = load_workload(minimal(code_source=code_source))
+    assert w.code_source is not None and w.code_source.root_path == "."
+
+
+def test_container_files_may_be_an_empty_list_and_ranks_keep_their_order() -> None:
+    containers = [
+        {**TWO_CONTAINERS[0], "ranks": [2, 0], "environment_variables": {"files": [], "variables": {"A": "1"}}},
+        {**TWO_CONTAINERS[1], "ranks": [1]},
+    ]
+    w = load_workload(containers_workload(containers, compute={"accelerator_type": "GPU_1xA10", "num_accelerators": 3}))
+    assert w.containers is not None
+    assert w.containers[0].ranks == (2, 0)  # as written (runsubmit.go submittedContainers)
+    assert w.containers[0].env_variables == {"A": "1"}
+
+
+@pytest.mark.parametrize("image", ["main.rl.vllm:0.20.0", "Main.R-L.v_llm:Latest", "cat.sch.img:v1.2-rc+3"])
+def test_unity_catalog_image_names_are_checked_structurally(image: str) -> None:
+    # runconfig.go unityCatalogImageRe: no '.', ':' or whitespace inside a part
+    assert load_workload(minimal(environment={"unity_catalog_image": image})).environment.unity_catalog_image == image
 
 
 @pytest.mark.parametrize(
     ("given", "normal"),
     [(5, "5"), ("6", "6"), ("07", "07"), ("databricks_ai_v5", "databricks_ai_v5"),
-     ("DataBricks_AI_V6", "databricks_ai_v6")],
+     ("DataBricks_AI_V6", "databricks_ai_v6"), ("databricks_ai_v05", "databricks_ai_v05"), (0, "0")],
 )
 def test_versions(given: Any, normal: str) -> None:
     w = load_workload(minimal(environment={"version": given}))
@@ -316,11 +381,22 @@ def test_scalar_options() -> None:
 
 
 def test_permissions() -> None:
+    # levels are sent as written (runpermissions.go permissionAccessControl)
     w = load_workload(minimal(permissions=[{"group_name": "ml", "level": "can_manage_run"},
                                            {"service_principal_name": "sp", "level": "CAN_VIEW"}]))
     assert [p.to_access_control() for p in w.permissions] == [
-        {"group_name": "ml", "permission_level": "CAN_MANAGE_RUN"},
+        {"group_name": "ml", "permission_level": "can_manage_run"},
         {"service_principal_name": "sp", "permission_level": "CAN_VIEW"},
+    ]
+
+
+def test_lower_case_level_is_linted() -> None:
+    from air_runtime.workload import lint_workload
+
+    w = load_workload(minimal(permissions=[{"group_name": "ml", "level": "can_view"},
+                                           {"user_name": "a", "level": "CAN_MANAGE"}]))
+    assert lint_workload(w) == [
+        "permissions[0].level 'can_view' is sent as written: the workspace knows CAN_VIEW; write it that way"
     ]
 
 
