@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
+    from air_runtime.client import GpuPool as GpuPool
     from air_runtime.client import Identity as Identity
     from air_runtime.client import ImageRegistration as ImageRegistration
     from air_runtime.client import LogRecord as LogRecord
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AirClient": "air_runtime.client",
     "AsyncAirClient": "air_runtime.client",
+    "GpuPool": "air_runtime.client",
     "Identity": "air_runtime.client",
     "ImageRegistration": "air_runtime.client",
     "LogRecord": "air_runtime.client",

@@ -14,13 +14,18 @@ _COMMAND_MODULES = (
     "air_runtime.cli._workload_cmds",  # validate, plan, schema
     "air_runtime.cli._workspace_cmd",  # workspace
     "air_runtime.cli._run_cmds",  # run, logs, cancel, images
+    "air_runtime.cli._inspect_cmds",  # pools, get, list
     "air_runtime.cli._secrets_cmd",  # secrets prune
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="airo", description="Run Databricks AI Runtime workloads and a local workspace."
+        prog="airo",
+        description="Run Databricks AI Runtime workloads and a local workspace.",
+        epilog="exit codes: 0 done; 1 the workload is invalid (here or by the workspace's "
+        "check); 2 bad arguments; 3 the waited-for run did not succeed; 4 credentials, "
+        "connection or an error of the workspace; 130/143 interrupted",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:

@@ -1,6 +1,5 @@
 """``airo run``, ``airo logs``, ``airo cancel`` and ``airo images register``: commands that
-talk to a workspace. Without ``--host`` they use the databricks-sdk configuration chain
-(DATABRICKS_HOST / DATABRICKS_TOKEN, ~/.databrickscfg).
+talk to a workspace (see ``_connection`` for how they find it and their exit codes).
 
 What they print (log lines, state messages, failure messages, errors) goes through the
 client's ``Redactor``: the credentials airo holds (token, OAuth client secret, the Docker Hub
@@ -10,22 +9,31 @@ workload printing those is shown as the platform serves its log."""
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import threading
+import time
+from types import FrameType
 from typing import Any
 
-from air_runtime._errors import AirError
+from air_runtime._errors import AirError, ConfigurationError
 from air_runtime._states import RunState
+from air_runtime.cli._connection import (
+    EXIT_ERROR,
+    EXIT_INVALID_WORKLOAD,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+    _local_token,  # noqa: F401  (kept importable: the core-install test reads it here)
+    add_workspace_options,
+    fail,
+    follow_options,
+    open_client,
+)
 from air_runtime.client import LogRecord
 
-
-def _workspace_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host", default=None, help="workspace URL (default: databricks-sdk config)"
-    )
-    parser.add_argument(
-        "--token", default=None, help="access token (default: databricks-sdk config)"
-    )
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 def register(subparsers: Any) -> None:
@@ -34,11 +42,23 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE", help="(repeatable)"
     )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate here, then ask the workspace's own check once; nothing is uploaded "
+        "or submitted",
+    )
     run.add_argument("--wait", action="store_true", help="wait until the run ends")
     run.add_argument(
         "--follow-logs", action="store_true", help="print every node's log while waiting"
     )
-    _workspace_options(run)
+    run.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="Ctrl-C or SIGTERM while waiting cancels the run (default: stop waiting, the "
+        "run goes on)",
+    )
+    add_workspace_options(run)
     run.set_defaults(func=_run)
 
     logs = subparsers.add_parser(
@@ -48,13 +68,21 @@ def register(subparsers: Any) -> None:
     logs.add_argument("run_id", type=int, metavar="RUN_ID")
     logs.add_argument("--task", metavar="KEY", help="only this task of a multi-task run")
     logs.add_argument("--node", type=int, help="only this node (0 is the first)")
+    logs.add_argument(
+        "--attempt", type=int, metavar="K", help="only attempt K (1 is the first, as labelled)"
+    )
+    window = logs.add_mutually_exclusive_group()
+    window.add_argument("--tail", type=int, metavar="N", help="the last N lines of each node")
+    window.add_argument("--minutes", type=float, metavar="M", help="the last M minutes only")
     logs.add_argument("--follow", action="store_true", help="keep printing until the run ends")
-    _workspace_options(logs)
+    add_workspace_options(logs)
     logs.set_defaults(func=_logs)
 
-    cancel = subparsers.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("run_id", type=int, metavar="RUN_ID")
-    _workspace_options(cancel)
+    cancel = subparsers.add_parser("cancel", help="cancel a run, or all of your active runs")
+    cancel.add_argument("run_id", type=int, nargs="?", metavar="RUN_ID")
+    cancel.add_argument("--all", action="store_true", help="cancel all of your active runs")
+    cancel.add_argument("-y", "--yes", action="store_true", help="skip the confirmation of --all")
+    add_workspace_options(cancel)
     cancel.set_defaults(func=_cancel)
 
     images = subparsers.add_parser("images", help="Docker Hub image registration")
@@ -69,36 +97,8 @@ def register(subparsers: Any) -> None:
         "--refresh", action="store_true", help="register again even when already AVAILABLE"
     )
     register_image.add_argument("--timeout", type=float, default=3600.0)
-    _workspace_options(register_image)
+    add_workspace_options(register_image)
     register_image.set_defaults(func=_register_image)
-
-
-def _local_token(host: str | None) -> str | None:
-    """The token of the local workspace in its default data dir, for a loopback host."""
-    if not host:
-        return None
-    from urllib.parse import urlsplit
-
-    try:
-        from air_runtime.local._security import TOKEN_FILE, is_loopback, read_token_file
-        from air_runtime.local._server import default_data_dir
-    except ModuleNotFoundError:  # the core without the [local] extra: no local workspace here
-        return None
-
-    name = urlsplit(host if "://" in host else f"http://{host}").hostname or ""
-    if not is_loopback(name):
-        return None
-    try:
-        return read_token_file(default_data_dir() / TOKEN_FILE)
-    except (OSError, ValueError):
-        return None
-
-
-def _client(args: argparse.Namespace) -> Any:
-    from air_runtime.client import AirClient
-
-    token = args.token if args.token is not None else _local_token(args.host)
-    return AirClient(args.host, token, user_agent_extra="airo-cli")
 
 
 def _learn_registry_credentials(client: Any) -> None:
@@ -113,17 +113,120 @@ def _learn_registry_credentials(client: Any) -> None:
         client.redactor.add(credential.password, credential.secret_value())
 
 
-def _fail(error: Exception, client: Any = None) -> int:
-    redact = client.redactor if client is not None else str
-    print(redact(f"error: {error}"), file=sys.stderr)
-    return 1
+def _elapsed(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def _update_printer(client: Any) -> Any:
-    def print_update(state: RunState) -> None:
-        print(client.redactor(f"state: {state.describe()}"), file=sys.stderr)
+class _Progress:
+    """State changes of a waited-on run on stderr: on a terminal one spinner line with the
+    state and the elapsed time, a line kept per change; otherwise a plain line per change."""
 
-    return print_update
+    def __init__(self, client: Any, run_id: int) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.state = "SUBMITTED"
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if self.tty:
+            self._ticker = threading.Thread(target=self._spin, daemon=True)
+            self._ticker.start()
+
+    def _line(self) -> str:
+        return self.client.redactor(
+            f"run {self.run_id}: {self.state} ({_elapsed(time.monotonic() - self.started)})"
+        )
+
+    def _spin(self) -> None:
+        frame = 0
+        while not self._done.wait(0.1):
+            with self._lock:
+                sys.stderr.write(f"\r\033[K{_SPINNER[frame % len(_SPINNER)]} {self._line()}")
+                sys.stderr.flush()
+            frame += 1
+
+    def update(self, state: RunState) -> None:
+        with self._lock:
+            self.state = state.describe()
+            if self.tty:
+                sys.stderr.write(f"\r\033[K{self._line()}\n")
+            else:
+                print(self._line(), file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self._done.is_set():
+            return
+        self._done.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            with self._lock:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _InterruptGuard:
+    """The first SIGINT/SIGTERM stops the wait (raises ``_Interrupted`` in the main
+    thread); the default handlers come back at once, so a second signal ends the process
+    there and then, even while the first is being handled (run.go notifyInterrupt)."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> _InterruptGuard:
+        self._previous = {s: signal.signal(s, self._handle) for s in self._SIGNALS}
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        for s in self._SIGNALS:
+            signal.signal(s, signal.SIG_DFL)
+        raise _Interrupted(signum)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for s, handler in self._previous.items():
+            if signal.getsignal(s) == self._handle:
+                signal.signal(s, handler)
+
+
+def _guidance(args: argparse.Namespace, run_id: int) -> list[str]:
+    options = follow_options(args)
+    return [
+        f"  follow it:  airo logs {run_id} --follow{options}",
+        f"  status:     airo get {run_id}{options}",
+        f"  cancel it:  airo cancel {run_id}{options}",
+    ]
+
+
+def _dry_run(args: argparse.Namespace, workload: Any) -> int:
+    client = None
+    try:
+        with open_client(args) as client:
+            problems = client.preflight(workload)
+            host = client.host
+    except AirError as error:
+        return fail(error, client)
+    if args.json:
+        errors = client.redactor.redact_data([p.to_dict() for p in problems])
+        print(json.dumps({"valid": not problems, "errors": errors}))
+    elif problems:
+        # The workspace's field errors, one per line (validateconfig.go formatConfigErrors).
+        print("error: config validation failed:", file=sys.stderr)
+        for problem in problems:
+            print(client.redactor(f"  {problem}"), file=sys.stderr)
+    else:
+        print(f"{args.file}: valid (checked here and by {host}); nothing was submitted")
+    return EXIT_INVALID_WORKLOAD if problems else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -132,27 +235,95 @@ def _run(args: argparse.Namespace) -> int:
     client = None
     try:
         workload = load_workload(args.file, args.override or None)
-        with _client(args) as client:
+    except AirError as error:
+        return fail(error)
+    if args.dry_run:
+        return _dry_run(args, workload)
+    try:
+        with open_client(args) as client:
             if workload.environment.docker_image is not None:
                 _learn_registry_credentials(client)
             submitted = client.submit_workload(workload)
-            print(f"run {submitted.run_id}: {submitted.run_page_url}")
+            run_id = submitted.run_id
             if not (args.wait or args.follow_logs):
-                return 0
+                if args.json:
+                    print(json.dumps({"run_id": run_id, "run_page_url": submitted.run_page_url}))
+                else:
+                    print(f"run {run_id}: {submitted.run_page_url}")
+                    print("\n".join(_guidance(args, run_id)))
+                return EXIT_OK
+            print(
+                f"run {run_id}: {submitted.run_page_url}",
+                file=sys.stderr if args.json else sys.stdout,
+            )
+            return _wait_for(args, client, run_id)
+    except AirError as error:
+        return fail(error, client)
+
+
+def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
+    progress = _Progress(client, run_id)
+    try:
+        with _InterruptGuard():
             if args.follow_logs:
                 # Logs stream in the background; the main thread reports state changes.
-                printer = threading.Thread(
-                    target=_print_logs, args=(client, submitted.run_id), daemon=True
-                )
+                printer = threading.Thread(target=_print_logs, args=(client, run_id), daemon=True)
                 printer.start()
-            state = client.wait(submitted.run_id, on_update=_update_printer(client))
+            state = client.wait(run_id, on_update=progress.update)
+            progress.stop()
             if args.follow_logs:
                 printer.join(timeout=30)
-            client.raise_for_failure(state)
-            print(f"run {submitted.run_id} succeeded")
-            return 0
-    except AirError as error:
-        return _fail(error, client)
+    except _Interrupted as interrupt:
+        progress.stop()
+        return _interrupted(args, client, run_id, interrupt.signum)
+    finally:
+        progress.stop()  # the spinner never outlives the wait, an error included
+    result = client.run_result(state)
+    duration = ""
+    if state.start_time and state.end_time:
+        duration = f" in {_elapsed((state.end_time - state.start_time) / 1000)}"
+    summary = f"{duration}, {result.gpu_hours:.4f} GPU-hours"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "result_state": state.result_state,
+                    "life_cycle_state": state.life_cycle_state,
+                    "duration_seconds": (state.end_time - state.start_time) // 1000
+                    if state.start_time and state.end_time
+                    else None,
+                    "gpu_hours": result.gpu_hours,
+                    "run_page_url": state.run_page_url,
+                }
+            )
+        )
+    if result.failure is not None:
+        print(client.redactor(f"error: {result.failure}"), file=sys.stderr)
+        print(
+            f"run {run_id} ended {state.result_state or state.life_cycle_state}{summary}",
+            file=sys.stderr,
+        )
+        return EXIT_RUN_FAILED
+    if not args.json:
+        print(f"run {run_id} succeeded{summary}")
+    return EXIT_OK
+
+
+def _interrupted(args: argparse.Namespace, client: Any, run_id: int, signum: int) -> int:
+    name = signal.Signals(signum).name
+    if args.cancel_on_interrupt:
+        print(f"\n{name}: cancelling run {run_id}", file=sys.stderr)
+        client.cancel(run_id)
+        print(f"cancellation of run {run_id} requested", file=sys.stderr)
+    else:
+        lines = [
+            f"\n{name}: stopped waiting. Run {run_id} is still going on the workspace"
+            " (the workload was not cancelled):",
+            *_guidance(args, run_id),
+        ]
+        print("\n".join(lines), file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def _print_record(client: Any, record: LogRecord) -> None:
@@ -167,10 +338,37 @@ def _print_logs(client: Any, run_id: int) -> None:
         print(client.redactor(f"log streaming stopped: {error}"), file=sys.stderr)
 
 
+def _task_run_given(client: Any, run_id: int, command: str) -> int | None:
+    """The usage exit code, with what the id is, when it names a task run, not a run."""
+    ref = client.task_run_ref(run_id)
+    if ref is None:
+        return None
+    fix = ""
+    if ref.parent_run_id is not None:
+        fix = (
+            f": use `airo logs {ref.parent_run_id} --task {ref.task_key}`"
+            if command == "logs"
+            else f": use `airo cancel {ref.parent_run_id}` (it cancels the whole run)"
+        )
+    print(f"airo {command}: {ref.describe()}, not a run id{fix}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _logs(args: argparse.Namespace) -> int:
+    for name in ("tail", "minutes", "attempt"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            print(f"airo logs: --{name} must be positive, got {value:g}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.node is not None and args.node < 0:
+        print(f"airo logs: --node must not be negative, got {args.node}", file=sys.stderr)
+        return EXIT_USAGE
     client = None
     try:
-        with _client(args) as client:
+        with open_client(args) as client:
+            refused = _task_run_given(client, args.run_id, "logs")
+            if refused is not None:
+                return refused
             if args.task is not None:
                 state = client.get_run(args.run_id)
                 if all(t.task_key != args.task for t in state.tasks):
@@ -179,31 +377,123 @@ def _logs(args: argparse.Namespace) -> int:
                         f"airo: run {args.run_id} has no task {args.task!r} (its tasks: {keys})",
                         file=sys.stderr,
                     )
-                    return 2
-            for record in client.iter_run_logs(
-                args.run_id, task_key=args.task, node=args.node, follow=args.follow
+                    return EXIT_USAGE
+            printed = 0
+            for record in client.read_logs(
+                args.run_id,
+                task_key=args.task,
+                node=args.node,
+                attempt=None if args.attempt is None else args.attempt - 1,
+                tail=args.tail,
+                minutes=args.minutes,
+                follow=args.follow,
             ):
-                _print_record(client, record)
-        return 0
+                printed += 1
+                if args.json:
+                    line = {
+                        "task": record.task_key,
+                        "node": record.node_index,
+                        "attempt": record.attempt + 1,
+                        "time_unix_nano": record.time_unix_nano,
+                        "line": record.body,
+                    }
+                    print(client.redactor(json.dumps(line)), flush=True)
+                else:
+                    _print_record(client, record)
+            if not printed:
+                state = client.get_run(args.run_id)
+                ended = (
+                    f"Run terminated in state {state.result_state}"
+                    if state.is_terminal
+                    else f"Run is {state.life_cycle_state}"
+                )
+                print(f"No logs available for run {args.run_id}. {ended}", file=sys.stderr)
+        return EXIT_OK
     except AirError as error:
-        return _fail(error, client)
+        return fail(error, client)
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    if args.all == (args.run_id is not None):
+        print("airo cancel: give a RUN_ID, or --all (not both)", file=sys.stderr)
+        return EXIT_USAGE
     client = None
     try:
-        with _client(args) as client:
+        with open_client(args) as client:
+            if args.all:
+                return _cancel_all(args, client)
+            refused = _task_run_given(client, args.run_id, "cancel")
+            if refused is not None:
+                return refused
+            state = client.get_run(args.run_id)
+            if state.is_terminal:
+                message = f"run {args.run_id} has already ended: {state.describe()}"
+                if args.json:
+                    print(
+                        json.dumps(
+                            {"cancelled": [], "ended": {str(args.run_id): state.result_state}}
+                        )
+                    )
+                else:
+                    print(client.redactor(message))
+                return EXIT_OK
             client.cancel(args.run_id)
-        print(f"cancellation of run {args.run_id} requested")
-        return 0
+        if args.json:
+            print(json.dumps({"cancelled": [str(args.run_id)]}))
+        else:
+            print(f"cancellation of run {args.run_id} requested")
+        return EXIT_OK
     except AirError as error:
-        return _fail(error, client)
+        return fail(error, client)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise ConfigurationError(f"{question} needs a confirmation: pass -y to give it")
+    answer = input(f"{question} [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _cancel_all(args: argparse.Namespace, client: Any) -> int:
+    """Every active run of the caller, all listed before the first cancel (cancel.go)."""
+    runs = client.active_runs_of_current_user()
+    if not runs:
+        if args.json:
+            print(json.dumps({"cancelled": [], "all": True, "workspace": client.host}))
+        else:
+            print("No active runs found.", file=sys.stderr)
+        return EXIT_OK
+    if not args.yes:
+        print(
+            f"\nWorkspace: {client.host}\nFound {len(runs)} active run(s) to cancel:\n",
+            file=sys.stderr,
+        )
+        print(f"{'Run ID':<18}{'Experiment':<32}Started", file=sys.stderr)
+        for run in runs:
+            print(
+                f"{run.run_id:<18}{(run.experiment_name or '-'):<32}{run.started_at or '-'}",
+                file=sys.stderr,
+            )
+        if not _confirm(f"\nCancel {len(runs)} run(s) in {client.host}?"):
+            print("Cancellation aborted.", file=sys.stderr)
+            return EXIT_USAGE
+    result = client.cancel_runs([run.run_id for run in runs])
+    failed = [{"run_id": str(r), "error": message} for r, message in result.failed]
+    if args.json:
+        body: dict[str, Any] = {"cancelled": [str(r) for r in result.cancelled], "all": True}
+        print(json.dumps({**body, **({"failed": failed} if failed else {})}))
+    else:
+        for run_id in result.cancelled:
+            print(f"cancellation of run {run_id} requested")
+    for item in failed:
+        print(f"failed to cancel run {item['run_id']}: {item['error']}", file=sys.stderr)
+    return EXIT_OK if not failed else EXIT_ERROR
 
 
 def _register_image(args: argparse.Namespace) -> int:
     client = None
     try:
-        with _client(args) as client:
+        with open_client(args) as client:
             if args.scope is None:
                 _learn_registry_credentials(client)
             registration = client.register_image(
@@ -215,7 +505,18 @@ def _register_image(args: argparse.Namespace) -> int:
             print(f"{registration.docker_image_url}: {registration.state}", file=sys.stderr)
             if not registration.is_available:
                 registration = client.wait_for_image(args.image, timeout=args.timeout)
-            print(f"{registration.docker_image_url} is AVAILABLE")
-        return 0
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "docker_image_url": registration.docker_image_url,
+                            "state": registration.state,
+                            "digest": registration.digest,
+                        }
+                    )
+                )
+            else:
+                print(f"{registration.docker_image_url} is AVAILABLE")
+        return EXIT_OK
     except AirError as error:
-        return _fail(error, client)
+        return fail(error, client)

@@ -11,12 +11,14 @@ of a submission whose recorded run is still going. Other keys of the scope are n
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
 from typing import Any
 
 from air_runtime._errors import AirError
+from air_runtime.cli._connection import add_workspace_options, fail, open_client
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -47,20 +49,13 @@ def register(subparsers: Any) -> None:
         help="only keys last written longer ago than this (e.g. 7d, 12h, 30m)",
     )
     prune.add_argument("--dry-run", action="store_true", help="only print what would go")
-    prune.add_argument(
-        "--host", default=None, help="workspace URL (default: databricks-sdk config)"
-    )
-    prune.add_argument(
-        "--token", default=None, help="access token (default: databricks-sdk config)"
-    )
+    add_workspace_options(prune)
     prune.set_defaults(func=_prune)
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from air_runtime.client import AirClient
-
     try:
-        with AirClient(args.host, args.token, user_agent_extra="airo-cli") as client:
+        with open_client(args) as client:
             result = client.prune_submission_secrets(
                 args.scope,
                 older_than_s=args.older_than,
@@ -68,8 +63,18 @@ def _prune(args: argparse.Namespace) -> int:
                 dry_run=args.dry_run,
             )
     except AirError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return fail(error)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "deleted": result.deleted,
+                    "kept_active": result.kept_active,
+                    "dry_run": args.dry_run,
+                }
+            )
+        )
+        return 0
     verb = "would delete" if args.dry_run else "deleted"
     for key in result.deleted:
         print(f"{verb} {args.scope}/{key}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.util import find_spec
 from typing import Any
 
 # What the `local` extra installs: the local workspace's server.
@@ -12,17 +13,15 @@ INSTALL_HINT = 'the local workspace needs its extra: pip install "air-orchestrat
 
 
 def register(subparsers: Any) -> None:
-    try:
-        from air_runtime.local._server import add_server_arguments
-    except ModuleNotFoundError as exc:
-        if exc.name not in LOCAL_EXTRA_MODULES:
-            raise
+    missing_modules = [m for m in sorted(LOCAL_EXTRA_MODULES) if find_spec(m) is None]
+    if missing_modules:
         missing = subparsers.add_parser(
             "workspace", help=f"serve the local workspace ({INSTALL_HINT})"
         )
         missing.add_argument("rest", nargs=argparse.REMAINDER)
         missing.set_defaults(func=_not_installed)
         return
+    from air_runtime.local._arguments import add_server_arguments
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "workspace",

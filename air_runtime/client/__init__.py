@@ -5,12 +5,14 @@
 
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
+from ._pools import GpuPool
 from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets, secret_key_name
 
 __all__ = [
     "AirClient",
     "AsyncAirClient",
+    "GpuPool",
     "Identity",
     "ImageRegistration",
     "LogRecord",

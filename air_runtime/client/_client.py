@@ -36,6 +36,7 @@ from ._core import (
     SubmittedRun,
     Transmit,
 )
+from ._operations import AsyncOperations, SyncOperations
 from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
 
@@ -96,7 +97,7 @@ class _BaseClient:
         return f"{type(self).__name__}(host={self.host!r}, credentials={self.credentials.source!r})"
 
 
-class AirClient(_BaseClient):
+class AirClient(_BaseClient, SyncOperations):
     """Synchronous client. Thread-safe; use one per workspace and close it (or ``with``)."""
 
     def __init__(
@@ -386,7 +387,7 @@ class AirClient(_BaseClient):
         self.close()
 
 
-class AsyncAirClient(_BaseClient):
+class AsyncAirClient(_BaseClient, AsyncOperations):
     """Asynchronous twin of ``AirClient``: the same operations, awaited."""
 
     def __init__(

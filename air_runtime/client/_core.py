@@ -425,6 +425,10 @@ class ClientCore:
             what += f" {code}"
         if message:
             what += f": {message}"
+        if code == "FEATURE_DISABLED":
+            # A service not rolled out to this workspace, whatever status it comes with (a
+            # 403 among them): callers name the feature (pools.go poolAPIError).
+            return PlatformError(what, status_code=status, error_code=code)
         if status == 401:
             return AuthError(
                 f"{self.host} refused the credentials from {self.credentials.source} "
@@ -456,6 +460,7 @@ class ClientCore:
         retry: bool = True,
         raw: bool = False,
         policy: RetryPolicy | None = None,
+        binary: bool = False,
         timeout_s: float | None = None,
     ) -> Flow[Any]:
         """One API call with auth, retries and typed errors; returns the decoded JSON body
@@ -466,6 +471,7 @@ class ClientCore:
 
         ``retry=False`` is for requests that must not be repeated (a submit without an
         idempotency token); connection failures before sending are retried either way.
+        ``binary``: the answer is a file's content, not JSON; the response is returned.
         """
         policy = policy or self.retry
         started = time.monotonic()
@@ -509,6 +515,8 @@ class ClientCore:
                     )
                 if status < 400:
                     logger.debug("%s %s -> %d", method, path, status)
+                    if binary:
+                        return response
                     try:
                         body = decode_answer(response, what)
                     except InvalidResponse as invalid:

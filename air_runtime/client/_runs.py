@@ -27,7 +27,12 @@ FOLLOW_POLL_S = 2.0
 
 
 def get_run(core: ClientCore, run_id: int) -> Flow[RunState]:
-    body = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
+    return RunState.from_api((yield from get_run_body(core, run_id)))
+
+
+def get_run_body(core: ClientCore, run_id: int) -> Flow[dict[str, Any]]:
+    """``runs/get`` as the API answers it, with every page of its tasks."""
+    body: dict[str, Any] = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
     # Tasks may be paged: fetch the rest so the latest attempt of every task is known.
     tasks = list(body.get("tasks") or [])
     page_token = body.get("next_page_token")
@@ -39,7 +44,7 @@ def get_run(core: ClientCore, run_id: int) -> Flow[RunState]:
         page_token = page.get("next_page_token")
     if tasks:
         body["tasks"] = tasks
-    return RunState.from_api(body)
+    return body
 
 
 def get_output(core: ClientCore, task_run_id: int) -> Flow[dict[str, Any]]:
@@ -164,6 +169,19 @@ class _LogCursor:
         return stamp, body
 
 
+def _logs_page(
+    core: ClientCore, run_id: int, params: dict[str, Any]
+) -> Flow[dict[str, Any] | None]:
+    """One page of a stream's log records; None when the log service is not there."""
+    try:
+        body: dict[str, Any] = yield from core.call("GET", _logs_path(run_id), params=params)
+    except AirError as error:
+        if _logs_unavailable(error):
+            return None
+        raise
+    return body
+
+
 def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]] | None]:
     """The records of one stream not read before, every page of them; None when logs are
     unavailable."""
@@ -173,12 +191,9 @@ def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]
     while True:
         if page_token:
             params["page_token"] = page_token
-        try:
-            body = yield from core.call("GET", _logs_path(cursor.run_id), params=params)
-        except AirError as error:
-            if _logs_unavailable(error):
-                return None
-            raise
+        body = yield from _logs_page(core, cursor.run_id, params)
+        if body is None:
+            return None
         for raw in body.get("log_records") or []:
             if isinstance(raw, dict) and (item := cursor.fresh(raw)) is not None:
                 fresh.append(item)
@@ -237,6 +252,32 @@ def _attempt_cursors(state: RunState, attempt: TaskState, node: int | None) -> l
     return [_LogCursor(attempt.run_id, n) for n in nodes]
 
 
+def tail_records(
+    core: ClientCore, cursor: _LogCursor, count: int
+) -> Flow[list[tuple[int, str]] | None]:
+    """The last ``count`` records of one stream, oldest first: newest-first pages, put back
+    in order (logstream.go drainTail); the cursor then stands after them. None when logs
+    are unavailable."""
+    newest: list[tuple[int, str]] = []
+    params: dict[str, Any] = {**cursor.params(), "ascending": "false"}
+    params.pop("from", None)
+    while len(newest) < count:
+        params["page_size"] = min(_LOG_PAGE_SIZE, count - len(newest))
+        body = yield from _logs_page(core, cursor.run_id, params)
+        if body is None:
+            return None
+        for raw in body.get("log_records") or []:
+            if isinstance(raw, dict):
+                newest.append((int(raw.get("time_unix_nano") or 0), str(raw.get("body") or "")))
+        params["page_token"] = body.get("next_page_token")
+        if not params["page_token"]:
+            break
+    records = list(reversed(newest[:count]))
+    for stamp, body_text in records:
+        cursor.fresh({"time_unix_nano": stamp, "body": body_text})
+    return records
+
+
 def iter_run_logs(
     core: ClientCore,
     run_id: int,
@@ -245,7 +286,10 @@ def iter_run_logs(
     node: int | None,
     follow: bool,
     until: Callable[[], bool] | None = None,
-) -> Flow[None]:
+    attempt: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+) -> Flow[int | None]:
     """Emit every node's records of every attempt of every task of a run (or of the task
     ``task_key``, or only node ``node``), each once, labelled with task, node and attempt.
 
@@ -254,33 +298,47 @@ def iter_run_logs(
     after one read past its attempt's end, and following ends after one read past the
     run's end (past the task's, with ``task_key``). ``until()``, from a caller that already watches the run, spares most runs/get
     calls: the run is then read only every few reads (to learn of retries) and once
-    ``until()`` turns true."""
+    ``until()`` turns true.
+
+    ``attempt`` keeps one attempt number (0-based, as the API counts); ``since_ns`` starts
+    every stream at that time (``airo logs --minutes``), ``tail`` at its last records
+    (``--tail``). Returns how many records were emitted, None when the log service is not
+    available (404, FEATURE_DISABLED)."""
     streams: dict[tuple[str, int, int], tuple[TaskState, _LogCursor]] = {}
     closed: set[tuple[str, int, int]] = set()
+    tailed: set[tuple[str, int, int]] = set()
     state = yield from get_run(core, run_id)
     reads = 0
+    emitted = 0
     while True:
-        for attempt in state.task_attempts(task_key):
-            for cursor in _attempt_cursors(state, attempt, node):
-                key = (attempt.task_key, attempt.attempt_number, cursor.node)
+        for seen in state.task_attempts(task_key):
+            if attempt is not None and seen.attempt_number != attempt:
+                continue
+            for cursor in _attempt_cursors(state, seen, node):
+                key = (seen.task_key, seen.attempt_number, cursor.node)
+                if key not in streams and since_ns is not None:
+                    cursor.last_time = since_ns
                 # The attempt as last seen decides when its stream closes.
-                streams[key] = (attempt, streams[key][1] if key in streams else cursor)
-        for key, (attempt, cursor) in streams.items():
+                streams[key] = (seen, streams[key][1] if key in streams else cursor)
+        for key, (seen, cursor) in streams.items():
             if key in closed:
                 continue
-            records = yield from _read_new(core, cursor)
+            if tail is not None and key not in tailed:
+                tailed.add(key)
+                records = yield from tail_records(core, cursor, tail)
+            else:
+                records = yield from _read_new(core, cursor)
             if records is None:
                 logger.info("logs of run %s are not available on %s", run_id, core.host)
-                return
+                return None
             for stamp, body in records:
-                yield Emit(
-                    LogRecord(stamp, body, cursor.node, attempt.task_key, attempt.attempt_number)
-                )
-            if attempt.is_terminal or state.is_terminal:
+                emitted += 1
+                yield Emit(LogRecord(stamp, body, cursor.node, seen.task_key, seen.attempt_number))
+            if seen.is_terminal or state.is_terminal:
                 closed.add(key)
         # Following one task ends with that task (the rest of its run may go on).
         if not follow or state.has_ended(task_key):
-            return
+            return emitted
         yield Sleep(_jittered(FOLLOW_POLL_S, core))
         reads += 1
         if until is None or reads % _STATE_EVERY_READS == 0 or until():

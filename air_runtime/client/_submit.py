@@ -79,8 +79,14 @@ def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
             logger.warning(_PREFLIGHT_UNAVAILABLE, error)
             return []
         return [Problem(path="", message=str(error), hint="the workspace refused the workload")]
+    return field_problems(answer)
+
+
+def field_problems(answer: Any) -> list[Problem]:
+    """The field errors of a config:validate answer, each addressed to the field the
+    workspace names (validateconfig.go configFieldError: path, message, code)."""
     problems = []
-    for item in answer.get("errors") or []:
+    for item in (answer.get("errors") if isinstance(answer, dict) else None) or []:
         if isinstance(item, dict):
             code = item.get("code")
             problems.append(
@@ -347,6 +353,20 @@ def submit_workload(
     idempotency_token: str | None,
     run_name: str | None,
 ) -> Flow[SubmittedRun]:
+    plan = yield from plan_workload(
+        core, workload, idempotency_token=idempotency_token, run_name=run_name
+    )
+    return (yield from submit(core, plan))
+
+
+def plan_workload(
+    core: ClientCore,
+    workload: Workload | Sequence[Stage],
+    *,
+    idempotency_token: str | None,
+    run_name: str | None,
+) -> Flow[SubmissionPlan]:
+    """The plan of a workload (or workflow stages) in the caller's own workspace folder."""
     from ..plan import build_plan, build_workflow_plan
 
     identity = yield from whoami(core)
@@ -368,4 +388,4 @@ def submit_workload(
             idempotency_token=idempotency_token,
             home=os.environ.get(USER_WORKSPACE_DIR_ENV) or None,
         )
-    return (yield from submit(core, plan))
+    return plan

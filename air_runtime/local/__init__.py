@@ -1,17 +1,41 @@
 """The local workspace: a faithful emulator of the AI Runtime REST API that executes
-submitted workloads on this machine (or follows scripted timelines in simulate mode)."""
+submitted workloads on this machine (or follows scripted timelines in simulate mode).
 
-from air_runtime.local._app import create_app
-from air_runtime.local._faults import endpoint_key
-from air_runtime.local._options import WorkspaceOptions
-from air_runtime.local._server import AdminClient, LocalWorkspace, serve, start_local_workspace
+Names load on first use: `airo` reads the workspace's options and token file through this
+package without paying for the server (FastAPI, uvicorn) on every command."""
 
-__all__ = [
-    "AdminClient",
-    "LocalWorkspace",
-    "WorkspaceOptions",
-    "create_app",
-    "endpoint_key",
-    "serve",
-    "start_local_workspace",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from air_runtime.local._app import create_app as create_app
+    from air_runtime.local._faults import endpoint_key as endpoint_key
+    from air_runtime.local._options import WorkspaceOptions as WorkspaceOptions
+    from air_runtime.local._server import AdminClient as AdminClient
+    from air_runtime.local._server import LocalWorkspace as LocalWorkspace
+    from air_runtime.local._server import serve as serve
+    from air_runtime.local._server import start_local_workspace as start_local_workspace
+
+_LAZY = {
+    "AdminClient": "air_runtime.local._server",
+    "LocalWorkspace": "air_runtime.local._server",
+    "WorkspaceOptions": "air_runtime.local._options",
+    "create_app": "air_runtime.local._app",
+    "endpoint_key": "air_runtime.local._faults",
+    "serve": "air_runtime.local._server",
+    "start_local_workspace": "air_runtime.local._server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'air_runtime.local' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_LAZY)

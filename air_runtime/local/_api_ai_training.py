@@ -1,15 +1,25 @@
-"""AI Runtime services: workload validation (`ai-training/config:validate`) and the log
-records of a run's tasks (`ai-training/workflows/by-run-id/{run_id}/logs`)."""
+"""AI Runtime services: workload validation (`ai-training/config:validate`), the index of
+the caller's runs (`ai-training/workflows`) and the log records of a run's tasks
+(`ai-training/workflows/by-run-id/{run_id}/logs`)."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 
-from air_runtime.local._errors import invalid, not_found
-from air_runtime.local._request_params import get_params, int_param, json_body
+from air_runtime.local._errors import ApiError, invalid, not_found
+from air_runtime.local._options import LOG_RECORDS_FEATURE
+from air_runtime.local._request_params import (
+    flag,
+    get_params,
+    int_param,
+    json_body,
+    make_page_token,
+    read_page_token,
+)
 from air_runtime.local._validation import validate_config
 from air_runtime.local._workspace_state import workspace_state
 
@@ -18,12 +28,54 @@ router = APIRouter()
 
 @router.post("/api/2.0/ai-training/config:validate")
 async def config_validate(request: Request) -> dict[str, Any]:
-    return {"errors": validate_config(await json_body(request))}
+    state = workspace_state(request)
+    return {"errors": validate_config(await json_body(request), state.options.gpu_pools)}
+
+
+_WORKFLOWS_PAGE = 100
+
+
+@router.get("/api/2.0/ai-training/workflows")
+async def training_workflows(request: Request) -> dict[str, Any]:
+    """The caller's runs, `job_run_id` (a string, as proto3 JSON sends int64) and
+    `submit_time` (RFC 3339), newest first, `active_only` honoured, paged with
+    `page_token` (aitraining.go, acceptance/air/list). Every run of this workspace is an
+    AI Runtime run of its one user."""
+    state = workspace_state(request)
+    params = await get_params(request)
+    rows, more = state.store.list_runs(
+        active_only=flag(params.get("active_only")),
+        completed_only=False,
+        before_run_id=read_page_token(params.get("page_token")),
+        start_time_from=None,
+        start_time_to=None,
+        limit=_WORKFLOWS_PAGE,
+    )
+    workflows = []
+    for row in rows:
+        tasks = state.store.task_rows(int(row["run_id"]))
+        submitted = datetime.fromtimestamp(row["start_time"] / 1000, UTC)
+        item: dict[str, Any] = {
+            "job_run_id": str(row["run_id"]),
+            "submit_time": submitted.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "metadata": {"creator_name": state.options.user_name},
+        }
+        if tasks:
+            item["task_run_id"] = str(tasks[-1]["task_run_id"])
+        workflows.append(item)
+    result: dict[str, Any] = {"training_workflows": workflows}
+    if more:
+        result["next_page_token"] = make_page_token(int(rows[-1]["run_id"]))
+    return result
 
 
 @router.get("/api/2.0/ai-training/workflows/by-run-id/{run_id}/logs")
 async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
     state = workspace_state(request)
+    if LOG_RECORDS_FEATURE in state.options.disabled_features:
+        # The log service gated off, as where it is not rolled out; clients read the
+        # MLflow log artifacts instead (logs.go fetchLogs, logstream.go).
+        raise ApiError(403, "FEATURE_DISABLED", "Log records are not enabled for this workspace.")
     ident = int_param(run_id, "run_id")
     params = await get_params(request)
     if state.store.run_row(ident) is not None:

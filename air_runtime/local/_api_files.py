@@ -96,3 +96,10 @@ async def files_get(request: Request, path: str) -> Response:
 async def directories_put(request: Request, path: str) -> Response:
     workspace_state(request).volumes.mkdirs("/" + path)
     return Response(status_code=204)
+
+
+@router.get("/api/2.0/fs/directories/{path:path}")
+async def directories_list(request: Request, path: str) -> dict[str, Any]:
+    """A volume folder's entries (Files API `contents`: path, name, is_directory,
+    file_size), as a client lists a volume artifact root (logmlflow.go listArtifacts)."""
+    return {"contents": workspace_state(request).volumes.list("/" + path)}

@@ -29,7 +29,9 @@ _MAX_LIST_LIMIT = 25  # as the platform: runs/list pages hold 1..25 runs
 
 
 def _check_runnable(state: WorkspaceState, body: dict[str, Any]) -> None:
-    problems = [f"{e['path']}: {e['message']}" for e in validate_submit(body)]
+    problems = [
+        f"{e['path']}: {e['message']}" for e in validate_submit(body, state.options.gpu_pools)
+    ]
     if problems:
         raise invalid("; ".join(problems))
     for i, task in enumerate(body["tasks"]):
@@ -92,7 +94,10 @@ async def runs_get(request: Request) -> dict[str, Any]:
         specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
         return task_json(task, specs.get(task["task_key"], {}), host)
     offset = int_param(params.get("page_token") or 0, "page_token")
-    return run_json(state.store, row, host, task_offset=offset)
+    return {
+        **run_json(state.store, row, host, task_offset=offset),
+        "creator_user_name": state.options.user_name,
+    }
 
 
 @router.get("/api/2.2/jobs/runs/get-output")
@@ -167,7 +172,13 @@ async def runs_list(request: Request) -> dict[str, Any]:
     host = host_url(request)
     expand = flag(params.get("expand_tasks"))
     result: dict[str, Any] = {
-        "runs": [run_json(state.store, r, host, with_tasks=expand) for r in rows],
+        "runs": [
+            {
+                **run_json(state.store, r, host, with_tasks=expand),
+                "creator_user_name": state.options.user_name,
+            }
+            for r in rows
+        ],
         "has_more": has_more,
     }
     if has_more:

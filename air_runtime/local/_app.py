@@ -11,6 +11,8 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_permissions` | permissions of runs and of their MLflow experiments |
 | `_api_usage_policies` | usage (serverless budget) policies |
 | `_api_ai_training` | workload validation and task log records |
+| `_api_pools` | GPU pools (provisioned capacities) and their usage |
+| `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
 """
 
@@ -33,7 +35,9 @@ from air_runtime.local import (
     _api_files,
     _api_identity,
     _api_images,
+    _api_mlflow,
     _api_permissions,
+    _api_pools,
     _api_runs,
     _api_secrets,
     _api_usage_policies,
@@ -58,9 +62,15 @@ _API_ROUTERS = (
     _api_permissions.router,
     _api_usage_policies.router,
     _api_ai_training.router,
+    _api_pools.router,
+    _api_mlflow.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
-_PUBLIC_ROUTERS = (_api_identity.public_router, _api_admin.public_router)
+_PUBLIC_ROUTERS = (
+    _api_identity.public_router,
+    _api_admin.public_router,
+    _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
+)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

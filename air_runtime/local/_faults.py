@@ -62,6 +62,8 @@ def endpoint_key(path: str) -> str:
         return "fs/directories"
     if path.startswith("/api/2.0/ai-training/workflows/by-run-id/"):
         return "ai-training/logs"
+    if path.startswith("/api/2.0/ai-training/provisioned-capacities/"):
+        return "ai-training/provisioned-capacities/get"
     if path.startswith("/api/2.0/permissions/jobs/"):
         return "permissions/jobs"
     if path.startswith("/api/2.0/permissions/experiments/"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._security import private_dir, write_private
@@ -147,3 +148,21 @@ class VolumeTree:
 
     def mkdirs(self, path: str) -> None:
         private_dir(self.local_path(path))
+
+    def list(self, path: str) -> list[dict[str, Any]]:
+        target = self.local_path(path)
+        if not target.is_dir():
+            raise ApiError(404, "NOT_FOUND", f"The directory {path} does not exist.")
+        base = "/" + "/".join(_parts(path))
+        entries = []
+        for child in sorted(target.iterdir()):
+            entry: dict[str, Any] = {
+                "path": f"{base}/{child.name}",
+                "name": child.name,
+                "is_directory": child.is_dir(),
+            }
+            if child.is_file():
+                entry["file_size"] = child.stat().st_size
+                entry["last_modified"] = int(child.stat().st_mtime * 1000)
+            entries.append(entry)
+        return entries

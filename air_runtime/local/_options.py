@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_USER = "local-user@example.com"
+GPU_POOLS_FEATURE = "gpu-pools"
+LOG_RECORDS_FEATURE = "log-records"
+KNOWN_FEATURES = frozenset({GPU_POOLS_FEATURE, LOG_RECORDS_FEATURE})
 
 
 @dataclass
@@ -48,6 +52,12 @@ class WorkspaceOptions:
     # Policies served by `GET /api/2.0/serverless-policies` (usage policies): each
     # {"policy_name": ..., "policy_id"?: uuid}; more can be added with the admin API.
     usage_policies: list[dict[str, Any]] = field(default_factory=list)
+    # GPU pools served by `ai-training/provisioned-capacities`: each {"pool_id",
+    # "accelerator_type", "accelerator_count"}; runs naming one in compute.pool_id use it.
+    gpu_pools: list[dict[str, Any]] = field(default_factory=list)
+    # Services answered FEATURE_DISABLED, as on a workspace they are not rolled out to:
+    # "gpu-pools", "log-records" (the log service; clients then read MLflow artifacts).
+    disabled_features: list[str] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> WorkspaceOptions:
@@ -61,6 +71,16 @@ class WorkspaceOptions:
         options = cls(**dict(values))
         if options.mode not in ("execute", "simulate"):
             raise ValueError(f"mode must be 'execute' or 'simulate', got {options.mode!r}")
+        options.gpu_pools = [check_pool(p) for p in options.gpu_pools]
+        ids = [p["pool_id"] for p in options.gpu_pools]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"GPU pool ids must be unique, got {', '.join(ids)}")
+        unknown = sorted(set(options.disabled_features) - KNOWN_FEATURES)
+        if unknown:
+            raise ValueError(
+                f"unknown disabled_features {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(KNOWN_FEATURES))}"
+            )
         return options
 
     def to_json(self) -> str:
@@ -73,3 +93,39 @@ def normalize_tokens(token: str | Sequence[str] | None) -> list[str]:
     if isinstance(token, str):
         return [token]
     return list(token)
+
+
+POOL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+
+
+def check_pool(pool: Any) -> dict[str, Any]:
+    """A configured pool `{"pool_id", "accelerator_type", "accelerator_count"}`, checked."""
+    if not isinstance(pool, dict):
+        raise ValueError(f"a GPU pool is an object, got {pool!r}")
+    pool_id = pool.get("pool_id")
+    if not isinstance(pool_id, str) or not POOL_ID_RE.match(pool_id):
+        raise ValueError(f"GPU pool id {pool_id!r}: letters, digits, '.', '_', '-' (1-255)")
+    accelerator_type = pool.get("accelerator_type")
+    if not isinstance(accelerator_type, str) or not accelerator_type.startswith("GPU_"):
+        raise ValueError(
+            f"GPU pool {pool_id}: accelerator_type like GPU_8xH100, got {accelerator_type!r}"
+        )
+    count = pool.get("accelerator_count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"GPU pool {pool_id}: accelerator_count must be a positive integer")
+    return {"pool_id": pool_id, "accelerator_type": accelerator_type, "accelerator_count": count}
+
+
+def parse_pool_argument(text: str) -> dict[str, Any]:
+    """`ID=TYPE:COUNT` (`airo workspace --gpu-pool pool-a10=GPU_1xA10:8`)."""
+    pool_id, _, rest = text.partition("=")
+    accelerator_type, _, count = rest.rpartition(":")
+    if not pool_id or not accelerator_type or not count.strip().isdigit():
+        raise ValueError(f"--gpu-pool {text!r}: expected ID=TYPE:COUNT, e.g. pool-a10=GPU_1xA10:8")
+    return check_pool(
+        {
+            "pool_id": pool_id.strip(),
+            "accelerator_type": accelerator_type.strip(),
+            "accelerator_count": int(count),
+        }
+    )

@@ -25,8 +25,10 @@ from air_runtime.local._execution import (
     run_attempt,
 )
 from air_runtime.local._files import VolumeTree, WorkspaceTree
+from air_runtime.local._log_artifacts import publish_to_volume
 from air_runtime.local._logs import LogBook
 from air_runtime.local._options import WorkspaceOptions
+from air_runtime.local._pool_ledger import WAITING_FOR_CAPACITY, PoolLedger, pool_request
 from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Store, now_ms
 from air_runtime.local._validation import run_if_verdict
 
@@ -151,6 +153,7 @@ class RunEngine:
         self.secret_lookup = secret_lookup
         self._drivers: dict[int, asyncio.Task[None]] = {}
         self._cancel: dict[int, asyncio.Event] = {}
+        self.pools = PoolLedger(options.gpu_pools)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -369,13 +372,18 @@ class RunEngine:
         attempt = 0
         while True:
             outcome = await self._attempt(run_id, body, spec, task_run_id, cancel, timeout)
+            output = self._output(spec, task_run_id, outcome)
+            # Before the attempt reads as ended: whoever sees the end finds its artifacts.
+            await asyncio.to_thread(
+                publish_to_volume, self.volumes, self.logbook, spec, task_run_id, json.dumps(output)
+            )
             self.store.update_task(
                 task_run_id,
                 life_cycle_state=outcome.life_cycle_state,
                 result_state=outcome.result_state,
                 state_message=outcome.message,
                 end_time=now_ms(),
-                output=self._output(spec, task_run_id, outcome),
+                output=output,
             )
             retryable = (
                 outcome.result_state == "FAILED" and outcome.life_cycle_state == "TERMINATED"
@@ -473,6 +481,34 @@ class RunEngine:
         )
 
     async def _attempt(
+        self,
+        run_id: int,
+        body: dict[str, Any],
+        spec: dict[str, Any],
+        task_run_id: int,
+        cancel: asyncio.Event,
+        timeout: float | None,
+    ) -> AttemptOutcome:
+        request = pool_request(spec)
+        if not self.pools.manages(request):
+            return await self._start_attempt(run_id, body, spec, task_run_id, cancel, timeout)
+        assert request is not None
+        if not self.pools.has_room(*request):
+            self.store.update_task(
+                task_run_id, life_cycle_state="PENDING", state_message=WAITING_FOR_CAPACITY
+            )
+            self.store.execute(
+                "UPDATE runs SET state_message = ? WHERE run_id = ? AND life_cycle_state = 'PENDING'",
+                (WAITING_FOR_CAPACITY, run_id),
+            )
+        if not await self.pools.acquire(*request, cancel):
+            return AttemptOutcome("CANCELED", "Run was cancelled.")
+        try:
+            return await self._start_attempt(run_id, body, spec, task_run_id, cancel, timeout)
+        finally:
+            self.pools.release(*request)
+
+    async def _start_attempt(
         self,
         run_id: int,
         body: dict[str, Any],

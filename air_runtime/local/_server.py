@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import uvicorn
 
+from air_runtime.local._arguments import add_server_arguments, default_data_dir
 from air_runtime.local._options import WorkspaceOptions, normalize_tokens
 from air_runtime.local._security import (
     TOKEN_ENV,
-    TOKEN_FILE,
     ensure_token,
     is_loopback,
     private_dir,
@@ -405,61 +405,6 @@ def check_bind_address(host: str, *, allow_remote: bool, explicit_token: bool) -
             )
 
 
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "airo" / "workspace"
-
-
-def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (0 = any free port)")
-    parser.add_argument(
-        "--data-dir", type=Path, default=None, help=f"state folder (default {default_data_dir()})"
-    )
-    parser.add_argument(
-        "--token-file",
-        type=Path,
-        action="append",
-        default=None,
-        help="file holding an accepted bearer token, repeatable",
-    )
-    parser.add_argument(
-        "--token",
-        action="append",
-        default=None,
-        help=(
-            "accepted bearer token, repeatable; prefer --token-file or "
-            f"${TOKEN_ENV} (a command line is readable by every user of the machine). "
-            f"Default: a random token kept in <data dir>/{TOKEN_FILE}"
-        ),
-    )
-    parser.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help=(
-            "allow --host to be an address other than loopback (needs an explicit token; "
-            "the names clients use for this machine go in --allowed-host)"
-        ),
-    )
-    parser.add_argument(
-        "--allowed-host",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="another name accepted in the Host header (besides loopback names and --host)",
-    )
-    parser.add_argument("--mode", choices=("execute", "simulate"), default=None)
-    parser.add_argument("--faults", default=None, help="fault injection settings as JSON")
-    parser.add_argument(
-        "--config", default=None, help="any other workspace options as a JSON object"
-    )
-    parser.add_argument(
-        "--config-file", type=Path, default=None, help="workspace options in a JSON file"
-    )
-    parser.add_argument("--ready-file", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default="warning")
-
-
 def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
     from air_runtime.local._faults import normalize_faults
 
@@ -480,6 +425,13 @@ def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
         values["allowed_hosts"] = [*(values.get("allowed_hosts") or []), *args.allowed_host]
     if args.mode:
         values["mode"] = args.mode
+    if args.gpu_pool:
+        from air_runtime.local._options import parse_pool_argument
+
+        values["gpu_pools"] = [
+            *(values.get("gpu_pools") or []),
+            *(parse_pool_argument(text) for text in args.gpu_pool),
+        ]
     if args.faults:
         values["faults"] = json.loads(args.faults)
     values["faults"] = normalize_faults(values.get("faults"))

@@ -9,16 +9,20 @@ is checked here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from air_runtime._errors import WorkloadError
 from air_runtime.plan import RUN_IF_VALUES
 from air_runtime.platform import TASK_KEY_RE
-from air_runtime.workload import MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
+from air_runtime.workload import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
 
 Errors = list[dict[str, str]]
 _CODE = "INVALID_PARAMETER_VALUE"
 _DEPLOYMENT = "task.deployments[0]"
+# What the service refuses that the CLI does not check itself: paths, codes and messages
+# as acceptance/air/run-backend-error/test.toml records the service's answer.
+MAX_ACCELERATOR_COUNT = 1024
 
 
 def _error(path: str, message: str, code: str = _CODE) -> dict[str, str]:
@@ -149,17 +153,94 @@ def _workload_errors(mapping: dict[str, Any]) -> Errors:
     return []
 
 
-def validate_config(body: Any) -> Errors:
-    """The `errors` of a config:validate answer (empty when the task would be accepted)."""
+def _pool_errors(compute: dict[str, Any], pools: Sequence[dict[str, Any]]) -> Errors:
+    """The GPU pool a run names must be one of the workspace's, of its accelerator type:
+    the pool is a reservation of the workspace (pools.go), and which accelerators it
+    offers is the server's to enforce (compute.go gpuTypes)."""
+    pool_id = compute.get("provisioned_capacity_id")
+    if not isinstance(pool_id, str):
+        return []
+    path = "deployments[0].compute.provisioned_capacity_id"
+    pool = next((p for p in pools if p["pool_id"] == pool_id.strip()), None)
+    if pool is None:
+        return [
+            _error(
+                path,
+                f"provisioned_capacity_id {pool_id[:255]!r} is not a GPU pool of this workspace.",
+                "NOT_FOUND",
+            )
+        ]
+    if compute.get("accelerator_type") != pool["accelerator_type"]:
+        return [
+            _error(
+                "deployments[0].compute.accelerator_type",
+                f"accelerator_type must be {pool['accelerator_type']}, the type of GPU pool "
+                f"{pool['pool_id']}, but was {compute.get('accelerator_type')}.",
+                "FAILED_PRECONDITION",
+            )
+        ]
+    count = compute.get("accelerator_count")
+    if _is_int(count) and count > pool["accelerator_count"]:
+        return [
+            _error(
+                "deployments[0].compute.accelerator_count",
+                f"accelerator_count must be at most {pool['accelerator_count']}, the "
+                f"accelerators of GPU pool {pool['pool_id']}, but was {count}.",
+                "OUT_OF_RANGE",
+            )
+        ]
+    return []
+
+
+def _service_limits(
+    body: dict[str, Any], deployment: dict[str, Any], pools: Sequence[dict[str, Any]]
+) -> Errors:
+    """The accelerator ceiling, the workspace's GPU pools and the characters of variable
+    names, reported the way the service does (paths relative to the task and the run
+    options)."""
+    errors: Errors = _pool_errors(deployment["compute"], pools)
+    count = deployment["compute"].get("accelerator_count")
+    if _is_int(count) and count > MAX_ACCELERATOR_COUNT:
+        errors.append(
+            _error(
+                "deployments[0].compute.accelerator_count",
+                f"accelerator_count must be at most {MAX_ACCELERATOR_COUNT}, but was {count}.",
+                "OUT_OF_RANGE",
+            )
+        )
+    options = body.get("run_options")
+    variables = options.get("env_variables") if isinstance(options, dict) else None
+    for name in variables if isinstance(variables, dict) else ():
+        if not ENV_NAME_RE.match(str(name)):
+            errors.append(
+                _error(
+                    f"env_variables[{name}]",
+                    f"env_variables[{name}] contains characters that are not allowed.",
+                    "DISALLOWED_CHARACTERS",
+                )
+            )
+    return errors
+
+
+def validate_config(body: Any, pools: Sequence[dict[str, Any]] = ()) -> Errors:
+    """The `errors` of a config:validate answer (empty when the task would be accepted)
+    in a workspace with these GPU pools."""
     if not isinstance(body, dict):
         return [_error("", "the body must be a JSON object")]
     errors, deployment = _wire_shape(body.get("task"))
     if deployment is None:
         return errors
-    return errors + _workload_errors(_as_workload(body, deployment))
+    limits = _service_limits(body, deployment, pools)
+    mapping = _as_workload(body, deployment)
+    if isinstance(mapping.get("env_variables"), dict):
+        # Refused names are reported once, in the service's words (above).
+        mapping["env_variables"] = {
+            k: v for k, v in mapping["env_variables"].items() if ENV_NAME_RE.match(str(k))
+        }
+    return errors + limits + _workload_errors(mapping)
 
 
-def validate_submit(body: Any) -> Errors:
+def validate_submit(body: Any, pools: Sequence[dict[str, Any]] = ()) -> Errors:
     """Problems of a runs/submit body; the task graph plus each task's config:validate."""
     if not isinstance(body, dict):
         return [_error("", "the body must be a JSON object")]
@@ -250,8 +331,12 @@ def validate_submit(body: Any) -> Errors:
                 )
             )
             continue
-        for problem in validate_config({"task": ai}):
-            problem["path"] = problem["path"].replace("task", f"{path}.ai_runtime_task", 1)
+        for problem in validate_config({"task": ai}, pools):
+            where = problem["path"]
+            if where.startswith("task"):
+                problem["path"] = where.replace("task", f"{path}.ai_runtime_task", 1)
+            else:
+                problem["path"] = f"{path}.ai_runtime_task.{where}"
             errors.append(problem)
     if _has_cycle(graph):
         errors.append(_error("tasks", "depends_on forms a cycle"))

@@ -32,7 +32,7 @@ def test_airo_follow_logs_and_failure_hide_the_token(workspace_factory, tmp_path
     )
     encoded = base64.b64encode(TOKEN.encode()).decode()
     auth = ["--host", ws.host, "--token", TOKEN]
-    assert airo(["run", str(job), "--follow-logs", *auth]) == 1
+    assert airo(["run", str(job), "--follow-logs", *auth]) == 3  # the run failed
     out, err = capsys.readouterr()
     run_id = int(out.split()[1].rstrip(":"))
     assert "plain ***" in out + err and "base64 ***" in out + err

@@ -49,7 +49,9 @@ def test_todays_cli_workload_runs_unchanged(workspace_factory, tmp_path: Path) -
     workload = load_workload(project / "run.yaml")
     assert (workload.compute.pool_id, workload.compute.priority_class) == ("pool-a", "NORMAL")
     assert workload.environment.is_base_environment
-    ws = workspace_factory()
+    # The pool the workload names is one of the workspace's (its check refuses others).
+    pool = {"pool_id": "pool-a", "accelerator_type": "GPU_1xA10", "accelerator_count": 2}
+    ws = workspace_factory(gpu_pools=[pool])
     with AirClient(ws.host, ws.token) as client:
         run = client.submit_workload(workload)
         state = client.wait(run.run_id, poll_interval=0.2)

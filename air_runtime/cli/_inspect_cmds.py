@@ -1,0 +1,188 @@
+"""``airo pools list|get``, ``airo get RUN_ID`` and ``airo list``: what a workspace has and
+runs, as today's CLI shows it (pools.go, acceptance/air/get, list.go), each with ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from air_runtime._errors import AirError
+from air_runtime.cli._connection import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_workspace_options,
+    fail,
+    open_client,
+)
+
+
+def register(subparsers: Any) -> None:
+    pools = subparsers.add_parser("pools", help="GPU pools of the workspace")
+    pool_commands = pools.add_subparsers(dest="pools_command", required=True)
+    pool_list = pool_commands.add_parser("list", help="the GPU pools and their reservations")
+    add_workspace_options(pool_list)
+    pool_list.set_defaults(func=_pools_list)
+    pool_get = pool_commands.add_parser(
+        "get",
+        help="one GPU pool with its used and idle accelerators (POOL_ID may be left out "
+        "when the workspace has exactly one pool)",
+    )
+    pool_get.add_argument("pool_id", nargs="?", metavar="POOL_ID")
+    add_workspace_options(pool_get)
+    pool_get.set_defaults(func=_pools_get)
+
+    get = subparsers.add_parser(
+        "get", help="a run: state, duration, attempt, experiment, MLflow link, GPU-hours"
+    )
+    get.add_argument("run_id", type=int, metavar="RUN_ID")
+    add_workspace_options(get)
+    get.set_defaults(func=_get)
+
+    runs = subparsers.add_parser(
+        "list", help="your AI Runtime runs, newest first (active ones by default)"
+    )
+    runs.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)"
+    )
+    runs.add_argument(
+        "--all-status", action="store_true", help="runs in every state, not only active ones"
+    )
+    add_workspace_options(runs)
+    runs.set_defaults(func=_list)
+
+
+def _or_na(value: Any) -> str:
+    return "N/A" if value is None or value == "" else str(value)
+
+
+def _pools_list(args: argparse.Namespace) -> int:
+    client = None
+    try:
+        with open_client(args) as client:
+            pools = client.list_gpu_pools()
+    except AirError as error:
+        return fail(error, client)
+    if args.json:
+        rows = [
+            {
+                "pool_id": p.pool_id,
+                "accelerator_type": p.accelerator_type,
+                "reserved_accelerators": p.reserved_accelerators,
+            }
+            for p in pools
+        ]
+        print(json.dumps({"pools": rows}, indent=2))
+        return EXIT_OK
+    if not pools:
+        print("No GPU pools found.")
+        return EXIT_OK
+    # pools.go renderPoolTable
+    print(f"{'ID':<40} {'ACCELERATOR':<14} RESERVED")
+    for pool in pools:
+        print(
+            f"{_or_na(pool.pool_id):<40} {_or_na(pool.accelerator_type):<14} {pool.reserved_accelerators}"
+        )
+    return EXIT_OK
+
+
+def _pools_get(args: argparse.Namespace) -> int:
+    if args.pool_id is not None and not args.pool_id.strip():
+        print("airo pools get: pool_id cannot be empty", file=sys.stderr)
+        return EXIT_USAGE
+    client = None
+    try:
+        with open_client(args) as client:
+            pool = client.get_gpu_pool(args.pool_id)
+    except AirError as error:
+        return fail(error, client)
+    if args.json:
+        print(json.dumps(pool.to_dict(), indent=2))
+        return EXIT_OK
+    # pools.go renderPoolDetail
+    for label, value in (
+        ("Pool ID", _or_na(pool.pool_id)),
+        ("Accelerator Type", _or_na(pool.accelerator_type)),
+        ("Reserved Accelerators", str(pool.reserved_accelerators)),
+        ("Used Accelerators", _or_na(pool.used_accelerators)),
+        ("Idle Accelerators", _or_na(pool.idle_accelerators)),
+    ):
+        print(f"{label + ':':<24} {value}")
+    return EXIT_OK
+
+
+def _duration(seconds: int | None) -> str:
+    if seconds is None:
+        return "N/A"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _accelerators(summary: Any) -> str:
+    if not summary.num_accelerators or not summary.accelerator_type:
+        return "N/A"
+    return f"{summary.num_accelerators}x {summary.accelerator_type.rsplit('x', 1)[-1]}"
+
+
+def _get(args: argparse.Namespace) -> int:
+    client = None
+    try:
+        with open_client(args) as client:
+            summary = client.run_summary(args.run_id)
+    except AirError as error:
+        return fail(error, client)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return EXIT_OK
+    state = summary.status + (f": {summary.state_message}" if summary.state_message else "")
+    for label, value in (
+        ("Run ID", summary.run_id),
+        ("Status", state),
+        ("Submitted", summary.started_at),
+        ("Attempt", summary.attempt_number + 1),
+        ("Duration", _duration(summary.duration_seconds)),
+        ("Experiment", summary.experiment_name),
+        ("User", summary.user),
+        ("Accelerators", _accelerators(summary)),
+        ("GPU-hours", f"{summary.gpu_hours:.4f}"),
+        ("Run URL", summary.run_page_url),
+        ("MLflow URL", summary.mlflow_run_url),
+    ):
+        print(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
+    return EXIT_OK
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        print(
+            f"airo list: invalid --limit {args.limit}: must be a positive integer", file=sys.stderr
+        )
+        return EXIT_USAGE
+    client = None
+    try:
+        with open_client(args) as client:
+            runs = client.list_run_summaries(limit=args.limit, all_status=args.all_status)
+    except AirError as error:
+        return fail(error, client)
+    if args.json:
+        print(json.dumps({"runs": [r.to_dict() for r in runs]}, indent=2))
+        return EXIT_OK
+    if not runs:
+        print("No runs found." if args.all_status else "No active runs found.")
+        return EXIT_OK
+    print(
+        f"{'Run ID':<18}{'Experiment':<28}{'Status':<14}{'Started':<22}{'Duration':<10}{'GPU-hours':<11}Accelerators"
+    )
+    for run in runs:
+        print(
+            client.redactor(
+                f"{run.run_id:<18}{_or_na(run.experiment_name)[:27]:<28}{run.status:<14}"
+                f"{_or_na(run.started_at):<22}{_duration(run.duration_seconds):<10}"
+                f"{run.gpu_hours:<11.4f}{_accelerators(run)}"
+            )
+        )
+    return EXIT_OK

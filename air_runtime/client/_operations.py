@@ -1,0 +1,167 @@
+"""Operations both clients get from these mixins (the ones behind ``airo pools``, ``get``,
+``list``, ``logs --tail``, ``cancel --all`` and ``run --dry-run``): each method drives one
+flow of ``_pools``, ``_run_views``, ``_log_reads`` or ``_dry_run`` with the client's own
+driver (``_run``, ``_steps``, ``_items``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._errors import Problem
+from . import _dry_run, _log_reads, _pools, _run_views
+from ._core import ClientCore, Flow, LogRecord
+from ._pools import GpuPool
+from ._run_views import CancelResult, RunSummary, TaskRunRef
+
+if TYPE_CHECKING:
+    from ..plan import Stage
+    from ..workload import Workload
+
+T = TypeVar("T")
+
+
+class SyncOperations:
+    _core: ClientCore
+
+    if TYPE_CHECKING:
+
+        def _run(self, flow: Flow[T]) -> T: ...
+
+        def _steps(self, flow: Flow[Any]) -> Iterator[Any]: ...
+
+    def list_gpu_pools(self) -> list[GpuPool]:
+        """Every GPU pool of the workspace (without usage: only ``get_gpu_pool`` has it)."""
+        return self._run(_pools.list_gpu_pools(self._core))
+
+    def get_gpu_pool(self, pool_id: str | None = None) -> GpuPool:
+        """One pool with its reserved, used and idle accelerators; without ``pool_id`` the
+        workspace's only pool (an error naming them when there are several)."""
+        return self._run(_pools.get_gpu_pool(self._core, pool_id))
+
+    def run_summary(self, run_id: int) -> RunSummary:
+        """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
+        return self._run(_run_views.run_summary(self._core, run_id))
+
+    def list_run_summaries(self, *, limit: int = 20, all_status: bool = False) -> list[RunSummary]:
+        """The caller's newest AI Runtime runs: active ones, or with ``all_status`` all."""
+        return self._run(_run_views.list_runs(self._core, limit=limit, all_status=all_status))
+
+    def task_run_ref(self, run_id: int) -> TaskRunRef | None:
+        """None when ``run_id`` is a run; the task (and its run) when it is a task run."""
+        return self._run(_run_views.task_run_ref(self._core, run_id))
+
+    def active_runs_of_current_user(self) -> list[RunSummary]:
+        return self._run(_run_views.active_runs_of_current_user(self._core))
+
+    def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+        """Cancel each run; the ones that could not be, with why."""
+        return self._run(_run_views.cancel_runs(self._core, run_ids))
+
+    def cancel_all_active(self) -> CancelResult:
+        """Cancel every active run of the caller (listed in full first)."""
+        return self._run(_run_views.cancel_all_active(self._core))
+
+    def preflight(
+        self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None
+    ) -> list[Problem]:
+        """The workspace's field errors for the workload (none: it would be accepted);
+        nothing is uploaded or submitted."""
+        return self._run(
+            _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
+        )
+
+    def read_logs(
+        self,
+        run_id: int,
+        *,
+        task_key: str | None = None,
+        node: int | None = None,
+        attempt: int | None = None,
+        tail: int | None = None,
+        minutes: float | None = None,
+        follow: bool = False,
+    ) -> Iterator[LogRecord]:
+        """``iter_run_logs`` narrowed to one ``attempt`` (0-based), the last ``tail``
+        records of each stream or the last ``minutes``; from MLflow's log artifacts when
+        the log service has nothing."""
+        yield from self._steps(
+            _log_reads.read_logs(
+                self._core,
+                run_id,
+                task_key=task_key,
+                node=node,
+                attempt=attempt,
+                tail=tail,
+                minutes=minutes,
+                follow=follow,
+            )
+        )
+
+
+class AsyncOperations:
+    _core: ClientCore
+
+    if TYPE_CHECKING:
+
+        async def _run(self, flow: Flow[T]) -> T: ...
+
+        def _items(self, flow: Flow[Any]) -> AsyncIterator[Any]: ...
+
+    async def list_gpu_pools(self) -> list[GpuPool]:
+        return await self._run(_pools.list_gpu_pools(self._core))
+
+    async def get_gpu_pool(self, pool_id: str | None = None) -> GpuPool:
+        return await self._run(_pools.get_gpu_pool(self._core, pool_id))
+
+    async def run_summary(self, run_id: int) -> RunSummary:
+        return await self._run(_run_views.run_summary(self._core, run_id))
+
+    async def list_run_summaries(
+        self, *, limit: int = 20, all_status: bool = False
+    ) -> list[RunSummary]:
+        return await self._run(_run_views.list_runs(self._core, limit=limit, all_status=all_status))
+
+    async def task_run_ref(self, run_id: int) -> TaskRunRef | None:
+        return await self._run(_run_views.task_run_ref(self._core, run_id))
+
+    async def active_runs_of_current_user(self) -> list[RunSummary]:
+        return await self._run(_run_views.active_runs_of_current_user(self._core))
+
+    async def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+        return await self._run(_run_views.cancel_runs(self._core, run_ids))
+
+    async def cancel_all_active(self) -> CancelResult:
+        return await self._run(_run_views.cancel_all_active(self._core))
+
+    async def preflight(
+        self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None
+    ) -> list[Problem]:
+        return await self._run(
+            _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
+        )
+
+    async def read_logs(
+        self,
+        run_id: int,
+        *,
+        task_key: str | None = None,
+        node: int | None = None,
+        attempt: int | None = None,
+        tail: int | None = None,
+        minutes: float | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogRecord]:
+        async for record in self._items(
+            _log_reads.read_logs(
+                self._core,
+                run_id,
+                task_key=task_key,
+                node=node,
+                attempt=attempt,
+                tail=tail,
+                minutes=minutes,
+                follow=follow,
+            )
+        ):
+            yield record

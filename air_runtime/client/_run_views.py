@@ -1,0 +1,351 @@
+"""What ``airo get``, ``airo list`` and ``airo cancel --all`` show of runs: one run's summary
+(acceptance/air/get's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
+caller's AI Runtime runs newest first (list.go), and what a task-run id given for a run id
+belongs to."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .._errors import AirError, ConfigurationError
+from .._states import RunState, mlflow_ids, mlflow_run_url
+from ._core import ClientCore, Flow, gather
+from ._identity import whoami
+from ._runs import RUNS_API, cancel, get_output, get_run_body
+
+# list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
+LIST_PAGE_LIMIT = 25
+MAX_LIST_SCAN = 2000
+_HYDRATE_CONCURRENCY = 8
+# aitraining.go aiTrainingWorkflowsPath: the caller's own runs, as (job_run_id, submit_time).
+WORKFLOWS_PATH = "/api/2.0/ai-training/workflows"
+# How many of the newest runs are searched for the parent of a task run.
+_PARENT_SEARCH_RUNS = 200
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _experiment(body: Mapping[str, Any]) -> str | None:
+    for task in body.get("tasks") or []:
+        ai = task.get("ai_runtime_task") if isinstance(task, Mapping) else None
+        if isinstance(ai, Mapping) and _text(ai.get("experiment")):
+            return str(ai["experiment"])
+    return None
+
+
+def is_ai_runtime_run(body: Mapping[str, Any]) -> bool:
+    """A run with an AI Runtime task (list.go isAirRun): runs/list returns every kind."""
+    return any(
+        isinstance(t, Mapping) and isinstance(t.get("ai_runtime_task"), Mapping)
+        for t in body.get("tasks") or []
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One run as ``airo get`` and ``airo list`` show it."""
+
+    run_id: int
+    status: str  # the result when the run has ended, else its life-cycle state
+    life_cycle_state: str
+    result_state: str | None
+    state_message: str
+    run_name: str | None
+    experiment_name: str | None
+    user: str | None
+    start_time: int | None  # epoch ms
+    end_time: int | None
+    duration_seconds: int | None
+    attempt_number: int  # the newest attempt, 0-based as the API counts
+    accelerator_type: str | None
+    num_accelerators: int | None
+    gpu_hours: float
+    run_page_url: str | None
+    mlflow_experiment_id: str | None = None
+    mlflow_run_id: str | None = None
+    mlflow_run_url: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return RunState(self.run_id, self.life_cycle_state, self.result_state).is_terminal
+
+    @property
+    def started_at(self) -> str | None:
+        if not self.start_time:
+            return None
+        return datetime.fromtimestamp(self.start_time / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def mlflow_logs_url(self) -> str | None:
+        """The CLI's ``mlflow_url``: node 0's log artifacts (mlflow.go mlflowLogsURL)."""
+        if not self.mlflow_run_url:
+            return None
+        return f"{self.mlflow_run_url}/artifacts/logs/node_0"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` payload: acceptance/air/get's fields (ids as strings, as the CLI prints
+        them) with GPU-hours and the state's parts."""
+        return {
+            "run_id": str(self.run_id),
+            "run_name": self.run_name,
+            "status": self.status,
+            "life_cycle_state": self.life_cycle_state,
+            "result_state": self.result_state,
+            "state_message": self.state_message,
+            "started_at": self.started_at,
+            "duration_seconds": self.duration_seconds,
+            "attempt_number": self.attempt_number,
+            "experiment_name": self.experiment_name,
+            "user": self.user,
+            "accelerator_type": self.accelerator_type,
+            "num_accelerators": self.num_accelerators,
+            "gpu_hours": self.gpu_hours,
+            "dashboard_url": self.run_page_url,
+            "mlflow_url": self.mlflow_logs_url,
+            "mlflow_run_url": self.mlflow_run_url,
+        }
+
+
+def summarize(
+    body: Mapping[str, Any], host: str, output: Mapping[str, Any] | None = None
+) -> RunSummary:
+    """A summary of a runs/get (or expanded runs/list) answer; ``output`` is the newest
+    task's runs/get-output, where the MLflow ids are."""
+    state = RunState.from_api(body)
+    now = int(time.time() * 1000)
+    end = state.end_time or (None if state.is_terminal else now)
+    duration = (end - state.start_time) // 1000 if state.start_time and end else None
+    newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
+    experiment_id, mlflow_run = mlflow_ids(output or {})
+    return RunSummary(
+        run_id=state.run_id,
+        status=state.result_state or state.life_cycle_state,
+        life_cycle_state=state.life_cycle_state,
+        result_state=state.result_state,
+        state_message=state.state_message,
+        run_name=state.run_name,
+        experiment_name=_experiment(body) or state.run_name,
+        user=_text(body.get("creator_user_name")),
+        start_time=state.start_time,
+        end_time=state.end_time,
+        duration_seconds=duration,
+        attempt_number=newest.attempt_number if newest else 0,
+        accelerator_type=newest.accelerator_type if newest else None,
+        num_accelerators=newest.num_accelerators if newest else None,
+        gpu_hours=round(state.gpu_hours(now_ms=now), 6),
+        run_page_url=state.run_page_url,
+        mlflow_experiment_id=experiment_id,
+        mlflow_run_id=mlflow_run,
+        mlflow_run_url=mlflow_run_url(host, experiment_id, mlflow_run),
+    )
+
+
+def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
+    """runs/get, and the newest task's runs/get-output for the MLflow ids (list_detail.go, mlflow.go mlflowIDs); a
+    missing output only leaves the MLflow link out."""
+    body = yield from get_run_body(core, run_id)
+    state = RunState.from_api(body)
+    output: dict[str, Any] = {}
+    newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
+    if newest is not None and newest.run_id is not None and len(state.tasks) == 1:
+        with contextlib.suppress(AirError):
+            output = yield from get_output(core, newest.run_id)
+    return summarize(body, core.host, output)
+
+
+def _submit_time_ms(value: Any) -> int:
+    """A proto Timestamp as RFC 3339 text or ``{seconds, nanos}`` (aitraining.go
+    parseSubmitTimeMs); 0 when absent or unreadable, so it sorts last."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        return 0
+    if isinstance(value, Mapping):
+        seconds, nanos = value.get("seconds") or 0, value.get("nanos") or 0
+        with contextlib.suppress(TypeError, ValueError):
+            return int(seconds) * 1000 + int(nanos) // 1_000_000
+    return 0
+
+
+def list_workflows(core: ClientCore, *, active_only: bool) -> Flow[list[tuple[int, int]]]:
+    """The caller's runs from the AI Runtime index, ``(job_run_id, submit_time_ms)``, every
+    page; a repeated page token ends the paging, a repeated run is kept once
+    (aitraining.go listAiTrainingWorkflows)."""
+    refs: list[tuple[int, int]] = []
+    seen_ids: set[int] = set()
+    seen_tokens: set[str] = set()
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {}
+        if active_only:
+            params["active_only"] = "true"
+        if token:
+            params["page_token"] = token
+        body = yield from core.call("GET", WORKFLOWS_PATH, params=params)
+        for item in body.get("training_workflows") or []:
+            if not isinstance(item, Mapping):
+                continue
+            try:
+                run_id = int(item.get("job_run_id") or 0)
+            except (TypeError, ValueError):
+                continue
+            if run_id and run_id not in seen_ids:
+                seen_ids.add(run_id)
+                refs.append((run_id, _submit_time_ms(item.get("submit_time"))))
+        token = body.get("next_page_token") or None
+        if token is None or token in seen_tokens:
+            return refs
+        seen_tokens.add(token)
+
+
+def _scan_runs(
+    core: ClientCore, *, active_only: bool, user: str | None, want: int | None
+) -> Flow[tuple[list[dict[str, Any]], bool]]:
+    """AI Runtime submit runs of ``user`` from runs/list, newest first (list.go
+    jobsScanStrategy), up to ``want``; and whether the scan stopped at its cap."""
+    found: list[dict[str, Any]] = []
+    scanned = 0
+    token: str | None = None
+    while want is None or len(found) < want:
+        params: dict[str, Any] = {
+            "run_type": "SUBMIT_RUN",
+            "expand_tasks": "true",
+            "limit": LIST_PAGE_LIMIT,
+        }
+        if active_only:
+            params["active_only"] = "true"
+        if token:
+            params["page_token"] = token
+        body = yield from core.call("GET", f"{RUNS_API}/list", params=params)
+        for run in body.get("runs") or []:
+            scanned += 1
+            if not isinstance(run, Mapping) or not is_ai_runtime_run(run):
+                continue
+            if user is not None and run.get("creator_user_name") not in (None, user):
+                continue
+            found.append(dict(run))
+            if want is not None and len(found) >= want:
+                break
+        token = body.get("next_page_token") if body.get("has_more", True) else None
+        if not token:
+            return found, False
+        if scanned >= MAX_LIST_SCAN:
+            return found, True
+    return found, False
+
+
+def list_runs(core: ClientCore, *, limit: int, all_status: bool) -> Flow[list[RunSummary]]:
+    """The caller's newest AI Runtime runs: the active ones from runs/list; with
+    ``all_status`` every state, from the AI Runtime index hydrated by runs/get, falling back
+    to the runs/list scan when the index is not available (list.go newListStrategy)."""
+    if limit < 1:
+        raise ConfigurationError(f"invalid limit {limit}: must be a positive integer")
+    identity = yield from whoami(core)
+    if all_status:
+        try:
+            refs = yield from list_workflows(core, active_only=False)
+        except AirError:
+            refs = None
+        if refs is not None:
+            newest = sorted(refs, key=lambda ref: ref[1], reverse=True)[:limit]
+            bodies = yield from gather(
+                [get_run_body(core, run_id) for run_id, _ in newest], _HYDRATE_CONCURRENCY
+            )
+            return [summarize(b, core.host) for b in bodies]
+    runs, _ = yield from _scan_runs(
+        core, active_only=not all_status, user=identity.user_name, want=limit
+    )
+    return [summarize(r, core.host) for r in runs]
+
+
+def active_runs_of_current_user(core: ClientCore) -> Flow[list[RunSummary]]:
+    """Every active AI Runtime run of the caller, for ``airo cancel --all``: all pages, and
+    an error rather than a partial list when the scan hits its cap (cancel.go)."""
+    identity = yield from whoami(core)
+    runs, truncated = yield from _scan_runs(
+        core, active_only=True, user=identity.user_name, want=None
+    )
+    if truncated:
+        raise ConfigurationError(
+            f"failed to list active runs: stopped after scanning {MAX_LIST_SCAN} runs"
+        )
+    return [summarize(r, core.host) for r in runs]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """Which runs were asked to cancel, and why the others could not be (cancel.go
+    cancelData: cancelled, failed)."""
+
+    cancelled: tuple[int, ...]
+    failed: tuple[tuple[int, str], ...] = ()
+
+
+def cancel_runs(core: ClientCore, run_ids: list[int]) -> Flow[CancelResult]:
+    """Cancel each run; one that cannot be cancelled does not stop the others."""
+    cancelled: list[int] = []
+    failed: list[tuple[int, str]] = []
+    for run_id in run_ids:
+        try:
+            yield from cancel(core, run_id)
+        except AirError as error:
+            failed.append((run_id, core.redactor(str(error))))
+            continue
+        cancelled.append(run_id)
+    return CancelResult(tuple(cancelled), tuple(failed))
+
+
+def cancel_all_active(core: ClientCore) -> Flow[CancelResult]:
+    """``airo cancel --all`` without its confirmation: every active run of the caller,
+    all listed before the first cancel (cancel.go)."""
+    runs = yield from active_runs_of_current_user(core)
+    return (yield from cancel_runs(core, [r.run_id for r in runs]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRunRef:
+    """A task run's id where a run id was expected: its task and, when found, its run."""
+
+    task_run_id: int
+    task_key: str
+    parent_run_id: int | None
+
+    def describe(self) -> str:
+        where = f"of run {self.parent_run_id}" if self.parent_run_id else "of a run"
+        return f"{self.task_run_id} is task `{self.task_key}` {where}"
+
+
+def task_run_ref(core: ClientCore, run_id: int) -> Flow[TaskRunRef | None]:
+    """None when ``run_id`` is a run; else the task run it names. runs/get answers a task
+    run with its ``task_key`` and no ``tasks``; its run is searched for among the newest
+    runs (their expanded tasks)."""
+    body = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
+    task_key = _text(body.get("task_key"))
+    if task_key is None or body.get("tasks"):
+        return None
+    parent = body.get("parent_run_id")
+    if isinstance(parent, int) and parent != run_id:
+        return TaskRunRef(run_id, task_key, parent)
+    scanned = 0
+    token: str | None = None
+    while scanned < _PARENT_SEARCH_RUNS:
+        params: dict[str, Any] = {"expand_tasks": "true", "limit": LIST_PAGE_LIMIT}
+        if token:
+            params["page_token"] = token
+        page = yield from core.call("GET", f"{RUNS_API}/list", params=params)
+        for run in page.get("runs") or []:
+            scanned += 1
+            tasks = run.get("tasks") if isinstance(run, Mapping) else None
+            if any(isinstance(t, Mapping) and t.get("run_id") == run_id for t in tasks or []):
+                return TaskRunRef(run_id, task_key, int(run["run_id"]))
+        token = page.get("next_page_token") if page.get("has_more", True) else None
+        if not token:
+            break
+    return TaskRunRef(run_id, task_key, None)

@@ -1,0 +1,84 @@
+"""GPU pools (`ai-training/provisioned-capacities`): the accelerator reservations a workload
+targets with `compute.pool_id`, configured when the workspace starts (option `gpu_pools`,
+`airo workspace --gpu-pool ID=TYPE:COUNT`).
+
+What is served follows pools.go and acceptance/air/pools/test.toml: resource names
+`provisioned-capacities/<id>`, the reservation in `spec`, usage in `status.usage` only on
+get (the list never carries it), `page_size`/`page_token` paging. Used accelerators are
+those held by the attempts this workspace runs on the pool (`_pool_ledger`: from the moment
+an attempt gets them until it ends); the rest are idle. With the
+feature disabled (option `disabled_features: ["gpu-pools"]`) every call answers
+FEATURE_DISABLED, as a workspace the API is not rolled out to does (pools.go poolAPIError).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from air_runtime.local._errors import ApiError, invalid, not_found
+from air_runtime.local._options import GPU_POOLS_FEATURE
+from air_runtime.local._request_params import (
+    get_params,
+    int_param,
+    make_page_token,
+    read_page_token,
+)
+from air_runtime.local._workspace_state import WorkspaceState, workspace_state
+
+router = APIRouter()
+
+POOLS_PATH = "/api/2.0/ai-training/provisioned-capacities"
+RESOURCE_PREFIX = "provisioned-capacities/"
+_MAX_PAGE = 100
+
+
+def _check_enabled(state: WorkspaceState) -> None:
+    if GPU_POOLS_FEATURE in state.options.disabled_features:
+        raise ApiError(403, "FEATURE_DISABLED", "GPU pools are not enabled for this workspace.")
+
+
+def _pool_json(pool: dict[str, Any], used: int | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "name": RESOURCE_PREFIX + pool["pool_id"],
+        "spec": {
+            "accelerator_type": pool["accelerator_type"],
+            "accelerator_count": pool["accelerator_count"],
+        },
+    }
+    if used is not None:
+        item["status"] = {
+            "usage": {
+                "used_accelerator_count": used,
+                "idle_accelerator_count": max(0, pool["accelerator_count"] - used),
+            }
+        }
+    return item
+
+
+@router.get(POOLS_PATH)
+async def list_pools(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    _check_enabled(state)
+    params = await get_params(request)
+    size = int_param(params.get("page_size") or _MAX_PAGE, "page_size")
+    if not 1 <= size <= _MAX_PAGE:
+        raise invalid(f"page_size must be between 1 and {_MAX_PAGE}, got {size}.")
+    start = read_page_token(params.get("page_token")) or 0
+    pools = state.options.gpu_pools
+    page = pools[start : start + size]
+    result: dict[str, Any] = {"provisioned_capacities": [_pool_json(p) for p in page]}
+    if start + size < len(pools):
+        result["next_page_token"] = make_page_token(start + size)
+    return result
+
+
+@router.get(POOLS_PATH + "/{pool_id}")
+async def get_pool(request: Request, pool_id: str) -> dict[str, Any]:
+    state = workspace_state(request)
+    _check_enabled(state)
+    for pool in state.options.gpu_pools:
+        if pool["pool_id"] == pool_id:
+            return _pool_json(pool, state.engine.pools.used(pool_id))
+    raise not_found(f"Provisioned capacity {pool_id} does not exist.")

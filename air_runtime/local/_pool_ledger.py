@@ -1,0 +1,61 @@
+"""Accelerators held on each GPU pool by the attempts this workspace runs. An attempt whose
+pool has too few idle accelerators waits, PENDING with the platform's message for it
+("Waiting for GPU compute capacity to become available", logstream.go), until enough are
+given back or its run is cancelled. Used only from the server's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+WAITING_FOR_CAPACITY = "Waiting for GPU compute capacity to become available."
+
+
+def pool_request(spec: dict[str, Any]) -> tuple[str, int] | None:
+    """The pool a task runs on and the accelerators it takes (validateconfig.go: the
+    deployment's compute.provisioned_capacity_id and accelerator_count)."""
+    deployments = (spec.get("ai_runtime_task") or {}).get("deployments") or [{}]
+    compute = deployments[0].get("compute") or {}
+    pool, count = compute.get("provisioned_capacity_id"), compute.get("accelerator_count")
+    if not isinstance(pool, str) or not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return pool.strip(), count
+
+
+class PoolLedger:
+    def __init__(self, pools: Sequence[dict[str, Any]]) -> None:
+        self._reserved = {str(p["pool_id"]): int(p["accelerator_count"]) for p in pools}
+        self._used = dict.fromkeys(self._reserved, 0)
+        self._released = asyncio.Event()  # set (and replaced) whenever accelerators come back
+
+    def used(self, pool_id: str) -> int:
+        return self._used.get(pool_id, 0)
+
+    def manages(self, request: tuple[str, int] | None) -> bool:
+        return request is not None and request[0] in self._reserved
+
+    def has_room(self, pool_id: str, count: int) -> bool:
+        return self._used[pool_id] + count <= self._reserved[pool_id]
+
+    async def acquire(self, pool_id: str, count: int, cancel: asyncio.Event) -> bool:
+        """Take ``count`` accelerators once the pool has them; False when cancelled first."""
+        while not cancel.is_set():
+            if self.has_room(pool_id, count):
+                self._used[pool_id] += count
+                return True
+            waits = [
+                asyncio.ensure_future(self._released.wait()),
+                asyncio.ensure_future(cancel.wait()),
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+        return False
+
+    def release(self, pool_id: str, count: int) -> None:
+        self._used[pool_id] = max(0, self._used[pool_id] - count)
+        released, self._released = self._released, asyncio.Event()
+        released.set()
