@@ -7,7 +7,7 @@ still running or deferred, not only once it finished.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
@@ -69,3 +69,31 @@ class AirMlflowRunLink(BaseOperatorLink):
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, MLFLOW_URL_KEY)
+
+
+# --- the XComs a try pushes -----------------------------------------------------------------
+
+
+def push_run_xcoms(context: Any, run_id: int, run_page_url: str) -> None:
+    """Make the run id and page visible at once (also as the live "AI Runtime run" link)."""
+    ti = context["ti"]
+    ti.xcom_push(key=RUN_ID_KEY, value=run_id)
+    ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)
+    ti.xcom_push(key=AirRunLink().xcom_key, value=run_page_url)
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+    # An empty MLflow link until the ids are known (the UI shows it disabled).
+    ti.xcom_push(key=MLFLOW_URL_KEY, value="")
+
+
+def remember_run_page(context: Any, run_page_url: str) -> None:
+    """A resumed (deferred) try's operator is new: it learns the run page from the event."""
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+
+
+def push_mlflow_link(context: Any, url: str | None) -> None:
+    if not url:
+        return
+    ti = context["ti"]
+    ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
+    ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
+    remember_url(context["task"], MLFLOW_URL_KEY, url)

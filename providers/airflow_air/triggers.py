@@ -44,8 +44,9 @@ task resumes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -53,8 +54,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
 
 if TYPE_CHECKING:
-    from air_runtime import AsyncAirClient, Redactor, RunState
-    from airflow_air._submission import Outcome
+    from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState
 
 _ON_KILL_TIMEOUT_S = 20.0
 
@@ -146,20 +146,19 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError, RunTimeout
-        from airflow_air._submission import Outcome
+        from air_runtime import AirError, RunOutcome, RunTimeout
 
         try:
             await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)
-            if self.task_key is None:
-                state = await watcher.wait(
-                    self.run_id, deadline=self.deadline, on_update=self._log_update
-                )
-            else:
-                state = await self._wait_for_stage(watcher)
-            outcome = await self._finish(watcher.client, state)
+            state = await watcher.wait(
+                self.run_id,
+                deadline=self.deadline,
+                on_update=self._on_update(),
+                task_key=self.task_key,
+            )
+            outcome = await self._outcome(watcher.client, state)
         except RunTimeout:
             # The core's RunTimeout text says the run keeps going; here the trigger decides.
             what = (
@@ -176,45 +175,35 @@ class AirRunTrigger(BaseTrigger):
                 message += await self._cancel("the task's execution_timeout passed")
             else:
                 message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
-            outcome = Outcome(
-                status="timeout",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=message,
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "timeout", self.run_id, self.run_page_url, message, self.task_key
             )
         except (AirError, OSError) as exc:
-            outcome = Outcome(
-                status="error",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=f"could not follow run {self.run_id}: {exc}",
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "error",
+                self.run_id,
+                self.run_page_url,
+                f"could not follow run {self.run_id}: {exc}",
+                self.task_key,
             )
         except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
-            outcome = Outcome(
-                status="error",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=f"{type(exc).__name__}: {exc}",
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "error",
+                self.run_id,
+                self.run_page_url,
+                f"{type(exc).__name__}: {exc}",
+                self.task_key,
             )
         event = outcome.to_event()
         if event.get("message"):
             event["message"] = self.redact(event["message"])
         yield TriggerEvent(event)
 
-    def _log_update(self, state: RunState) -> None:
-        self._seen(state)
-        capacity = " [waiting for GPU capacity]" if state.is_waiting_for_capacity else ""
-        self.log.info("%s", self.redact(f"Run {self.run_id}: {state.describe()}{capacity}"))
-
-    async def _wait_for_stage(self, watcher: Any) -> RunState:
-        """A stage ends before its run does: the watcher reads its task within its budget."""
-        from airflow_air._submission import RedactingLog, StateLogger
+    def _on_update(self) -> Callable[[RunState], None]:
+        """Each state change into the triggerer's log (redacted), remembered for the
+        timeout message; a stage's line says its task's state too."""
+        from air_runtime import RedactingLog
+        from airflow_air._logs import StateLogger
 
         logger = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
 
@@ -222,9 +211,7 @@ class AirRunTrigger(BaseTrigger):
             self._seen(state)
             logger(state)
 
-        return await watcher.wait(
-            self.run_id, deadline=self.deadline, on_update=on_update, task_key=self.task_key
-        )
+        return on_update
 
     def _seen(self, state: RunState) -> None:
         task = state.task(self.task_key) if self.task_key else None
@@ -235,21 +222,13 @@ class AirRunTrigger(BaseTrigger):
                 f"/{task.result_state}" if task.result_state else ""
             )
 
-    async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
-        from airflow_air._submission import make_outcome
+    async def _outcome(self, client: AsyncAirClient, state: RunState) -> RunOutcome:
+        from air_runtime import RunOutcome
 
-        view = state.stage(self.task_key)
-        result = await client.run_result(view)
-        return make_outcome(
-            view,
-            run_id=self.run_id,
-            run_page_url=state.run_page_url or self.run_page_url,
-            task_key=self.task_key,
-            failure=result.failure,
-            output=result.output,
-            host=client.host,
-            gpu_hours=result.gpu_hours,
-        )
+        outcome = await RunOutcome.aread(client, state, self.task_key)
+        if outcome.run_page_url:
+            return outcome
+        return dataclasses.replace(outcome, run_page_url=self.run_page_url)
 
     async def _cancel(self, why: str) -> str:
         """Cancel the run with a client of its own (the shared one may be closing)."""
