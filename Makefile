@@ -9,6 +9,8 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.synced
 LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflow_workload_checks.py \
 	tests/airflow/test_airflow_operator.py::test_success \
+	tests/airflow/test_airflow_deferral.py::test_trigger_ends_a_successful_run_itself \
+	tests/airflow/test_airflow_deferral.py::test_trigger_resumes_a_failed_run_in_a_worker_after_first_poll_at \
 	tests/dagster/test_definitions_and_errors.py \
 	tests/dagster/test_ranges.py::test_a_range_run_trains_each_partition_in_its_own_task \
 	tests/dagster/test_ranges.py::test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations
@@ -57,7 +59,7 @@ test-lowest: venv-lowest
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow" -n 2
 
-demo: venv
+demo: venv services
 	$(BIN)/python -m demo
 
 bench: venv

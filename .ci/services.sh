@@ -12,6 +12,19 @@ if command -v redis-server >/dev/null && ! redis-cli -h 127.0.0.1 -p 6379 ping >
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 
+# The Distribution registry server (docker-registry) of the image copy tests, the demo and
+# the image benchmark, which start their own instances on free loopback ports; skopeo is the
+# benchmark's reference copier. Installed when missing (root, as on CI).
+install_image_registry_tools() {
+  local missing=()
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
+  command -v skopeo >/dev/null || missing+=(skopeo)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" || true
+  fi
+}
+install_image_registry_tools
 # Headless Chromium and its WebDriver for the browser tests of the local workspace's pages
 # (tests/local_workspace/test_pages_browser.py). Installed from Debian when missing and this
 # runs as root with apt-get; otherwise those tests skip (fail under CI=true).

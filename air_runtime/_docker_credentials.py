@@ -46,7 +46,7 @@ def _docker_config_path() -> Path:
     return Path(root) / "config.json" if root else Path.home() / ".docker" / "config.json"
 
 
-def _from_helper(helper: str, server: str) -> DockerCredential | None:
+def _from_helper(helper: str, server: str, registry: str = "docker.io") -> DockerCredential | None:
     try:
         done = subprocess.run(
             [f"docker-credential-{helper}", "get"],
@@ -67,27 +67,36 @@ def _from_helper(helper: str, server: str) -> DockerCredential | None:
     user, secret = answer.get("Username"), answer.get("Secret")
     if not user or not secret:
         return None
-    return DockerCredential("docker.io", user, secret, origin=helper)
+    return DockerCredential(registry, user, secret, origin=helper)
 
 
-def find_docker_credentials(
-    config_path: str | os.PathLike[str] | None = None,
+def _config_keys(registry: str) -> tuple[str, ...]:
+    """The keys ``docker login`` may have filed ``registry`` under in config.json."""
+    if registry in _DOCKER_HUB_KEYS:
+        return _DOCKER_HUB_KEYS
+    return (registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v1/")
+
+
+def find_registry_credentials(
+    registry: str, config_path: str | os.PathLike[str] | None = None
 ) -> DockerCredential | None:
-    """Docker Hub credentials from ``~/.docker/config.json`` (``$DOCKER_CONFIG`` honoured):
-    a per-registry ``credHelpers`` entry, else inline ``auths``, else the ``credsStore``."""
+    """The login for ``registry`` (a host, ``docker.io`` for Docker Hub) from
+    ``~/.docker/config.json`` (``$DOCKER_CONFIG`` honoured): a per-registry ``credHelpers``
+    entry, else inline ``auths``, else the ``credsStore``."""
     path = Path(config_path) if config_path else _docker_config_path()
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    keys = _config_keys(registry)
     helpers = config.get("credHelpers") or {}
-    for key in _DOCKER_HUB_KEYS:
+    for key in keys:
         if key in helpers:
-            found = _from_helper(str(helpers[key]), key)
+            found = _from_helper(str(helpers[key]), key, registry)
             if found:
                 return found
     auths = config.get("auths") or {}
-    for key in _DOCKER_HUB_KEYS:
+    for key in keys:
         entry = auths.get(key)
         if not isinstance(entry, dict):
             continue
@@ -97,15 +106,21 @@ def find_docker_credentials(
             except ValueError:
                 continue
             if user and password:
-                return DockerCredential("docker.io", user, password, origin="docker-config")
+                return DockerCredential(registry, user, password, origin="docker-config")
         if entry.get("username") and entry.get("password"):
             return DockerCredential(
-                "docker.io", entry["username"], entry["password"], origin="docker-config"
+                registry, entry["username"], entry["password"], origin="docker-config"
             )
     store = config.get("credsStore")
     if store:
-        for key in _DOCKER_HUB_KEYS[:1]:
-            found = _from_helper(str(store), key)
-            if found:
-                return found
+        found = _from_helper(str(store), keys[0], registry)
+        if found:
+            return found
     return None
+
+
+def find_docker_credentials(
+    config_path: str | os.PathLike[str] | None = None,
+) -> DockerCredential | None:
+    """Docker Hub credentials from ``~/.docker/config.json`` (see ``find_registry_credentials``)."""
+    return find_registry_credentials("docker.io", config_path)

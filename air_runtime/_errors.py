@@ -6,6 +6,7 @@ retryable; platform hiccups (``RateLimited``, ``PlatformError`` with a 5xx) are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +117,8 @@ class CapacityError(PlatformError):
 
 
 class RunFailed(AirError):
-    """A run ended in any state other than SUCCESS."""
+    """A run ended in any state other than SUCCESS. ``output`` is the failed task's
+    ``runs/get-output`` when it could be read (its MLflow ids name the run's MLflow page)."""
 
     def __init__(
         self,
@@ -125,11 +127,13 @@ class RunFailed(AirError):
         run_id: int | None = None,
         result_state: str | None = None,
         run_page_url: str | None = None,
+        output: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.result_state = result_state
         self.run_page_url = run_page_url
+        self.output: dict[str, Any] = dict(output or {})
 
 
 class RunTimeout(AirError):

@@ -309,9 +309,11 @@ def failure_message(
         lines[0] = (
             f"Run {state.run_id}{name} ended INTERNAL_ERROR: {explain_result('INTERNAL_ERROR')}."
         )
-    if state.state_message:
-        lines.append(f"State message: {state.state_message}")
     task = state.failed_task
+    output = output or {}
+    runtime_output = output.get("ai_runtime_task_output")
+    if not isinstance(runtime_output, Mapping):
+        runtime_output = {}
     if task is not None:
         where = f"Failed task: {task.task_key}"
         details = []
@@ -326,34 +328,60 @@ def failure_message(
         if details:
             where += f" ({', '.join(details)})"
         lines.append(where)
-        if task.state_message and task.state_message != state.state_message:
-            lines.append(f"Task message: {task.state_message}")
     elif node is not None:
         lines.append(f"Failed node: {node}")
-    output = output or {}
-    runtime_output = output.get("ai_runtime_task_output")
-    if not isinstance(runtime_output, Mapping):
-        runtime_output = {}
-    status = _text(runtime_output.get("status_message"))
-    if status and status != state.state_message:
-        lines.append(f"Platform status: {status}")
-    error = _text(output.get("error"))
-    if error:
-        lines.append(f"Error: {error}")
-    if log_tail:
+    # The platform repeats one reason in several places (the run's and the task's state
+    # message, the output's status and error): each distinct reason once, the fullest wins.
+    reasons = [
+        ("State message", state.state_message),
+        ("Task message", task.state_message if task is not None else None),
+        ("Platform status", _text(runtime_output.get("status_message"))),
+        ("Error", _text(output.get("error"))),
+    ]
+    for label, reason in _distinct_reasons(reasons):
+        lines.append(f"{label}: {reason}")
+    tail = list(log_tail or [])[-_LOG_TAIL_LINES:]
+    if tail:
         origin = f" of node {node}" if node is not None else ""
         lines.append(f"Last log lines{origin}:")
-        lines.extend(f"  | {line}" for line in list(log_tail)[-_LOG_TAIL_LINES:])
+        lines.extend(f"  | {line}" for line in tail)
     trace = _text(output.get("error_trace"))
-    if trace:
+    trace_tail = _tail(trace, _TRACE_TAIL_LINES) if trace else []
+    shown = {line.strip() for line in tail}
+    if trace_tail and not all(line.strip() in shown for line in trace_tail):
         lines.append("Error trace (last lines):")
-        lines.extend(f"  | {line}" for line in _tail(trace, _TRACE_TAIL_LINES))
+        lines.extend(f"  | {line}" for line in trace_tail)
     experiment, mlflow_run = mlflow_ids(output)
     if experiment or mlflow_run:
-        lines.append(f"MLflow: experiment {experiment or '?'}, run {mlflow_run or '?'}")
+        text = f"MLflow: experiment {experiment or '?'}, run {mlflow_run or '?'}"
+        host = _host_of_page(state.run_page_url)
+        url = mlflow_run_url(host, experiment, mlflow_run) if host else None
+        lines.append(f"{text}: {url}" if url else text)
     if state.run_page_url:
         lines.append(f"Run page: {state.run_page_url}")
     return "\n".join(lines)
+
+
+def _distinct_reasons(reasons: Sequence[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """``reasons`` without blanks, repeats and texts another one contains."""
+    texts = [(label, reason.strip()) for label, reason in reasons if reason and reason.strip()]
+    kept: list[tuple[str, str]] = []
+    for index, (label, reason) in enumerate(texts):
+        inside_other = any(
+            reason in other and (reason != other or j < index)
+            for j, (_, other) in enumerate(texts)
+            if j != index
+        )
+        if not inside_other:
+            kept.append((label, reason))
+    return kept
+
+
+def _host_of_page(run_page_url: str | None) -> str:
+    from urllib.parse import urlsplit
+
+    url = urlsplit(run_page_url or "")
+    return f"{url.scheme}://{url.netloc}" if url.netloc else ""
 
 
 def mlflow_ids(output: Mapping[str, Any]) -> tuple[str | None, str | None]:

@@ -19,6 +19,11 @@ watched run at most once per interval and picks the cheaper of two ways each cyc
 
 Every request passes a token bucket, so requests to the workspace stay under
 ``budget_rps`` however many runs are watched (the cycle stretches instead).
+
+Young runs. A run watched for less than 25 s is looked at more often (``_polling``: a fifth of
+its age, at least 1 s): one by one with ``runs/get``, or, while the watcher lists, by sweeping
+as often as the youngest run asks when a sweep costs at most half the budget. A run of a few
+seconds is so seen ended about a second after its end, not up to an interval later.
 """
 
 from __future__ import annotations
@@ -38,7 +43,14 @@ from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
 from ._errors import AirError, AuthError, NotFound, RunTimeout
-from ._polling import Pause, jittered, next_interval, until_ended
+from ._polling import (
+    YOUNG_MIN_INTERVAL,
+    Pause,
+    jittered,
+    next_interval,
+    until_ended,
+    young_interval,
+)
 from ._states import RunState
 from .client import AsyncAirClient
 
@@ -212,7 +224,7 @@ class RunWatcher:
             limits.append(now + timeout)
         watched = self._runs.get(run_id)
         if watched is None:
-            first = now + self._rng.uniform(0, self.interval)
+            first = now + self._rng.uniform(0, min(self.interval, YOUNG_MIN_INTERVAL))
             watched = self._runs[run_id] = _Watched(run_id, now, first, self.interval)
         future: asyncio.Future[RunState] = loop.create_future()
         entry = (future, on_update)
@@ -277,6 +289,7 @@ class RunWatcher:
         loop = asyncio.get_running_loop()
         while self._runs:
             started = loop.time()
+            sent = self.requests
             try:
                 await self._cycle(started)
             except AuthError as error:
@@ -284,14 +297,17 @@ class RunWatcher:
                 self._fail(list(self._runs.values()), error)
             except Exception:
                 logger.exception("run watcher cycle failed; retrying next interval")
-            pause = self._next_cycle_at(loop.time(), started) - loop.time()
+            pause = self._next_cycle_at(loop.time(), started, self.requests - sent) - loop.time()
             if pause > 0 and self._runs:
                 await asyncio.sleep(pause)
 
-    def _next_cycle_at(self, now: float, started: float) -> float:
-        list_mode_next = started + jittered(self.interval, self._rng)
+    def _next_cycle_at(self, now: float, started: float, cost: int = 0) -> float:
         if self._prefers_list(len(self._runs)):
-            return list_mode_next
+            # While a run is young, sweep as often as its own pause would be (see _polling),
+            # with at most half the budget; else once per interval.
+            youngest = now - max((w.since for w in self._runs.values()), default=now)
+            pause = max(young_interval(self.interval, youngest), 2 * cost / self.bucket.rate)
+            return started + jittered(min(pause, self.interval), self._rng)
         upcoming = min((w.next_due for w in self._runs.values()), default=now)
         return max(upcoming, now + 0.01)
 
@@ -547,7 +563,8 @@ class RunWatcher:
             return
         now = asyncio.get_running_loop().time()
         watched.interval = next_interval(watched.interval, self.interval, state)
-        watched.next_due = now + jittered(watched.interval, self._rng)
+        pause = young_interval(watched.interval, now - watched.since)
+        watched.next_due = now + jittered(pause, self._rng)
 
     def _changed(self, watched: _Watched, state: RunState) -> None:
         watched.state = state

@@ -3,16 +3,20 @@
 Airflow 3 with the LocalExecutor on PostgreSQL (database ``airflow_scale``), one scheduler,
 one triggerer, one DAG processor and the API server as separate processes
 (tests/e2e/airflow_deployment.py), against the local workspace in simulate mode in its own
-process. Two DAGs (benchmarks/dags/scale_sweep.py) run one after the other (ours first):
+process. Three DAGs (benchmarks/dags/scale_sweep.py) run one after the other (ours first):
 
 - ``floor_sweep``: Airflow's own deferrable ``WaitSensor`` mapped over the N durations, the
   deployment's floor for the same waiting;
 - ``air_sweep``: ``AirRunOperator.partial(...).expand(...)`` over the same N durations, each
-  trial a run held for its duration by the workspace.
+  trial a run held for its duration by the workspace;
+- ``zero_worker_sweep``: N ``DateTimeSensorAsync`` tasks that start and end in the triggerer
+  (``start_from_trigger``): how far below ``WaitSensor`` a deployment can go with no worker.
 
 Reported per DAG: wall time from trigger to the DAG run's end, every task's state, the
 triggerer's CPU seconds and peak RSS (its whole process tree, sampled every 0.5 s) and the
-most tasks deferred at once; for ``air_sweep`` also requests/s at the workspace and whether
+most tasks deferred at once, the worker runs per task (the execution API's "running" events
+of the Dag run: 2 for a task resumed in a worker, 1 for one its trigger ends, 0 for one that
+starts in the triggerer); for ``air_sweep`` also requests/s at the workspace and whether
 every trial made exactly one run that succeeded (no duplicates, none lost).
 
     python -m benchmarks.p7_deployment [--quick] [--n 500]
@@ -41,7 +45,14 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 T = TypeVar("T")
 POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 DATABASE = "airflow_scale"
-TARGET = {"n": 500, "duplicates": 0, "lost": 0, "failed_tasks": 0}
+TARGET = {
+    "n": 500,
+    "duplicates": 0,
+    "lost": 0,
+    "failed_tasks": 0,
+    "wall_ratio_to_floor": 1.2,
+    "worker_runs_per_task": 1.0,
+}
 # Durations used in turn by the trials (seconds); long enough that the sweep waits together.
 SECONDS = (60, 75, 90, 105, 120)
 QUICK_SECONDS = (30, 40, 50)
@@ -198,6 +209,8 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
     requests = {k: counters_1.get(k, 0) - counters_0.get(k, 0) for k in counters_1}
     requests = {k: v for k, v in requests.items() if v}
     states = _patiently(lambda: _task_states(deployment, dag_id, run_id))
+    # Each time a worker starts a task instance the execution API records a "running" event.
+    worker_runs = _patiently(lambda: deployment.worker_runs(dag_id, run_id))
     waiting = max(peak_deferred, 1)
     row = {
         "dag_id": dag_id,
@@ -207,6 +220,9 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
         "task_states": dict(states),
         "all_tasks_succeeded": states.get("success", 0) == n and sum(states.values()) == n,
         "peak_deferred": peak_deferred,
+        "worker_runs": sum(worker_runs.values()),
+        "worker_runs_per_task": sum(worker_runs.values()) / n,
+        "tasks_with_more_than_one_worker_run": sum(1 for c in worker_runs.values() if c > 1),
         "triggerer": triggerer_use,
         "triggerer_cpu_ms_per_task": 1000 * triggerer_use["cpu_s"] / n,
         "triggerer_peak_rss_kb_per_waiting_task": 1024
@@ -217,7 +233,8 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
     }
     print(
         f"  P7 {dag_id} N={n}: {state} in {wall:.0f} s, tasks {dict(states)}, peak deferred "
-        f"{peak_deferred}, triggerer {triggerer_use['cpu_s']:.1f} CPU s, peak RSS "
+        f"{peak_deferred}, {row['worker_runs_per_task']:.2f} worker runs per task, "
+        f"triggerer {triggerer_use['cpu_s']:.1f} CPU s, peak RSS "
         f"{triggerer_use['rss_peak_mb']:.0f} MB, {row['workspace_requests_per_s']:.2f} req/s",
         flush=True,
     )
@@ -254,12 +271,16 @@ def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
     try:
         deployment.migrate()
         deployment.start()
-        deployment.wait_for_dags(["air_sweep", "floor_sweep"], timeout=300)
+        deployment.wait_for_dags(["air_sweep", "floor_sweep", "zero_worker_sweep"], timeout=300)
         # Ours first; each sweep's row is kept as soon as it is measured.
         air = _sweep(deployment, workspace, "air_sweep", n)
         runs = asyncio.run(_workspace_runs(workspace.host))
         write_result("P7", {"partial": True, "inputs": {"n": n}, "air": air, "met": False})
         floor = _sweep(deployment, workspace, "floor_sweep", n)
+        write_result(
+            "P7", {"partial": True, "inputs": {"n": n}, "air": air, "floor": floor, "met": False}
+        )
+        zero = _sweep(deployment, workspace, "zero_worker_sweep", n)
     finally:
         deployment.stop()
         workspace.stop()
@@ -279,11 +300,15 @@ def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
         "result_states": dict(results),
     }
     air["wall_ratio_to_floor"] = air["wall_s"] / floor["wall_s"]
+    air["wall_ratio_to_zero_worker"] = air["wall_s"] / zero["wall_s"]
+    floor["wall_ratio_to_zero_worker"] = floor["wall_s"] / zero["wall_s"]
     met_detail = {
         "n_at_least_500": n >= TARGET["n"],
         "all_tasks_succeeded": air["all_tasks_succeeded"] and floor["all_tasks_succeeded"],
         "one_run_per_trial": duplicates == 0 and len(sweep_names) == n,
         "all_runs_succeeded": results.get("SUCCESS", 0) == n,
+        "wall_at_most_1_2x_floor": air["wall_ratio_to_floor"] <= TARGET["wall_ratio_to_floor"],
+        "one_worker_run_per_task": air["worker_runs_per_task"] == 1.0,
     }
     result = {
         "what": "one DAG of N mapped deferrable AirRunOperator tasks in a real deployment "
@@ -292,6 +317,7 @@ def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
         "inputs": {"n": n, "seconds": seconds, "parallelism": parallelism},
         "target": TARGET,
         "floor": floor,
+        "zero_worker": zero,
         "air": air,
         "met_detail": met_detail,
         "met": all(v for k, v in met_detail.items() if not (quick and k == "n_at_least_500")),
@@ -316,28 +342,22 @@ def _plot(result: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    floor, air = result["floor"], result["air"]
-    labels = ["WaitSensor (floor)", "AirRunOperator"]
+    sides = [result["zero_worker"], result["floor"], result["air"]]
+    labels = ["zero-worker", "WaitSensor (floor)", "AirRunOperator"]
     panels = [
-        ("wall time (s)", [floor["wall_s"], air["wall_s"]]),
-        ("triggerer CPU (s)", [floor["triggerer"]["cpu_s"], air["triggerer"]["cpu_s"]]),
+        ("wall time (s)", [side["wall_s"] for side in sides]),
+        ("worker runs per task", [side["worker_runs_per_task"] for side in sides]),
+        ("triggerer CPU (s)", [side["triggerer"]["cpu_s"] for side in sides]),
         (
             "triggerer peak RSS growth per waiting task (KB)",
-            [
-                floor["triggerer_peak_rss_kb_per_waiting_task"],
-                air["triggerer_peak_rss_kb_per_waiting_task"],
-            ],
-        ),
-        (
-            "requests/s at the workspace",
-            [floor["workspace_requests_per_s"], air["workspace_requests_per_s"]],
+            [side["triggerer_peak_rss_kb_per_waiting_task"] for side in sides],
         ),
     ]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
     for ax, (title, values) in zip(axes, panels, strict=True):
-        ax.bar(labels, values, color=["#999999", "#d9822b"])
+        ax.bar(labels, values, color=["#cccccc", "#999999", "#d9822b"])
         ax.set_title(title, fontsize=9)
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=7)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"P7: {result['inputs']['n']} mapped deferrable tasks in one deployment")
     fig.tight_layout()
@@ -355,8 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(quick=args.quick, n=args.n)
     path = write_result("P7", result)
     print(
-        f"P7 written to {path}; met={result['met']}; air {fmt(result['air']['wall_s'])} s vs "
-        f"floor {fmt(result['floor']['wall_s'])} s"
+        f"P7 written to {path}; met={result['met']}; air {fmt(result['air']['wall_s'])} s "
+        f"({fmt(result['air']['worker_runs_per_task'])} worker runs per task) vs floor "
+        f"{fmt(result['floor']['wall_s'])} s ({fmt(result['floor']['worker_runs_per_task'])}) "
+        f"vs zero-worker {fmt(result['zero_worker']['wall_s'])} s"
     )
     return 0
 

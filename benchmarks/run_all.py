@@ -1,4 +1,4 @@
-"""Run the performance benchmarks P1-P8 in sequence and print a summary table.
+"""Run the performance benchmarks P1-P9 in sequence and print a summary table.
 
     python -m benchmarks.run_all [--quick] [--only P1,P3]
 
@@ -30,8 +30,9 @@ MODULES = {
     "P6": "benchmarks.p6_end_detection",
     "P8": "benchmarks.p8_dagster",
     "P7": "benchmarks.p7_deployment",
+    "P9": "benchmarks.p9_image_copy",
 }
-ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"]
 
 
 def _p1(r: dict[str, Any]) -> tuple[str, str]:
@@ -129,6 +130,16 @@ def _p8(r: dict[str, Any]) -> tuple[str, str]:
     return ("50 concurrent materializations: RSS, requests each, growth", "; ".join(parts))
 
 
+def _p9(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        "peak RSS <= 64 MiB; >= 0.8x skopeo; repeat < 1 s, 0 bytes",
+        f"{fmt(r['image_mib'], 4)} MiB: peak RSS {fmt(r['airo']['peak_rss_mib'], 3)} MiB, "
+        f"{fmt(r['airo']['throughput_mib_s'], 3)} vs skopeo "
+        f"{fmt(r['skopeo']['throughput_mib_s'], 3)} MiB/s ({fmt(r['throughput_ratio'], 2)}x); "
+        f"repeat {fmt(r['repeat']['copy_s'], 2)} s, {r['repeat']['bytes_sent']} bytes",
+    )
+
+
 SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -138,11 +149,12 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P6": _p6,
     "P7": _p7,
     "P8": _p8,
+    "P9": _p9,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the benchmarks P1-P8.")
+    parser = argparse.ArgumentParser(description="Run the benchmarks P1-P9.")
     parser.add_argument("--quick", action="store_true", help="smaller, faster runs")
     parser.add_argument("--only", default="", help="comma-separated ids, e.g. P1,P3")
     args = parser.parse_args(argv)

@@ -1,7 +1,11 @@
-"""Reinforcement learning pipeline: register images, then train (2 containers) and evaluate
-as ONE multi-task AI Runtime run.
+"""Reinforcement learning pipeline: copy the images into Unity Catalog, then train
+(2 containers) on the copies and evaluate, as ONE multi-task AI Runtime run.
 
-- Two Docker Hub images are registered first (idempotent: skipped when already AVAILABLE).
+- Two images are copied from Docker Hub (param ``source_registry``) to the workspace's
+  Artifact Registry (param ``artifact_registry_host``; empty: derived from the workspace)
+  as ``main.rl.<artifact>:<tag>``, registry to registry, without Docker. A copy that is
+  there already sends nothing. Each copy returns its ``unity_catalog_image``, which the GRPO
+  stage's containers run (templated into ``containers[N].unity_catalog_image``).
 - ``rl`` is an ``AirWorkflowTaskGroup``: the GRPO stage (policy server on node 0, trainer on
   node 1) and the evaluation stage are submitted together; the platform starts the evaluation
   as soon as training succeeds, while Airflow still shows each stage as its own task.
@@ -30,16 +34,27 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     template_searchpath=[str(RL_EXAMPLES)],
-    params={"output_root": "/tmp/airo-rl"},
+    params={
+        "output_root": "/tmp/airo-rl",
+        "source_registry": "docker.io",
+        "artifact_registry_host": "",
+    },
     tags=["ai-runtime", "rl"],
 ) as dag:
-    images = [
-        AirRegisterImageOperator(task_id="register_vllm_image", image="vllm/vllm-openai:v0.8.5"),
-        AirRegisterImageOperator(
-            task_id="register_pytorch_image",
-            image="pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime",
-        ),
-    ]
+    copy_images = {
+        name: AirRegisterImageOperator(
+            task_id=f"copy_{name}_image",
+            image="{{ params.source_registry }}/" + source,
+            catalog="main",
+            schema="rl",
+            artifact=artifact,
+            registry_host="{{ params.artifact_registry_host }}",
+        )
+        for name, source, artifact in (
+            ("vllm", "vllm/vllm-openai:v0.8.5", "vllm:0.8.5"),
+            ("pytorch", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime", None),
+        )
+    }
 
     with AirWorkflowTaskGroup("rl", run_name="rl_pipeline") as rl:
         grpo = AirRunOperator(
@@ -47,6 +62,15 @@ with DAG(
             workload="grpo_two_containers.yaml",
             overrides={
                 "env_variables.RL_OUTPUT_DIR": RL_OUTPUT_DIR,
+                # Train on what was copied: the references the copies returned (the default
+                # is only what definition-time checks render, where no XCom exists yet).
+                "containers[0].unity_catalog_image": (
+                    "{{ ti.xcom_pull(task_ids='copy_vllm_image') | default('main.rl.vllm:0.8.5') }}"
+                ),
+                "containers[1].unity_catalog_image": (
+                    "{{ ti.xcom_pull(task_ids='copy_pytorch_image')"
+                    " | default('main.rl.pytorch:2.6.0-cuda12.4-cudnn9-runtime') }}"
+                ),
             },
             secret_env={"HF_TOKEN": "conn:hf_default:password"},
         )
@@ -57,4 +81,4 @@ with DAG(
         )
         grpo >> evaluate
 
-    images >> rl
+    list(copy_images.values()) >> rl

@@ -15,6 +15,7 @@ from dagster_air._partitions import DEFAULT_PARTITION_ENV
 from dagster_air._resource import AirWorkspace
 from dagster_air._stage import AirStage, workload_hash
 from dagster_air._translator import DagsterAirTranslator
+from dagster_air._uc_images import build_unity_catalog_image_asset
 
 __all__ = [
     "DEFAULT_PARTITION_ENV",
@@ -28,5 +29,6 @@ __all__ = [
     "air_workload_asset",
     "build_air_assets",
     "build_image_registration_asset",
+    "build_unity_catalog_image_asset",
     "workload_hash",
 ]

@@ -1,10 +1,14 @@
 """``make demo``: the toy RL pipeline end to end on a local workspace.
 
-Starts a local workspace in a temporary folder, runs the two-stage RL pipeline
+Starts a local workspace in a temporary folder with two Distribution registry servers (a
+stand-in Docker Hub holding generated ``vllm/vllm-openai`` and ``pytorch/pytorch`` images,
+and the workspace's stand-in Artifact Registry), runs the two-stage RL pipeline
 (``examples/rl``: a policy server and a trainer on two nodes, then an evaluation gate)
 directly with the client, through Airflow (``dags/rl_pipeline.py`` with ``airflow dags
 test``) and through Dagster (the RL assets of ``examples/dagster``), then reads every run
-back from the workspace over its REST API and prints a summary. The orchestrators run in
+back from the workspace over its REST API and prints a summary. Each stage first copies the
+two images into Unity Catalog (``main.rl.*``), registry to registry, and trains on the
+copies: the workspace refuses a run whose images are not in its Artifact Registry. The orchestrators run in
 their own processes with throw-away homes, as a user would run them; this module imports
 neither.
 """
@@ -43,6 +47,11 @@ DAGSTER_MODULE = "air_examples.definitions"
 DAGSTER_ASSETS = ("air_images", "grpo", "evaluate")
 
 STAGES = ("client", "airflow", "dagster")
+# The images of grpo_two_containers.yaml: source on the stand-in Docker Hub -> artifact.
+RL_IMAGES = {
+    "vllm/vllm-openai:v0.8.5": "vllm:0.8.5",
+    "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime": None,
+}
 STAGE_TIMEOUT_SECONDS = 150.0
 LOG_TAIL_LINES = 3
 # Secrets the example workloads reference get this value: nothing real is needed on CPU.
@@ -163,6 +172,7 @@ class Demo:
         self.timeout = timeout
         self.simulate = simulate
         self.serve = serve
+        self.source_registry = self.artifact_registry = ""
 
     def run(self, stages: Sequence[str]) -> int:
         from air_runtime.local import start_local_workspace
@@ -173,10 +183,14 @@ class Demo:
         mode: dict[str, Any] = {}
         if self.simulate is not None:
             mode = {"mode": "simulate", "simulate": {"running_s": self.simulate}}
-        with start_local_workspace(data_dir=self.work_dir / "workspace", **mode) as workspace:
+        with (
+            start_local_workspace(data_dir=self.work_dir / "workspace", **mode) as workspace,
+            contextlib.ExitStack() as registries,
+        ):
             c.line(f"  serving the Databricks REST API at {workspace.host}")
             if self.simulate is not None:
                 c.line(f"  simulate mode: every run stays RUNNING for {self.simulate:g}s")
+            self._start_registries(workspace, registries)
             client = AirClient(workspace.host, workspace.token)
             try:
                 stored = store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
@@ -223,15 +237,66 @@ class Demo:
         )
         return 0 if ok else 1
 
+    def _start_registries(self, workspace: Any, stack: contextlib.ExitStack) -> None:
+        from air_runtime.local import (
+            registry_program,
+            start_artifact_registry,
+            start_registry_server,
+        )
+        from air_runtime.local._image_builder import push_generated_image
+
+        if registry_program() is None:
+            raise SystemExit(
+                "docker-registry (the Distribution registry server) is not installed: "
+                "`make services` installs it (apt-get install docker-registry)"
+            )
+        hub = stack.enter_context(start_registry_server(self.work_dir / "hub"))
+        artifact_registry = stack.enter_context(
+            start_artifact_registry(workspace, self.work_dir / "artifact-registry")
+        )
+        self.source_registry, self.artifact_registry = hub.host, artifact_registry.host
+        for seed, source in enumerate(RL_IMAGES):
+            repository, _, tag = source.partition(":")
+            push_generated_image(
+                hub.host,
+                repository,
+                tag,
+                platforms=("linux/amd64", "linux/arm64"),
+                seed=seed,
+                workdir=self.work_dir / "build",
+            )
+        self.console.line(
+            f"  stand-in Docker Hub at {hub.host} (holding {', '.join(RL_IMAGES)}), "
+            f"stand-in Artifact Registry at {artifact_registry.host}"
+        )
+
     # -- stages --------------------------------------------------------------------------
 
     def _run_with_client(self, client: AirClient) -> StageOutcome:
         self.console.heading("Python client: one multi-task run (train -> evaluate)")
         started = time.monotonic()
         # This run's own output folder, as the Airflow DAG and the Dagster assets do.
+        from air_runtime.images import push_image
+
         output = {"env_variables.RL_OUTPUT_DIR": str(self.work_dir / "rl_output")}
+        images: dict[str, str] = {}  # train on what was copied
+        for number, (source, artifact) in enumerate(RL_IMAGES.items()):
+            pushed = push_image(
+                client,
+                f"{self.source_registry}/{source}",
+                catalog="main",
+                schema="rl",
+                artifact=artifact,
+                registry_host=self.artifact_registry,
+                state_dir=self.work_dir / "uploads",
+            )
+            self.console.line(
+                f"  copied {source} to {pushed.unity_catalog_image} "
+                f"({pushed.copy.bytes_sent} bytes sent)"
+            )
+            images[f"containers[{number}].unity_catalog_image"] = pushed.unity_catalog_image
         stages = [
-            Stage("train", load_workload(TRAIN_YAML, output)),
+            Stage("train", load_workload(TRAIN_YAML, {**output, **images})),
             Stage("evaluate", load_workload(EVALUATE_YAML, output), depends_on=("train",)),
         ]
         submitted = client.submit_workload(stages, run_name="rl_pipeline_client")
@@ -251,6 +316,7 @@ class Demo:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env.update(
             AIRFLOW_HOME=str(home),
+            XDG_CACHE_HOME=str(self.work_dir / "cache"),
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
@@ -277,7 +343,13 @@ class Demo:
                     "test",
                     AIRFLOW_DAG_ID,
                     "--conf",
-                    json.dumps({"output_root": str(self.work_dir / "rl_output")}),
+                    json.dumps(
+                        {
+                            "output_root": str(self.work_dir / "rl_output"),
+                            "source_registry": self.source_registry,
+                            "artifact_registry_host": self.artifact_registry,
+                        }
+                    ),
                 ],
             ],
             env,
@@ -295,10 +367,14 @@ class Demo:
         # AIRO_HOST/AIRO_TOKEN select the local workspace in examples/dagster's resources.
         env.update(
             DAGSTER_HOME=str(home),
+            XDG_CACHE_HOME=str(self.work_dir / "cache"),
             AIRO_HOST=host,
             AIRO_TOKEN=token,
             HF_TOKEN=PLACEHOLDER_SECRET,
             RL_OUTPUT_ROOT=str(self.work_dir / "rl_output" / "dagster"),
+            # The example's image asset copies from these (see its rl_pipeline.py).
+            RL_SOURCE_REGISTRY=self.source_registry,
+            AIRO_ARTIFACT_REGISTRY=self.artifact_registry,
         )
         dagster = str(Path(sys.executable).with_name("dagster"))
         command = [

@@ -40,10 +40,20 @@ def _redis_answers() -> None:
     redis.Redis.from_url(f"{REDIS_URL}/0", socket_connect_timeout=3).ping()
 
 
+def _registry_installed() -> None:
+    if shutil.which("docker-registry") is None:
+        raise FileNotFoundError("docker-registry")
+
+
 POSTGRESQL = Service(
     "PostgreSQL at 127.0.0.1:5432", ("pg_ctlcluster", "pg_ctl", "postgres"), _postgres_answers
 )
 REDIS = Service("Redis at 127.0.0.1:6379", ("redis-server",), _redis_answers)
+# The Distribution registry server the image copy tests start per test (`.ci/services.sh`
+# installs it).
+DOCKER_REGISTRY = Service(
+    "the Distribution registry server", ("docker-registry",), _registry_installed
+)
 
 _seen: dict[Service, str | None] = {}
 

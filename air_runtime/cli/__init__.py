@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "air_runtime.cli._workload_cmds",  # validate, plan, schema
     "air_runtime.cli._workspace_cmd",  # workspace
     "air_runtime.cli._run_cmds",  # run, logs, cancel, images
+    "air_runtime.cli._images_push_cmd",  # images push (after _run_cmds: adds to `images`)
     "air_runtime.cli._inspect_cmds",  # pools, get, list
     "air_runtime.cli._secrets_cmd",  # secrets prune
 )

@@ -184,6 +184,9 @@ class AirClient(_BaseClient, SyncOperations):
     def whoami(self) -> Identity:
         return self._run(_identity.whoami(self._core))
 
+    def metastore_summary(self) -> dict[str, Any]:
+        return self._run(_identity.metastore_summary(self._core))
+
     def submit(self, plan: SubmissionPlan) -> SubmittedRun:
         return self._run(_submit.submit(self._core, plan))
 
@@ -485,6 +488,9 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
 
     async def whoami(self) -> Identity:
         return await self._run(_identity.whoami(self._core))
+
+    async def metastore_summary(self) -> dict[str, Any]:
+        return await self._run(_identity.metastore_summary(self._core))
 
     async def submit(self, plan: SubmissionPlan) -> SubmittedRun:
         return await self._run(_submit.submit(self._core, plan))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._errors import PlatformError
 from ._core import ClientCore, Flow, Identity
 
@@ -20,3 +22,13 @@ def whoami(core: ClientCore) -> Flow[Identity]:
         org_id=response.headers.get("X-Databricks-Org-Id"),
     )
     return core.identity
+
+
+METASTORE_SUMMARY = "/api/2.1/unity-catalog/metastore_summary"
+
+
+def metastore_summary(core: ClientCore) -> Flow[dict[str, Any]]:
+    """The workspace's Unity Catalog metastore (its ``region`` names the Artifact Registry
+    host: databricks/cli cmd/auth/docker/docker_profile.go resolveWorkspaceRegion)."""
+    body = yield from core.call("GET", METASTORE_SUMMARY)
+    return body if isinstance(body, dict) else {}

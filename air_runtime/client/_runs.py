@@ -381,7 +381,8 @@ def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | 
 @dataclass(frozen=True)
 class RunResult:
     """How a terminal run (or a one-stage view of it) ended: the failure with its full
-    message, or, on success, the ``get-output`` of its single task (MLflow ids); and the
+    message and the failed task's ``get-output`` (when read), or, on success, the ``get-output``
+    of its single task (MLflow ids either way); and the
     accelerator-hours of all its attempts."""
 
     failure: RunFailed | None = None
@@ -408,7 +409,8 @@ def run_result(core: ClientCore, state: RunState) -> Flow[RunResult]:
     try:
         yield from raise_for_failure(core, state)
     except RunFailed as failure:
-        return RunResult(failure=failure, gpu_hours=gpu_hours)
+        # The output read for the message: its MLflow ids fill the failed run's links too.
+        return RunResult(failure=failure, output=failure.output, gpu_hours=gpu_hours)
     task = state.tasks[0] if len(state.tasks) == 1 else None
     if task is None or task.run_id is None:
         return RunResult(gpu_hours=gpu_hours)
@@ -448,4 +450,5 @@ def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:
         run_id=state.run_id,
         result_state=state.result_state or state.life_cycle_state,
         run_page_url=state.run_page_url,
+        output=output,
     )

@@ -104,3 +104,20 @@ async def admin_simulate_set(request: Request) -> dict[str, Any]:
     state = workspace_state(request)
     state.options.simulate.update(await json_body(request))
     return dict(state.options.simulate)
+
+
+@router.get("/artifact-registry")
+async def admin_artifact_registry_get(request: Request) -> dict[str, Any]:
+    return {"host": workspace_state(request).options.artifact_registry_host}
+
+
+@router.put("/artifact-registry")
+async def admin_artifact_registry_set(request: Request) -> dict[str, Any]:
+    """Pair the workspace with an Artifact Registry started after it (its port is known
+    only then): submitted Unity Catalog images are checked there from now on."""
+    body = await json_body(request)
+    host = body.get("host")
+    if not isinstance(host, str):
+        raise invalid("host must be a string (host:port, or empty to stop checking)")
+    workspace_state(request).options.artifact_registry_host = host.strip()
+    return {"host": host.strip()}

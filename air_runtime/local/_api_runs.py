@@ -20,6 +20,7 @@ from air_runtime.local._request_params import (
     read_page_token,
 )
 from air_runtime.local._runs import run_json, task_json
+from air_runtime.local._uc_images import check_unity_catalog_images
 from air_runtime.local._validation import validate_submit
 from air_runtime.local._workspace_state import WorkspaceState, workspace_state
 
@@ -63,6 +64,7 @@ async def runs_submit(request: Request) -> dict[str, Any]:
     token = body.get("idempotency_token")
     token = token.strip() if isinstance(token, str) and token.strip() else None
     _check_runnable(state, body)
+    await check_unity_catalog_images(state, body)
     run_id, created = state.store.create_run(body, token, state.options.mode)
     state.counters.count_submit(token, created)
     if created:

@@ -14,6 +14,8 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_pools` | GPU pools (provisioned capacities) and their usage |
 | `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
+| `_api_unity_catalog` | the metastore summary (the region of the Artifact Registry host) |
+| `_registry_tokens` | the token service of the Artifact Registry stand-in |
 | `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
 
@@ -41,8 +43,10 @@ from air_runtime.local import (
     _api_pools,
     _api_runs,
     _api_secrets,
+    _api_unity_catalog,
     _api_usage_policies,
     _pages,
+    _registry_tokens,
 )
 from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
@@ -66,6 +70,7 @@ _API_ROUTERS = (
     _api_ai_training.router,
     _api_pools.router,
     _api_mlflow.router,
+    _api_unity_catalog.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
 # The run pages check their own credentials (a browser without a session is sent to the
@@ -75,6 +80,7 @@ _PUBLIC_ROUTERS = (
     _api_admin.public_router,
     _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
     _pages.router,
+    _registry_tokens.public_router,  # Basic oauthtoken:<workspace token> is the credential
 )
 
 

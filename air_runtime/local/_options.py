@@ -26,6 +26,12 @@ class WorkspaceOptions:
     user_name: str = DEFAULT_USER
     user_id: str = "4611686018427387904"
     workspace_id: str = "1234567890123456"
+    # The metastore's region (`GET /api/2.1/unity-catalog/metastore_summary`).
+    region: str = "us-west-2"
+    # The Artifact Registry this workspace pairs with (`host:port` of a registry whose token
+    # service is this workspace, see `_registry_tokens.py`). When set, a submitted run's
+    # Unity Catalog images must be there; empty: they are not checked.
+    artifact_registry_host: str = ""
     # endpoint key (or "*") -> fault settings, plus an optional "seed"; see _faults.py
     faults: dict[str, Any] = field(default_factory=dict)
     # default timeline of simulated runs; a run can override it with AIRO_SIMULATE

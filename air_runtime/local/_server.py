@@ -176,6 +176,10 @@ class AdminClient:
         result: dict[str, Any] = self._call("POST", "/usage-policies", body)
         return result
 
+    def set_artifact_registry(self, host: str) -> None:
+        """Pair the workspace with the Artifact Registry at ``host`` (``host:port``)."""
+        self._call("PUT", "/artifact-registry", {"host": host})
+
     def set_simulation(self, **timeline: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._call("PUT", "/simulate", timeline)
         return result

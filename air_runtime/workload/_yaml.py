@@ -41,7 +41,20 @@ Mark = tuple[int, int]
 
 # libyaml's parser when present: the pure-Python one takes seconds on a 1 MiB document.
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_RESOLVER = yaml.resolver.Resolver()
+
+
+class _Resolver(yaml.resolver.Resolver):
+    """PyYAML's YAML 1.1 resolver, plus the exponent floats without a point (``1e-05``,
+    ``5e+08``) that go-yaml v3 reads as floats and writes for large and small values, so a
+    re-encoded training_config.yaml reads back as the CLI reads it."""
+
+
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+_RESOLVER = _Resolver()
 
 
 def _resolve_plain(value: str) -> str:

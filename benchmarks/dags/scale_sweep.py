@@ -1,9 +1,12 @@
-"""The two DAGs of the deployment benchmark (P7): one sweep of mapped deferrable tasks each.
+"""The DAGs of the deployment benchmark (P7): one sweep of N deferrable tasks each.
 
 ``air_sweep`` maps ``AirRunOperator`` over N trials, each a run that the local workspace (in
 simulate mode) holds for its own ``AIRO_SIMULATE`` running time; ``floor_sweep`` maps
 Airflow's own deferrable ``WaitSensor`` over the same durations, so its wall time is what the
-deployment needs for the same waiting with no remote runs at all.
+deployment needs for the same waiting with no remote runs at all; ``zero_worker_sweep`` is
+the same waiting with no worker at all: N ``DateTimeSensorAsync`` tasks that start and end in
+the triggerer (``start_from_trigger``, ``end_from_trigger``; not mapped: a mapped task's
+trigger kwargs are not templated), each waiting its duration from when it starts.
 
 N and the durations come from the environment of the deployment (AIRO_BENCH_SWEEP_N,
 AIRO_BENCH_SWEEP_SECONDS: comma-separated, used in turn).
@@ -15,6 +18,7 @@ import os
 from datetime import timedelta
 
 import pendulum
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.providers.standard.sensors.time_delta import WaitSensor
 from airflow.sdk import DAG
 from airflow_air.operators import AirRunOperator
@@ -60,3 +64,15 @@ with _dag("floor_sweep"):
     WaitSensor.partial(task_id="trial", deferrable=True).expand(
         time_to_wait=[timedelta(seconds=s) for s in DURATIONS]
     )
+
+with _dag("zero_worker_sweep"):
+    for i, seconds in enumerate(DURATIONS):
+        DateTimeSensorAsync(
+            task_id=f"trial_{i:04d}",
+            # Rendered when the trigger is created, i.e. when the task starts.
+            target_time="{{ (macros.datetime.utcnow() + macros.timedelta(seconds="
+            + f"{seconds:g}"
+            + ")).isoformat() }}",
+            start_from_trigger=True,
+            end_from_trigger=True,
+        )

@@ -70,6 +70,20 @@ class AirImageRegistration:
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
             task.redactor().include(client.redactor)
+            if task.catalog is not None and task.schema is not None:
+                from airflow_air._unity_catalog_images import push_to_unity_catalog
+
+                return push_to_unity_catalog(
+                    task,
+                    self.context,
+                    client,
+                    source=task.image,
+                    catalog=task.catalog,
+                    schema=task.schema,
+                    artifact=task.artifact,
+                    registry_host=task.registry_host,
+                    credential=self._connection_credential(),
+                )
             try:
                 image = normalize_docker_ref(task.image)
             except ValueError as exc:

@@ -9,7 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from air_runtime import AirClient, RunState
+    from air_runtime import AirClient, AsyncAirClient, RunOutcome, RunState
     from airflow_air._task_run import TaskLog
 
 
@@ -92,6 +92,35 @@ class LogStreamer:
         self._thread.join(timeout=30)
 
 
+class _BoundedLogCopy:
+    """Writes whole node records into a log until ``max_lines`` would be passed, then one
+    line that says where the rest is."""
+
+    def __init__(self, log: TaskLog, run_id: int, task_key: str | None, max_lines: int) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.task_key = task_key
+        self.max_lines = max_lines
+        self.written = 0
+
+    def add(self, record: Any) -> bool:
+        """Log ``record``; False once the budget is spent (stop reading)."""
+        lines = record.body.count("\n") + 1
+        if self.written + lines > self.max_lines:
+            where = f" --task {self.task_key}" if self.task_key else ""
+            self.log.info(
+                "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
+                "with `airo logs %s%s`",
+                self.written,
+                self.run_id,
+                where,
+            )
+            return False
+        _log_record(self.log, record)
+        self.written += lines
+        return True
+
+
 def copy_run_logs(
     client: AirClient,
     run_id: int,
@@ -103,21 +132,39 @@ def copy_run_logs(
     """Every node's lines of an ended run (or stage), every attempt, into the task log at
     once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
     ``max_lines`` lines; the rest are left to ``airo logs``."""
-    written = 0
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
     try:
         for record in client.iter_run_logs(run_id, task_key=task_key):
-            lines = record.body.count("\n") + 1
-            if written + lines > max_lines:
-                where = f" --task {task_key}" if task_key else ""
-                log.info(
-                    "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
-                    "with `airo logs %s%s`",
-                    written,
-                    run_id,
-                    where,
-                )
+            if not copy.add(record):
                 return
-            _log_record(log, record)
-            written += lines
     except Exception as exc:  # logs are a convenience: never fail the task for them
         log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+async def acopy_run_logs(
+    client: AsyncAirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    max_lines: int,
+) -> None:
+    """``copy_run_logs`` from a trigger's event loop (a run finished in the triggerer)."""
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    try:
+        async for record in client.iter_run_logs(run_id, task_key=task_key):
+            if not copy.add(record):
+                return
+    except Exception as exc:  # logs are a convenience: never fail the task for them
+        log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+def success_text(outcome: RunOutcome) -> str:
+    """The task log's line for a run (stage) that succeeded."""
+    used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
+    if outcome.task_key:  # the other stages of the run may still be going
+        return (
+            f"Stage {outcome.task_key} of run {outcome.run_id} succeeded{used}: "
+            f"{outcome.run_page_url}"
+        )
+    return f"Run {outcome.run_id} succeeded{used}: {outcome.run_page_url}"

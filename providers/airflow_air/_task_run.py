@@ -41,19 +41,16 @@ from airflow_air.hooks import (
     completed_log_lines,
     default_poll_interval,
     default_secret_scope,
+    defer_timeout_grace,
     first_poll_delay,
 )
-from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page
+from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page, return_value
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
     from air_runtime import AirClient, Redactor, RunState, Stage, Workload
     from airflow_air.operators import AirRunOperator
-
-# Extra time the triggerer gets past the operator's own deadline before Airflow gives up on
-# the trigger; the trigger cancels the run at the deadline itself.
-DEFER_GRACE = timedelta(minutes=5)
 
 
 class TaskLog(Protocol):
@@ -93,9 +90,12 @@ def first_poll_at() -> float:
 
 
 def defer_timeout(deadline: float | None) -> timedelta | None:
+    """The deferral's timeout: the task's deadline plus ``[air] defer_timeout_grace``, the
+    extra time the triggerer gets before Airflow gives up on the trigger (the trigger
+    cancels the run at the deadline itself; past the grace ``resume_execution`` does)."""
     if deadline is None:
         return None
-    return timedelta(seconds=max(deadline - time.time(), 0)) + DEFER_GRACE
+    return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
 
 
 def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
@@ -148,21 +148,6 @@ def try_redactor(
             redactor.ignored,
         )
     return redactor
-
-
-def return_value(outcome: RunOutcome) -> dict[str, Any]:
-    """The operator's return value (XCom ``return_value``)."""
-    out: dict[str, Any] = {
-        "run_id": outcome.run_id,
-        "run_page_url": outcome.run_page_url,
-        "result_state": outcome.result_state,
-        "mlflow_experiment_id": outcome.mlflow_experiment_id,
-        "mlflow_run_id": outcome.mlflow_run_id,
-        "gpu_hours": outcome.gpu_hours,
-    }
-    if outcome.task_key:
-        out["task_key"] = outcome.task_key
-    return out
 
 
 class TaskRun:
@@ -270,6 +255,29 @@ class AirTaskRun(TaskRun):
                 self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
         return self._complete(outcome)
 
+    def cancel_deferred(self, why: str) -> None:
+        """Airflow ended this try's deferral without an event (``__fail__``: the trigger
+        timed out or crashed): cancel the run it deferred on, unless it has ended."""
+        from airflow_air.links import RUN_ID_KEY
+
+        try:  # pushed by this task instance right after the submit (a stage's too)
+            pulled = self.context["ti"].xcom_pull(task_ids=self.task.task_id, key=RUN_ID_KEY)
+            run_id = int(pulled) if pulled is not None else None
+        except Exception as exc:
+            self.task.log.warning("Could not find the run to cancel: %s", exc)
+            return
+        if run_id is None:
+            return
+        try:
+            with AirHook(self.task.databricks_conn_id).get_client() as client:
+                if client.get_run(run_id).is_terminal:
+                    return
+                submission = self.submission or self.open_submission()
+                submission.attach(run_id).cancel(client)
+            self.task.log.warning("Cancelled run %s: the deferral ended with %s", run_id, why)
+        except Exception as exc:
+            self.task.log.warning("Could not cancel run %s: %s", run_id, self.redact(str(exc)))
+
     # --- 1. the run -------------------------------------------------------------------------
 
     def _open(self, client: AirClient) -> None:
@@ -353,6 +361,18 @@ class AirTaskRun(TaskRun):
 
         task = self.task
         deadline = try_deadline(task, self.context)
+        # A success may end the task in the triggerer (one worker run instead of two),
+        # which then deletes the submission's keys itself (``Submission.afinish``).
+        submission: dict[str, Any] | None = None
+        why_worker = task.worker_finish_reason(self.stage)
+        if why_worker is not None:
+            self.log.info("A success resumes in a worker: %s", why_worker)
+        elif task.secret_env:
+            own = self.submission or self.open_submission()
+            scope = secret_scope_of(task)
+            if scope not in own.scopes:  # a reattached try wrote nothing itself
+                own.scopes.append(scope)
+            submission = own.attach(record.run_id, record.run_page_url).to_json()
         task.defer(
             trigger=AirRunTrigger(
                 record.run_id,
@@ -365,6 +385,10 @@ class AirTaskRun(TaskRun):
                 first_poll_at=first_poll_at(),
                 # References only: the triggerer looks the values up itself to redact them.
                 secret_env=redaction_references(task) or None,
+                finish_in_triggerer=why_worker is None,
+                push_return_value=bool(task.do_xcom_push),
+                submission=submission,
+                stream_logs=task.stream_logs,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -409,17 +433,9 @@ class AirTaskRun(TaskRun):
         if task.secret_env and outcome.status in ("success", "failed"):
             self._finish(outcome, client, state)
         if outcome.status == "success":
-            used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
-            if outcome.task_key:  # the other stages of the run may still be going
-                task.log.info(
-                    "Stage %s of run %s succeeded%s: %s",
-                    outcome.task_key,
-                    outcome.run_id,
-                    used,
-                    outcome.run_page_url,
-                )
-            else:
-                task.log.info("Run %s succeeded%s: %s", outcome.run_id, used, outcome.run_page_url)
+            from airflow_air._logs import success_text
+
+            task.log.info("%s", success_text(outcome))
             return return_value(outcome)
         if outcome.status == "failed":
             raise AirRunFailedError(

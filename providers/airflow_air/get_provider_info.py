@@ -64,6 +64,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "10",
                         "default": None,
                     },
+                    "defer_timeout_grace": {
+                        "description": "Seconds a deferred operator's trigger gets past the "
+                        "task's execution_timeout before Airflow times the deferral out (the "
+                        "triggerer was down or overloaded). The trigger cancels the run at the "
+                        "deadline itself; when Airflow's timeout fires instead, the task "
+                        "resumes only to cancel the run and fail.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "60",
+                        "default": "300",
+                    },
                     "workspace_request_budget": {
                         "description": "Upper bound of status requests per second that one "
                         "triggerer or worker process sends to one workspace, shared by all runs "

@@ -71,6 +71,11 @@ def first_poll_delay() -> float:
     return config_float("trigger_first_poll_delay", 2 * heartbeat)
 
 
+def defer_timeout_grace() -> float:
+    """Seconds past a task's ``execution_timeout`` before Airflow times its trigger out."""
+    return config_float("defer_timeout_grace", 300.0)
+
+
 def request_budget() -> float:
     return config_float("workspace_request_budget", 10.0)
 

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
+    from air_runtime import RunOutcome
+
 RUN_ID_KEY = "run_id"
 RUN_PAGE_URL_KEY = "run_page_url"
 MLFLOW_URL_KEY = "mlflow_run_url"
@@ -97,3 +99,39 @@ def push_mlflow_link(context: Any, url: str | None) -> None:
     ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
     ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
     remember_url(context["task"], MLFLOW_URL_KEY, url)
+
+
+def return_value(outcome: RunOutcome) -> dict[str, Any]:
+    """The operator's return value (XCom ``return_value``)."""
+    out: dict[str, Any] = {
+        "run_id": outcome.run_id,
+        "run_page_url": outcome.run_page_url,
+        "result_state": outcome.result_state,
+        "mlflow_experiment_id": outcome.mlflow_experiment_id,
+        "mlflow_run_id": outcome.mlflow_run_id,
+        "gpu_hours": outcome.gpu_hours,
+    }
+    if outcome.task_key:
+        out["task_key"] = outcome.task_key
+    return out
+
+
+def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dict[str, Any]:
+    """Every XCom a successful try leaves, for a trigger that ends the task itself
+    (``airflow_air.triggers``): what ``push_run_xcoms``, ``push_mlflow_link``, the GPU-hours
+    push and the return value leave when the task ends in a worker."""
+    from airflow.sdk.bases.xcom import BaseXCom
+
+    xcoms: dict[str, Any] = {
+        RUN_ID_KEY: outcome.run_id,
+        RUN_PAGE_URL_KEY: outcome.run_page_url,
+        AirRunLink().xcom_key: outcome.run_page_url,
+        MLFLOW_URL_KEY: outcome.mlflow_run_url or "",
+    }
+    if outcome.mlflow_run_url:
+        xcoms[AirMlflowRunLink().xcom_key] = outcome.mlflow_run_url
+    if outcome.gpu_hours is not None:
+        xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
+    if push_return_value:
+        xcoms[BaseXCom.XCOM_RETURN_KEY] = return_value(outcome)
+    return xcoms

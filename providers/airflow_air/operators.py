@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
+_DEFAULT_XCOM_BACKEND = "airflow.sdk.execution_time.xcom.BaseXCom"
+# Airflow's next_method for a deferral that ended without an event (trigger timeout or crash).
+_TRIGGER_FAIL = "__fail__"
 
 
 def _default_deferrable() -> bool:
@@ -54,6 +57,11 @@ class AirRunOperator(BaseOperator):
         ``[<task> node N attempt A]``) into the task log: streamed while waiting in the
         worker; when the run (stage) ends, for a try that waited in the triggerer (at most
         ``[air] completed_log_lines``).
+    :param finish_in_triggerer: when deferred, let the trigger end the task once the run
+        succeeds (one worker run per task instead of two; the same XComs, links and log
+        lines). Failures always resume in a worker. Kept in the worker when the task has
+        ``outlets``, an ``on_success_callback``, ``multiple_outputs``, or the deployment has
+        listeners or a custom XCom backend (``worker_finish_reason``).
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -87,6 +95,7 @@ class AirRunOperator(BaseOperator):
         cancel_on_kill: bool = True,
         wait_for_termination: bool = True,
         stream_logs: bool = True,
+        finish_in_triggerer: bool = True,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -109,6 +118,7 @@ class AirRunOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.wait_for_termination = wait_for_termination
         self.stream_logs = stream_logs
+        self.finish_in_triggerer = finish_in_triggerer
         self.databricks_conn_id = databricks_conn_id
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None
@@ -222,6 +232,55 @@ class AirRunOperator(BaseOperator):
 
         return AirTaskRun(self, context).execute()
 
+    def resume_execution(
+        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
+    ) -> Any:
+        """Airflow resumes a deferred task with ``__fail__`` when its trigger timed out
+        (the triggerer was down or overloaded past the deferral's timeout) or crashed; then
+        neither ``execute_complete`` nor any ``on_kill`` runs, and the run would keep its GPUs.
+        So the run this try deferred on is cancelled here before the task fails."""
+        if next_method == _TRIGGER_FAIL and self.cancel_on_kill:
+            self._cancel_deferred_run(context, next_kwargs or {})
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _cancel_deferred_run(self, context: Context, next_kwargs: Mapping[str, Any]) -> None:
+        from airflow_air._task_run import AirTaskRun
+
+        AirTaskRun(self, context).cancel_deferred(next_kwargs.get("error") or "the trigger failed")
+
+    def worker_finish_reason(self, task_key: str | None = None) -> str | None:
+        """Why a deferred success of this task must resume in a worker (None: the trigger
+        may end the task itself, ``TaskSuccessEvent``). A task ended by its trigger never
+        runs worker code again, so whatever users attached to that code keeps the worker:
+
+        - ``finish_in_triggerer=False``;
+        - a workflow stage (its secret keys go only once the whole run has ended);
+        - ``outlets`` (asset events are emitted by the worker that ends the task);
+        - ``on_success_callback`` (it would run in the DAG processor, not the worker);
+        - listeners (OpenLineage, plugins): ``on_task_instance_success`` runs in the worker;
+        - a custom XCom backend: the triggerer writes XComs to the metadata database;
+        - ``multiple_outputs``: the worker splits the return value into keys.
+        """
+        if not self.finish_in_triggerer:
+            return "finish_in_triggerer=False"
+        if task_key is not None:
+            return "a workflow stage"
+        if self.outlets:
+            return "the task has outlets"
+        if self.on_success_callback:
+            return "the task has an on_success_callback"
+        if getattr(self, "multiple_outputs", False):
+            return "multiple_outputs=True"
+        from airflow.sdk import conf
+        from airflow.sdk.listener import get_listener_manager
+
+        if get_listener_manager().has_listeners:
+            return "listeners are registered (OpenLineage or a plugin)"
+        backend = conf.get("core", "xcom_backend", fallback=_DEFAULT_XCOM_BACKEND)
+        if backend not in (_DEFAULT_XCOM_BACKEND, "airflow.sdk.bases.xcom.BaseXCom"):
+            return f"a custom XCom backend ({backend})"
+        return None
+
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
         from airflow_air._task_run import AirTaskRun
 
@@ -267,7 +326,17 @@ class AirRunOperator(BaseOperator):
 
 
 class AirRegisterImageOperator(BaseOperator):
-    """Registers a Docker Hub image for AI Runtime workloads and waits until it is AVAILABLE.
+    """Registers a Docker Hub image for AI Runtime workloads and waits until it is AVAILABLE,
+    or, with ``catalog`` and ``schema``, copies an image into Unity Catalog.
+
+    Unity Catalog target (today's platform; ``databricks air images push``): ``image`` is the
+    source (Docker Hub by default, any registry; its login from ``docker_conn_id`` or the
+    worker's ``~/.docker/config.json``), copied registry to registry, without Docker, to the
+    workspace's Artifact Registry as ``<catalog>.<schema>.<artifact>``. Returns that
+    ``unity_catalog_image`` reference (XCom ``digest``: the manifest digest), to template
+    into a downstream ``AirRunOperator``, e.g.
+    ``overrides={"environment.unity_catalog_image": "{{ ti.xcom_pull('copy_image') }}"}``
+    or ``{"containers[0].unity_catalog_image": ...}``.
 
     Idempotent: an image already AVAILABLE is not registered again unless ``refresh=True``
     (a re-pushed tag), and a registration in progress is waited on, not restarted.
@@ -280,12 +349,24 @@ class AirRegisterImageOperator(BaseOperator):
     :param refresh: register again even when AVAILABLE.
     :param timeout: seconds to wait for AVAILABLE.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param catalog: Unity Catalog target: the catalog...
+    :param schema: ...the schema...
+    :param artifact: ...and ``NAME[:TAG]`` (default: the source's name and tag).
+    :param registry_host: the Artifact Registry host (default: derived from the workspace).
 
-    Returns the image's manifest digest, ``sha256:<hex>`` (pin it as ``image@<digest>``), or
+    Docker Hub mode returns the image's manifest digest, ``sha256:<hex>`` (pin it as ``image@<digest>``), or
     None when the platform reports none; XCom ``image`` holds the image's normal form.
     """
 
-    template_fields: Sequence[str] = ("image", "credentials_scope", "credentials_key")
+    template_fields: Sequence[str] = (
+        "image",
+        "credentials_scope",
+        "credentials_key",
+        "catalog",
+        "schema",
+        "artifact",
+        "registry_host",
+    )
     ui_color = "#e8f0ff"
 
     def __init__(
@@ -300,10 +381,22 @@ class AirRegisterImageOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
+        catalog: str | None = None,
+        schema: str | None = None,
+        artifact: str | None = None,
+        registry_host: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if (catalog is None) != (schema is None):
+            from airflow_air.exceptions import AirConfigurationError
+
+            raise AirConfigurationError("catalog and schema go together (the Unity Catalog target)")
         self.image = image
+        self.catalog = catalog
+        self.schema = schema
+        self.artifact = artifact
+        self.registry_host = registry_host
         self.docker_conn_id = docker_conn_id
         self.credentials_scope = credentials_scope
         self.credentials_key = credentials_key

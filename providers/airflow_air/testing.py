@@ -15,6 +15,13 @@ rendered the way the task renders them (the workload file found through the Dag 
 core's sample context for the run's values (``air_runtime.sample_template_context``: ``ds``,
 ``run_id``...; other names render as ``sample``), then validated by the core as at run time.
 Dag import errors are reported too. Nothing talks to a workspace.
+
+Mapped tasks (``AirRunOperator.partial(...).expand(...)`` / ``.expand_kwargs(...)``) are
+checked once per expanded value, as Airflow expands them (``dag_id.task_id[<map index>]``):
+every element of a literal list, every item of a literal dict, the product of several
+expanded arguments. Values that come from an upstream task's XCom are only known at run
+time: such a task is reported as a note (and its ``partial()`` workload is checked when it
+is complete without them), and the task checks its workload when it runs.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,39 +79,131 @@ def render_sample(task: AirRunOperator, context: Mapping[str, Any] | None = None
     return task.load_workload(rendered["workload"], rendered["overrides"])
 
 
+@dataclass
+class DagWorkloadReport:
+    """What ``check_dag_workloads`` found: the valid workloads (by ``dag_id.task_id``, with
+    ``[map index]`` for a mapped task), the problems, and notes on what only runs can check."""
+
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def _air_task_kind(task: Any) -> str | None:
+    """``"task"`` for an AirRunOperator, ``"mapped"`` for a mapped one, else None."""
+    from airflow_air.operators import AirRunOperator
+
+    if isinstance(task, AirRunOperator):
+        return "task"
+    operator_class = getattr(task, "operator_class", None)
+    if isinstance(operator_class, type) and issubclass(operator_class, AirRunOperator):
+        return "mapped"
+    return None
+
+
+def _expanded_operators(task: Any) -> tuple[list[tuple[int, Any]], list[str]]:
+    """The operators a mapped task expands into at parse time, with their map indexes, and
+    the names of the expanded arguments that come from XCom (then no operator)."""
+    from types import SimpleNamespace
+
+    expand_input = task._get_specified_expand_input()
+    value = expand_input.value
+    items = value.items() if isinstance(value, dict) else [("expand_kwargs", value)]
+    from_xcom = [name for name, arg in items if hasattr(arg, "resolve")]
+    if not from_xcom and not isinstance(value, dict):  # expand_kwargs([...]) of literals
+        from_xcom = [f"expand_kwargs[{i}]" for i, v in enumerate(value) if hasattr(v, "resolve")]
+    if from_xcom:
+        return [], from_xcom
+    import math
+
+    # Airflow's count: the product of the lengths of expand()'s arguments, or the length of
+    # expand_kwargs()'s list.
+    count = math.prod(len(v) for v in value.values()) if isinstance(value, dict) else len(value)
+    operators = []
+    for map_index in range(count):
+        resolved, _ = expand_input.resolve({"ti": SimpleNamespace(map_index=map_index)})
+        operators.append((map_index, task.unmap(resolved)))
+    return operators, []
+
+
+def _check(task: Any, where: str, context: Mapping[str, Any] | None, report: Any) -> None:
+    from air_runtime import AirError
+    from airflow_air.exceptions import AirConfigurationError
+
+    try:
+        report.workloads[where] = render_sample(task, context)
+    except (AirError, AirConfigurationError) as exc:
+        report.problems[where] = str(exc)
+    except Exception as exc:  # a template that fails with the sample values
+        report.problems[where] = f"cannot render the workload: {type(exc).__name__}: {exc}"
+
+
+def _check_mapped(
+    task: Any, where: str, context: Mapping[str, Any] | None, report: DagWorkloadReport
+) -> None:
+    try:
+        operators, from_xcom = _expanded_operators(task)
+    except Exception as exc:  # Airflow would fail to expand it the same way
+        report.problems[where] = f"cannot expand the mapped task: {type(exc).__name__}: {exc}"
+        return
+    if from_xcom:
+        names = ", ".join(from_xcom)
+        note = f"expanded from XCom at run time ({names}): each value is checked when its task runs"
+        partial = dict(task.partial_kwargs)
+        if "workload" in partial and "workload" not in from_xcom:
+            try:
+                base = task.unmap({})
+            except Exception:
+                base = None
+            if base is not None:
+                if "overrides" in from_xcom:
+                    base.overrides = None
+                _check(base, where, context, report)
+                if where in report.workloads:
+                    note += "; the partial() workload without them is valid"
+        report.notes[where] = note
+        return
+    if not operators:
+        report.notes[where] = "expands to no task instances"
+    for map_index, operator in operators:
+        _check(operator, f"{where}[{map_index}]", context, report)
+
+
+def check_dag_workloads(
+    dag_folder: str | os.PathLike[str], *, context: Mapping[str, Any] | None = None
+) -> DagWorkloadReport:
+    """Validate the workload of every ``AirRunOperator`` in the Dag files of ``dag_folder``,
+    mapped ones once per expanded value; see ``validate_dag_workloads``."""
+    bag = _dag_bag(os.fspath(dag_folder))
+    report = DagWorkloadReport()
+    for path, error in bag.import_errors.items():
+        report.problems[str(path)] = str(error).strip().splitlines()[-1]
+    for dag_id in sorted(bag.dags):
+        for task in bag.dags[dag_id].tasks:
+            kind = _air_task_kind(task)
+            where = f"{dag_id}.{task.task_id}"
+            if kind == "task":
+                _check(task, where, context, report)
+            elif kind == "mapped":
+                _check_mapped(task, where, context, report)
+    return report
+
+
 def validate_dag_workloads(
     dag_folder: str | os.PathLike[str], *, context: Mapping[str, Any] | None = None
 ) -> dict[str, Workload]:
     """Validate the workload of every ``AirRunOperator`` in the Dag files of ``dag_folder``.
 
-    Returns the validated workloads by ``dag_id.task_id``; raises ``DagWorkloadError``
-    listing every Dag file that does not import and every invalid workload (the file it
-    came from, and the override key for a value an override set). ``context`` adds names to
-    the sample context (``{"params": {"gpus": 16}}``).
+    Returns the validated workloads by ``dag_id.task_id`` (``dag_id.task_id[i]`` for each
+    expanded value of a mapped task); raises ``DagWorkloadError`` listing every Dag file that
+    does not import and every invalid workload (the file it came from, and the override key
+    for a value an override set). ``context`` adds names to the sample context
+    (``{"params": {"gpus": 16}}``).
     """
-    from air_runtime import AirError
-    from airflow_air.exceptions import AirConfigurationError
-    from airflow_air.operators import AirRunOperator
-
-    bag = _dag_bag(os.fspath(dag_folder))
-    problems: dict[str, str] = {
-        str(path): str(error).strip().splitlines()[-1] for path, error in bag.import_errors.items()
-    }
-    workloads: dict[str, Workload] = {}
-    for dag_id in sorted(bag.dags):
-        for task in bag.dags[dag_id].tasks:
-            if not isinstance(task, AirRunOperator):
-                continue
-            where = f"{dag_id}.{task.task_id}"
-            try:
-                workloads[where] = render_sample(task, context)
-            except (AirError, AirConfigurationError) as exc:
-                problems[where] = str(exc)
-            except Exception as exc:  # a template that fails with the sample values
-                problems[where] = f"cannot render the workload: {type(exc).__name__}: {exc}"
-    if problems:
-        raise DagWorkloadError(problems)
-    return workloads
+    report = check_dag_workloads(dag_folder, context=context)
+    if report.problems:
+        raise DagWorkloadError(report.problems)
+    return report.workloads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,14 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("dag_folder")
     args = parser.parse_args(argv)
-    try:
-        workloads = validate_dag_workloads(args.dag_folder)
-    except DagWorkloadError as exc:
-        print(exc, file=sys.stderr)
+    report = check_dag_workloads(args.dag_folder)
+    for where, note in report.notes.items():
+        print(f"{where}: note: {note}")
+    if report.problems:
+        print(DagWorkloadError(report.problems), file=sys.stderr)
         return 1
-    for where in workloads:
+    for where in report.workloads:
         print(f"{where}: OK")
-    if not workloads:
+    if not report.workloads and not report.notes:
         print(f"{args.dag_folder}: no AirRunOperator tasks found")
     return 0
 

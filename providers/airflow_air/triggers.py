@@ -11,22 +11,34 @@ only cancels the coroutine (and calls ``cleanup()``). So the remote run is cance
 ``on_kill()`` (when ``cancel_on_kill``) and in the trigger's own deadline handling
 (``execution_timeout``), never in ``cleanup()``: a restarted triggerer picks the wait up again.
 
-First poll. Airflow 3.3 can fail a deferred task whose trigger fires within moments of the
-deferral: the executor's "success" for the try that just deferred is only read on a later
+Finishing in the triggerer. When the operator allows it (``finish_in_triggerer``, see
+``AirRunOperator``), a run that succeeded ends the task here: the trigger copies the nodes'
+log lines into its own log (the task log shows the trigger's lines), deletes the submission's
+secret keys and yields ``TaskSuccessEvent`` with every XCom the worker would have pushed, so
+the task takes one worker run instead of two. A run that failed, timed out or could not be
+read resumes in a worker as before (the rich failure message, retry rules and fail-fast
+errors live there). ``dag.test()`` and ``airflow dags test`` turn a ``TaskSuccessEvent`` into
+its bare state, so under their in-process runner the trigger always resumes the task (at once:
+they run the trigger inline, with no scheduler to race with).
+
+Resuming too early. Airflow 3.3 can fail a deferred task whose trigger fires within moments of
+the deferral: the executor's "success" for the try that just deferred is only read on a later
 scheduler loop, and when the trigger has already moved the task back to queued or running by
-then, the scheduler takes it for a task killed from outside (apache/airflow#71580, #72716; the
-"scheduled" case was fixed by #66431). The operators therefore look at the run before deferring
-(a run that has already ended is finished in the worker, no deferral), and pass
-``first_poll_at``: the triggers do not ask the workspace before that time, by which the
-scheduler has processed the deferral's exit. The worker's supervisor notices that exit only
-when it next wakes (up to ``[workers] min_heartbeat_interval`` later), so the default delay is
-twice that interval. After a triggerer restart the time has passed and the trigger polls at
-once.
+then, the scheduler takes it for a task killed from outside (apache/airflow#72716, #71580; the
+"scheduled" case was fixed by #66431, the "running" one is apache/airflow#72767, not released).
+A task the trigger ends itself is already ``success`` when that event is read, which the
+scheduler accepts, so a success is yielded as soon as it is seen. An event that resumes the
+task waits until ``first_poll_at``, by which the scheduler has processed the deferral's exit:
+the worker's supervisor notices that exit only when it next wakes (up to ``[workers]
+min_heartbeat_interval`` later), so the default delay is twice that interval. The operators
+also look at the run before deferring (a run that has already ended is finished in the worker,
+no deferral). After a triggerer restart the time has passed.
 
 Logs. The triggers do not follow the nodes' logs: thousands of deferred tasks would each poll
 every node of their runs, where the shared watcher sends a few coalesced status requests for
-all of them. The operator copies every node's lines (labelled with task, node and attempt)
-into the task log when it resumes (``AirRunOperator.execute_complete``).
+all of them. A run's lines (labelled with task, node and attempt, at most ``[air]
+completed_log_lines``) are copied once it has ended: by the trigger when it finishes the task,
+else by the operator when it resumes (``AirRunOperator.execute_complete``).
 
 Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
 finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
@@ -59,6 +71,18 @@ if TYPE_CHECKING:
 _ON_KILL_TIMEOUT_S = 20.0
 
 
+def _under_in_process_runner() -> bool:
+    """Whether this trigger runs under ``dag.test()`` / ``airflow dags test``: their
+    in-process supervisor resumes the task with a ``TaskSuccessEvent``'s bare state and
+    drops its XComs, so the trigger must not end the task there."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+    except ImportError:  # pragma: no cover - every supported Airflow has both
+        return False
+    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
+
+
 async def _sleep_until(first_poll_at: float | None, deadline: float | None) -> None:
     """Wait until ``first_poll_at`` (wall clock), never past ``deadline``."""
     if first_poll_at is None:
@@ -89,6 +113,13 @@ class AirRunTrigger(BaseTrigger):
         module docstring); None polls at once.
     :param secret_env: the task's ``secret_env`` references (``conn:...``, ``var:...``),
         looked up in the triggerer to redact their values from the event and the logs.
+    :param finish_in_triggerer: end the task here when the run succeeds (``TaskSuccessEvent``)
+        instead of resuming it in a worker; set by the operator (see the module docstring).
+    :param push_return_value: with ``finish_in_triggerer``, also leave the return value
+        (the operator's ``do_xcom_push``).
+    :param submission: with ``finish_in_triggerer``, the task's ``air_runtime.Submission``
+        (``to_json``) whose secret keys are deleted once the run has succeeded.
+    :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
     """
 
     def __init__(
@@ -103,6 +134,10 @@ class AirRunTrigger(BaseTrigger):
         task_key: str | None = None,
         first_poll_at: float | None = None,
         secret_env: dict[str, str] | None = None,
+        finish_in_triggerer: bool = False,
+        push_return_value: bool = True,
+        submission: dict[str, Any] | None = None,
+        stream_logs: bool = True,
     ) -> None:
         super().__init__()
         self.run_id = int(run_id)
@@ -114,6 +149,10 @@ class AirRunTrigger(BaseTrigger):
         self.task_key = task_key
         self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
         self.secret_env = dict(secret_env) if secret_env else None
+        self.finish_in_triggerer = bool(finish_in_triggerer)
+        self.push_return_value = bool(push_return_value)
+        self.submission = dict(submission) if submission else None
+        self.stream_logs = bool(stream_logs)
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
 
@@ -130,6 +169,10 @@ class AirRunTrigger(BaseTrigger):
                 "task_key": self.task_key,
                 "first_poll_at": self.first_poll_at,
                 "secret_env": self.secret_env,
+                "finish_in_triggerer": self.finish_in_triggerer,
+                "push_return_value": self.push_return_value,
+                "submission": self.submission,
+                "stream_logs": self.stream_logs,
             },
         )
 
@@ -148,8 +191,13 @@ class AirRunTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from air_runtime import AirError, RunOutcome, RunTimeout
 
+        # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
+        # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
+        inline = _under_in_process_runner()
+        finish_here = self.finish_in_triggerer and self.task_key is None and not inline
         try:
-            await _sleep_until(self.first_poll_at, self.deadline)
+            if not finish_here and not inline:
+                await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)
             state = await watcher.wait(
@@ -159,6 +207,11 @@ class AirRunTrigger(BaseTrigger):
                 task_key=self.task_key,
             )
             outcome = await self._outcome(watcher.client, state)
+            if finish_here and outcome.succeeded:
+                ended = await self._end_task(watcher.client, outcome, state)
+                if ended is not None:
+                    yield ended
+                    return
         except RunTimeout:
             # The core's RunTimeout text says the run keeps going; here the trigger decides.
             what = (
@@ -197,7 +250,40 @@ class AirRunTrigger(BaseTrigger):
         event = outcome.to_event()
         if event.get("message"):
             event["message"] = self.redact(event["message"])
+        if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
+            await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)
+
+    async def _end_task(
+        self, client: AsyncAirClient, outcome: RunOutcome, state: RunState
+    ) -> TriggerEvent | None:
+        """What ``execute_complete`` does for a success, here: the logs, the secret keys,
+        the XComs; then the event that ends the task without a worker (None: resume it in
+        a worker after all, which finishes it there)."""
+        try:
+            from airflow.triggers.base import TaskSuccessEvent
+
+            from airflow_air.links import success_xcoms
+
+            xcoms = success_xcoms(outcome, push_return_value=self.push_return_value)
+        except Exception as exc:  # never fail a run that succeeded
+            self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
+            return None
+
+        from air_runtime import RedactingLog, Submission
+        from airflow_air._logs import acopy_run_logs, success_text
+        from airflow_air.hooks import completed_log_lines
+
+        log = RedactingLog(self.log, self.redact)
+        if self.stream_logs:
+            await acopy_run_logs(
+                client, self.run_id, log, self.task_key, max_lines=completed_log_lines()
+            )
+        if self.submission:
+            submission = Submission.from_json(self.submission, log=log, redact=self.redact)
+            await submission.afinish(client, state)
+        log.info("%s", success_text(outcome))
+        return TaskSuccessEvent(xcoms=xcoms)
 
     def _on_update(self) -> Callable[[RunState], None]:
         """Each state change into the triggerer's log (redacted), remembered for the

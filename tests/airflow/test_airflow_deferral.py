@@ -135,3 +135,106 @@ def test_trigger_does_not_poll_before_first_poll_at(workspace, kind):
     event, waited = asyncio.run(_first_event(make(time.time() + 60, deadline=time.time() + 0.3)))
     assert event["status"] in ("success", "timeout"), event
     assert waited < 30, waited
+
+
+def _run_of(workspace, command: str) -> int:
+    workload = load_workload(
+        {
+            "experiment_name": "finish_in_triggerer",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": command,
+        }
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        run_id = client.submit_workload(workload).run_id
+        client.wait(run_id, timeout=120, poll_interval=0.1)
+    return run_id
+
+
+async def _first_raw_event(trigger):
+    events = trigger.run()
+    event = await anext(events)
+    await events.aclose()
+    return event
+
+
+def test_trigger_ends_a_successful_run_itself(workspace, task_log):
+    """A success is a TaskSuccessEvent with the XComs the worker would leave, the node's
+    lines in the trigger's log and the submission's secret keys deleted; the first-poll
+    delay does not hold it back (a task the trigger ends cannot meet the deferral race)."""
+    from airflow.triggers.base import TaskSuccessEvent
+    from airflow_air.links import AirMlflowRunLink, AirRunLink
+    from airflow_air.triggers import AirRunTrigger
+
+    from air_runtime import Submission, SubmissionKey
+
+    run_id = _run_of(workspace, 'echo "trial line one"\necho "trial line two"')
+    submission = Submission(SubmissionKey("airflow", "ns", "sweep", "manual__1", "trial", 3))
+    secrets = submission.key.secrets("finish-scope")
+    with AirClient(workspace.host, workspace.token) as client:
+        submission.store(client, {"HF_TOKEN": "hf-value-123456"}, scope=secrets.scope)
+        assert any(s.key.startswith(secrets.prefix) for s in client.list_secrets(secrets.scope))
+
+    trigger = AirRunTrigger(
+        run_id,
+        poll_interval=0.1,
+        first_poll_at=time.time() + 3600,  # would hold a resume event for an hour
+        cancel_on_kill=False,
+        finish_in_triggerer=True,
+        submission=submission.attach(run_id).to_json(),
+    )
+    # The kwargs survive serialization (the triggerer rebuilds the trigger from them).
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_air.triggers.AirRunTrigger"
+    trigger = AirRunTrigger(**kwargs)
+    event = asyncio.run(_first_raw_event(trigger))
+
+    assert isinstance(event, TaskSuccessEvent), event
+    xcoms = dict(event.xcoms or {})
+    url = f"{workspace.host.rstrip('/')}/jobs/runs/{run_id}"
+    assert xcoms["run_id"] == run_id and xcoms["run_page_url"] == url
+    assert xcoms[AirRunLink().xcom_key] == url
+    result = xcoms["return_value"]
+    assert result["run_id"] == run_id and result["result_state"] == "SUCCESS"
+    assert result["gpu_hours"] == xcoms["gpu_hours"] and xcoms["gpu_hours"] > 0
+    if result["mlflow_run_id"]:
+        assert xcoms[AirMlflowRunLink().xcom_key] == xcoms["mlflow_run_url"]
+    log = task_log.text()
+    assert "node 0 attempt 1] trial line one" in log and "trial line two" in log, log
+    assert f"Run {run_id} succeeded" in log
+    assert "hf-value-123456" not in log
+    with AirClient(workspace.host, workspace.token) as client:
+        left = [s.key for s in client.list_secrets(secrets.scope)]
+    assert not [k for k in left if k.startswith(secrets.prefix)], left
+
+
+def test_trigger_resumes_a_failed_run_in_a_worker_after_first_poll_at(workspace):
+    from airflow.triggers.base import BaseTaskEndEvent
+    from airflow_air.triggers import AirRunTrigger
+
+    run_id = _run_of(workspace, 'echo "about to fail"\nexit 3')
+    first_poll_at = time.time() + 0.5
+    trigger = AirRunTrigger(
+        run_id,
+        poll_interval=0.1,
+        first_poll_at=first_poll_at,
+        cancel_on_kill=False,
+        finish_in_triggerer=True,
+    )
+    event = asyncio.run(_first_raw_event(trigger))
+    # Not before first_poll_at: a resumed task must not meet the deferral race.
+    assert time.time() >= first_poll_at
+    assert not isinstance(event, BaseTaskEndEvent), event
+    assert event.payload["status"] == "failed", event.payload
+    assert "exit code 3" in event.payload["message"], event.payload
+
+
+def test_inline_triggers_do_not_wait_for_the_first_poll_delay(workspace, task_log, monkeypatch):
+    """``dag.test()`` / ``airflow dags test`` run the trigger inline, with no scheduler to
+    race: a delay of an hour would hang this test (its timeout fails it) if it were paid."""
+    monkeypatch.setenv("AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY", "3600")
+    dag = load_test_dag("air_test_deferred")
+    dag_run = dag.test(run_conf={"command": "sleep 5; echo done"})
+    assert task_states(dag_run) == {"run": "success"}
+    assert DEFERRED in task_log.text()

@@ -63,6 +63,15 @@ def test_failure_carries_the_platform_message(workspace, task_log, dag_id):
     assert f"Run {run_id}" in out and "ended FAILED" in out
     assert "Script failed with exit code 3" in out
     assert "loss went to nan" in out
+    # One message: the reason once (the platform repeats it in four places), the last lines
+    # once, the links; and the MLflow link filled although the run failed.
+    message = out[out.index("AirRunFailedError: Run") : out.index("Run page:")]
+    assert message.count("Script failed with exit code 3") == 2, message  # reason + log line
+    assert message.count("| loss went to nan") == 1, message
+    assert "Failed task: " in message and "node 0" in message, message
+    mlflow_url = xcom(dag_id, dag_run.run_id, "run", "mlflow_run_url")
+    assert mlflow_url.startswith(f"{workspace.host}/ml/experiments/"), mlflow_url
+    assert "MLflow: experiment " in message and mlflow_url in message, message
 
 
 def test_deferred_timeout_cancels_the_run(workspace, task_log):

@@ -24,6 +24,7 @@ def test_provider_info_matches_airflow_schema():
     assert set(info["config"]["air"]["options"]) == {
         "default_poll_interval",
         "trigger_first_poll_delay",
+        "defer_timeout_grace",
         "workspace_request_budget",
         "completed_log_lines",
         "default_secret_scope",

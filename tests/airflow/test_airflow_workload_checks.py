@@ -13,11 +13,15 @@ def test_validate_dag_workloads_checks_every_task():
 
     workloads = validate_dag_workloads(REPO / "dags")
     assert sorted(workloads) == [
+        *(f"hyperparameter_sweep.trial[{i}]" for i in range(4)),
         "rl_pipeline.rl.evaluate",
         "rl_pipeline.rl.grpo",
         "scheduled_training.train",
     ]
     # Rendered with the sample context (ds) and the Dag's params (rl_pipeline's output_root).
+    # Each expanded value of the mapped sweep, rendered with the Dag's params (gpu_pool).
+    assert workloads["hyperparameter_sweep.trial[2]"].env_variables["LEARNING_RATE"] == "0.01"
+    assert workloads["hyperparameter_sweep.trial[0]"].compute.pool_id == "team-a10"
     nightly = workloads["scheduled_training.train"]
     assert nightly.env_variables["TRAINING_DATE"] == "2026-01-01"
     grpo_env = workloads["rl_pipeline.rl.grpo"].raw_mapping()["env_variables"]
@@ -65,3 +69,42 @@ def test_workload_errors_fail_at_once_without_retries(workspace, task_log):
     assert "(set by override 'compute.num_accelerators')" in log
     assert "(set by override 'compute.accelerator_typ')" in log
     assert "<text>" not in log
+
+
+def test_mapped_tasks_are_checked_once_per_expanded_value(capsys):
+    """A Dag whose only AI Runtime tasks are mapped: each expanded value is validated as the
+    task instance it becomes; values from XCom are a note, not a pass."""
+    from airflow_air.testing import check_dag_workloads, main
+
+    folder = TEST_DAGS.parent / "mapped_dag_files"
+    report = check_dag_workloads(folder)
+    assert sorted(report.workloads) == [
+        "air_test_mapped_sweep.by_kwargs[0]",
+        "air_test_mapped_sweep.from_xcom",
+        "air_test_mapped_sweep.grid[0]",
+        "air_test_mapped_sweep.grid[1]",
+        "air_test_mapped_sweep.trials[0]",
+        "air_test_mapped_sweep.trials[1]",
+    ]
+    assert report.workloads["air_test_mapped_sweep.trials[1]"].env_variables["LR"] == "0.01"
+    assert sorted(report.problems) == [
+        "air_test_mapped_sweep.by_kwargs[1]",
+        "air_test_mapped_sweep.grid[2]",
+        "air_test_mapped_sweep.grid[3]",
+        "air_test_mapped_sweep.trials[2]",
+    ]
+    assert (
+        "set by override 'compute.num_accelerators'"
+        in report.problems["air_test_mapped_sweep.trials[2]"]
+    )
+    assert "'comand'" in report.problems["air_test_mapped_sweep.by_kwargs[1]"]
+    assert (
+        "expanded from XCom at run time (overrides)"
+        in report.notes["air_test_mapped_sweep.from_xcom"]
+    )
+
+    assert main([str(folder)]) == 1
+    out, err = capsys.readouterr()
+    assert "no AirRunOperator tasks found" not in out + err
+    assert "air_test_mapped_sweep.trials[2]" in err
+    assert "air_test_mapped_sweep.from_xcom: note: expanded from XCom at run time" in out

@@ -78,8 +78,12 @@ def test_run_result_gives_the_failure_or_the_task_output(workspace_factory):
         bad_result = client.run_result(client.wait(bad.run_id, poll_interval=0.2))
     assert good_result.failure is None
     assert good_result.output["ai_runtime_task_output"]["mlflow_run_id"]
-    assert isinstance(bad_result.failure, RunFailed) and bad_result.output == {}
+    assert isinstance(bad_result.failure, RunFailed)
     assert "Script failed with exit code 4" in str(bad_result.failure)
+    # The failed task's output too: its MLflow ids name the failed run's MLflow page.
+    assert bad_result.output == bad_result.failure.output
+    assert all(bad_result.mlflow_ids), bad_result.output
+    assert bad_result.mlflow_url(ws.host) in str(bad_result.failure)
 
 
 def test_preflight_field_errors_stop_before_any_upload(workspace_factory, recorder):

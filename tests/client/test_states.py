@@ -181,3 +181,32 @@ def test_failure_message_names_task_node_log_error_and_mlflow():
     assert "experiment e1, run r9" in text
     assert "node 1 failed" in text
     assert "http://ws/jobs/runs/7" in text
+
+
+def test_a_failure_names_each_reason_once_and_the_mlflow_page():
+    reason = "Node 1 failed: container trainer exited with exit code 3"
+    state = RunState.from_api(
+        _run(
+            "TERMINATED",
+            "FAILED",
+            f"Task train failed with message: {reason}",
+            run_page_url="http://ws/jobs/runs/7",
+        )
+    )
+    output = {
+        "error": reason,
+        "error_trace": "loss went to nan\nERROR: exit code 3",
+        "ai_runtime_task_output": {
+            "status_message": reason,
+            "mlflow_experiment_id": "11",
+            "mlflow_run_id": "abc",
+        },
+    }
+    text = failure_message(
+        state, output=output, log_tail=["step 9", "loss went to nan", "ERROR: exit code 3"], node=1
+    )
+    assert text.count(reason) == 1, text  # the fullest of the four places that repeat it
+    assert text.count("loss went to nan") == 1, text  # the trace adds nothing to the tail
+    assert "Last log lines of node 1:" in text
+    assert "MLflow: experiment 11, run abc: http://ws/ml/experiments/11/runs/abc" in text
+    assert text.endswith("Run page: http://ws/jobs/runs/7")

@@ -170,6 +170,7 @@ async def test_sweep_finds_each_end_once_from_completed_listings(workspace_facto
         waiting = await _submit_many(ws, 80, "sweep")
         ws.admin.reset_counters()
         watcher = RunWatcher(client, interval=0.3, budget_rps=50)
+        watching_since = time.monotonic()
         terminal_updates: dict[int, int] = {}
 
         def on_update(state) -> None:
@@ -193,11 +194,14 @@ async def test_sweep_finds_each_end_once_from_completed_listings(workspace_facto
             if wave is first:
                 assert not any(waits[r].done() for r in rest)
         assert watcher.watched == 0
+        watched_for = time.monotonic() - watching_since
     requests = ws.admin.counters()["requests"]
     # 80 ends learnt from listings; at most the run that ended before the watcher started
     # costs a runs/get of its own (one get is cheaper than a listing for one run).
     assert requests.get("jobs/runs/get", 0) <= 1, requests
     assert requests["jobs/runs/list"] + requests.get("jobs/runs/get", 0) == watcher.requests
-    assert requests["jobs/runs/list"] < 40, requests
+    # Listings come as often as the young runs ask, within the budget: how many depends on
+    # how long the machine took, the budget does not (a burst of one second at most).
+    assert requests["jobs/runs/list"] <= 50 * (watched_for + 1), (requests, watched_for)
     assert all(count == 1 for count in terminal_updates.values()), terminal_updates
     assert set(terminal_updates) == {old, *waiting}

@@ -184,11 +184,29 @@ def test_dg_check_defs_reports_an_unset_secret_variable_of_the_example_project(t
 def test_example_rl_pipeline_runs_on_the_local_workspace(
     local_workspace, instance, monkeypatch, tmp_path
 ):
+    """``air_images`` copies both images from the stand-in Docker Hub into the stand-in
+    Artifact Registry; ``grpo`` then runs on the copies (the workspace refuses images that
+    are not there)."""
+    from image_registries import image_registries, push_rl_images
+
+    with image_registries(tmp_path / "registries", local_workspace) as registries:
+        built = push_rl_images(registries, tmp_path / "build")
+        monkeypatch.setenv("DOCKER_CONFIG", str(registries.docker_config.parent))
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.setenv("RL_SOURCE_REGISTRY", registries.hub.host)
+        monkeypatch.setenv("AIRO_ARTIFACT_REGISTRY", registries.artifact_registry.host)
+        _run_the_example_rl_pipeline(local_workspace, instance, monkeypatch, tmp_path, built)
+
+
+def _run_the_example_rl_pipeline(local_workspace, instance, monkeypatch, tmp_path, built):
     monkeypatch.setenv("AIRO_HOST", local_workspace.host)
     monkeypatch.setenv("AIRO_TOKEN", local_workspace.token)
     monkeypatch.setenv("HF_TOKEN", "hf_example_token_value")
     monkeypatch.setenv("RL_OUTPUT_ROOT", str(tmp_path / "rl"))
     monkeypatch.syspath_prepend(str(EXAMPLE_PROJECT))
+    # The example reads its registries from the environment when it is imported.
+    for name in [m for m in sys.modules if m == "air_examples" or m.startswith("air_examples.")]:
+        monkeypatch.delitem(sys.modules, name)
     import air_examples.definitions
 
     defs = air_examples.definitions.defs()
@@ -202,6 +220,13 @@ def test_example_rl_pipeline_runs_on_the_local_workspace(
         m.asset_key.path[-1]: m.materialization for m in result.get_asset_materialization_events()
     }
     assert set(mats) == {"air_images", "grpo", "evaluate"}
+    copied = mats["air_images"].metadata
+    source = f"{os.environ['RL_SOURCE_REGISTRY']}/vllm/vllm-openai:v0.8.5"
+    assert copied[f"dagster-air/unity_catalog_image/{source}"].value == "main.rl.vllm:0.8.5"
+    assert (
+        copied["dagster-air/digest/main.rl.vllm:0.8.5"].value
+        == built["vllm/vllm-openai"].manifests["linux/amd64"]
+    )
     output_dir = Path(mats["grpo"].metadata["dagster/uri"].value)
     assert output_dir == tmp_path / "rl" / result.run_id
     assert (output_dir / "metrics.json").is_file()

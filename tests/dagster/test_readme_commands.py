@@ -58,5 +58,5 @@ def test_the_example_readme_commands_work_as_written(tmp_path):
     assert "All definitions loaded successfully" in text
     assert 'RUN_SUCCESS - Finished execution of run for "__ASSET_JOB"' in text, text[-3000:]
     materialized = [line for line in text.splitlines() if "ASSET_MATERIALIZATION" in line]
-    for asset in ("air_images", "grpo", "evaluate"):
+    for asset in ("grpo", "evaluate"):
         assert any(asset in line for line in materialized), asset

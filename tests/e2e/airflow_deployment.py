@@ -146,12 +146,19 @@ class AirflowDeployment:
     def restart(self, name: str, *, hard: bool) -> ManagedProcess:
         """Stop the service ``name`` (SIGKILL of its whole group when ``hard``, else SIGTERM
         and a grace period) and start a new process of it with the same arguments."""
+        self.kill_service(name, hard=hard)
+        return self.start_service(name)
+
+    def kill_service(self, name: str, *, hard: bool = True) -> None:
+        """Stop the service ``name`` and leave it down (``start_service`` brings it back)."""
         old = next(p for p in reversed(self.processes) if p.name.split("#")[0] == name)
         if hard:
             old.kill()
         else:
             old.stop(grace=30)
         self.processes.remove(old)
+
+    def start_service(self, name: str) -> ManagedProcess:
         self._restarts[name] += 1  # the new process logs to a file of its own
         self._spawn(f"{name}#{self._restarts[name] + 1}", *self._service_args[name])
         return self.processes[-1]
@@ -288,6 +295,32 @@ class AirflowDeployment:
             params={"deserialize": "true", "stringify": "false"},
         )
         return entry["value"]
+
+    def worker_runs(self, dag_id: str, run_id: str) -> Counter[tuple[str, int]]:
+        """How many times a worker ran each task instance, ``(task_id, map_index)``: the
+        execution API records a ``running`` event each time a worker starts one (a deferred
+        task resumed in a worker counts twice; one ended by its trigger once)."""
+        runs: Counter[tuple[str, int]] = Counter()
+        offset = 0
+        while True:
+            body = self.api(
+                "GET",
+                "/eventLogs",
+                params={
+                    "dag_id": dag_id,
+                    "run_id": run_id,
+                    "event": "running",
+                    "limit": 100,
+                    "offset": offset,
+                },
+            )
+            entries = body["event_logs"]
+            for entry in entries:
+                map_index = entry.get("map_index")
+                runs[(entry["task_id"], -1 if map_index is None else int(map_index))] += 1
+            offset += len(entries)
+            if not entries or offset >= body["total_entries"]:
+                return runs
 
     def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/links"

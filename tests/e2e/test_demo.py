@@ -72,6 +72,8 @@ def test_demo_runs_the_pipeline_directly_via_airflow_and_via_dagster(tmp_path: P
     assert out.count("PASS: mean reward") == 3
     assert out.count("    run page: http://127.0.0.1:") == 3
     assert "local workspace stopped" in out
+    # The images are copied into Unity Catalog first: the workspace refuses runs on others.
+    assert "copied vllm/vllm-openai:v0.8.5 to main.rl.vllm:0.8.5" in out
 
 
 def _tail(handle: Any) -> str:

@@ -54,7 +54,8 @@ def test_rl_example_shape() -> None:
     assert w.num_nodes == 2
     assert w.containers is not None
     assert [(c.name, c.ranks, c.unity_catalog_image) for c in w.containers] == [
-        ("inference", (0,), "main.rl.vllm:0.20.0"), ("trainer", (1,), "main.rl.trl:0.24.0")]
+        ("inference", (0,), "main.rl.vllm:0.8.5"),
+        ("trainer", (1,), "main.rl.pytorch:2.6.0-cuda12.4-cudnn9-runtime")]
     assert w.env_variables == {"MODEL_ID": "Qwen/Qwen2.5-0.5B-Instruct", "RL_OUTPUT_DIR": "/tmp/airo-rl"}
     assert {k: str(v) for k, v in w.secrets.items()} == {"HF_TOKEN": "research/hf_token"}
     assert w.parameters == {"learning_rate": 0.05, "epochs": 5, "rollouts_per_epoch": 16}

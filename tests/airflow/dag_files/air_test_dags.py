@@ -88,6 +88,41 @@ with DAG("air_test_images", schedule=None, start_date=START) as images_dag:
         poll_interval=0.1,
     )
 
+# Unity Catalog target: copy from the stand-in Docker Hub, then train on the copy.
+with DAG(
+    "air_test_uc_image",
+    schedule=None,
+    start_date=START,
+    params={"source_registry": "", "artifact_registry_host": ""},
+) as uc_image_dag:
+    from airflow_air.operators import AirRegisterImageOperator
+
+    copy_image = AirRegisterImageOperator(
+        task_id="copy_image",
+        image="{{ params.source_registry }}/acme/trainer:3.0",
+        catalog="main",
+        schema="ml",
+        artifact="trainer:3.0",
+        registry_host="{{ params.artifact_registry_host }}",
+        docker_conn_id="hub_test",
+    )
+    train_on_copy = AirRunOperator(
+        task_id="train",
+        workload={
+            **workload("air_test_uc_image"),
+            "command": "echo training on the copied image",
+            "environment": {"unity_catalog_image": "main.ml.placeholder:0"},
+        },
+        # The default is what definition-time checks render (no XCom there).
+        overrides={
+            "environment.unity_catalog_image": (
+                "{{ ti.xcom_pull(task_ids='copy_image') | default('main.ml.trainer:3.0') }}"
+            )
+        },
+        poll_interval=0.2,
+    )
+    copy_image >> train_on_copy
+
 # Redaction: failing workloads that print an Airflow secret, waited on in the worker (logs
 # streamed), in the triggerer, and as workflow stages (one of each).
 REDACTION_SECRET_ENV = {"HF_TOKEN": "conn:hf_redact:password", "API_KEY": "var:air_redact_key"}

@@ -1,5 +1,10 @@
-"""The RL pipeline: register images, then GRPO training (policy server on node 0, trainer on
-node 1) and evaluation as one multi-task run; plus a sweep over dynamic partitions."""
+"""The RL pipeline: copy the images into Unity Catalog, then GRPO training on the copies
+(policy server on node 0, trainer on node 1) and evaluation as one multi-task run; plus a
+sweep over dynamic partitions.
+
+The images are copied from Docker Hub (``RL_SOURCE_REGISTRY`` names another registry) to
+the workspace's Artifact Registry (``AIRO_ARTIFACT_REGISTRY`` names its host; by default it
+is derived from the workspace) under the names grpo_two_containers.yaml runs."""
 
 import os
 from pathlib import Path
@@ -11,15 +16,23 @@ from dagster_air import (
     AirStage,
     air_workload_asset,
     build_air_assets,
-    build_image_registration_asset,
+    build_unity_catalog_image_asset,
 )
 
 RL_EXAMPLES = Path(__file__).resolve().parents[3] / "rl"
 OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT", "/tmp/airo-rl/dagster")
 HF_TOKEN = {"HF_TOKEN": dg.EnvVar("HF_TOKEN")}
 
-air_images = build_image_registration_asset(
-    ["vllm/vllm-openai:v0.8.5", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"],
+SOURCE_REGISTRY = os.environ.get("RL_SOURCE_REGISTRY", "docker.io")
+
+air_images = build_unity_catalog_image_asset(
+    {
+        f"{SOURCE_REGISTRY}/vllm/vllm-openai:v0.8.5": "vllm:0.8.5",
+        f"{SOURCE_REGISTRY}/pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime": None,
+    },
+    catalog="main",
+    schema="rl",
+    registry_host=os.environ.get("AIRO_ARTIFACT_REGISTRY") or None,
     key="air_images",
     group_name="rl",
 )
