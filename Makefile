@@ -39,6 +39,7 @@ $(LOWEST_STAMP): pyproject.toml $(STAMP)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # PostgreSQL and Redis for the deployment tests: started when installed and stopped. When one
 # is missing, its tests are skipped and pytest ends with one line naming it (tests/conftest.py).

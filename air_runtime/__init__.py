@@ -31,7 +31,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
-from air_runtime._redaction import Redactor, credential_secrets
+from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime._templates import (
     has_template_placeholders,
@@ -68,6 +68,9 @@ if TYPE_CHECKING:
     from air_runtime._auth import SdkConfigCredentials as SdkConfigCredentials
     from air_runtime._auth import StaticToken as StaticToken
     from air_runtime._auth import normalize_host as normalize_host
+    from air_runtime._submission import RunOutcome as RunOutcome
+    from air_runtime._submission import Submission as Submission
+    from air_runtime._submission import SubmissionKey as SubmissionKey
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
@@ -88,6 +91,9 @@ _LAZY = {
     "RetryPolicy": "air_runtime.client",
     "SubmittedRun": "air_runtime.client",
     "RunWatcher": "air_runtime._watcher",
+    "RunOutcome": "air_runtime._submission",
+    "Submission": "air_runtime._submission",
+    "SubmissionKey": "air_runtime._submission",
     "Credentials": "air_runtime._auth",
     "OAuthM2M": "air_runtime._auth",
     "SdkConfigCredentials": "air_runtime._auth",
@@ -125,6 +131,7 @@ __all__ = [
     "PlatformError",
     "Problem",
     "RateLimited",
+    "RedactingLog",
     "Redactor",
     "RunFailed",
     "RunState",

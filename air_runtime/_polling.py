@@ -1,4 +1,5 @@
-"""How often a run is asked about: one rule for the client's wait and the watcher.
+"""How often a run is asked about, and the one deadline loop, for the client's wait and
+the watcher.
 
 While a run waits for GPU capacity, polls space out by half again each time, up to six
 times the base interval (capacity waits last minutes to hours); any other state polls at
@@ -14,9 +15,17 @@ while it asks runs one by one, not to its coalesced listings (many runs).
 
 from __future__ import annotations
 
+import logging
 import random
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
 
+from air_runtime._errors import RunTimeout
 from air_runtime._states import RunState
+
+logger = logging.getLogger("air_runtime.client")
 
 CAPACITY_BACKOFF_FACTOR = 1.5
 CAPACITY_MAX_FACTOR = 6.0
@@ -41,3 +50,68 @@ def young_interval(interval: float, age: float) -> float:
 
 def jittered(seconds: float, rng: random.Random) -> float:
     return seconds * rng.uniform(1 - JITTER, 1 + JITTER)
+
+
+# --- the deadline loop of every wait on a run ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Sleep this long, then send ``None``: the loop asks for the run's state again."""
+
+    seconds: float
+
+
+def until_ended(
+    run_id: int,
+    *,
+    poll_interval: float,
+    rng: random.Random,
+    task_key: str | None = None,
+    deadline: float | None = None,
+    on_update: Callable[[RunState], None] | None = None,
+) -> Generator[Pause | None, RunState | None, RunState]:
+    """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
+    its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
+    be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
+    (``time.time()``, so it survives serialization): past it, ``RunTimeout`` (the run itself
+    is left alone). ``on_update`` sees each change of state once.
+
+    The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
+    stage wait with its request budget; neither has a loop of its own."""
+    interval = poll_interval
+    seen: tuple[Any, ...] | None = None
+    warned_unknown = False
+    what = f"stage {task_key} of run {run_id}" if task_key else f"run {run_id}"
+    while True:
+        state = yield None
+        assert state is not None
+        task = state.task(task_key) if task_key is not None else None
+        key: tuple[Any, ...] = (state.life_cycle_state, state.result_state, state.state_message)
+        if task is not None:
+            key += (task.life_cycle_state, task.result_state, task.state_message)
+        if key != seen:
+            seen = key
+            if state.unknown_state and not warned_unknown:
+                warned_unknown = True
+                logger.warning(
+                    "run %s is in state %s, unknown to this version; still waiting",
+                    run_id,
+                    state.life_cycle_state,
+                )
+            if on_update is not None:
+                on_update(state)
+        if state.has_ended(task_key):
+            return state
+        interval = next_interval(interval, poll_interval, state)
+        pause = jittered(interval, rng)
+        if deadline is not None:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise RunTimeout(
+                    f"{what} is still {state.describe()} at the deadline; it keeps running "
+                    "on the workspace unless cancelled",
+                    run_id=run_id,
+                )
+            pause = min(pause, remaining)
+        yield Pause(pause)

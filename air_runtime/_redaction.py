@@ -140,3 +140,27 @@ class Redactor:
 
 
 __all__ = ["MIN_SECRET_LENGTH", "REDACTED", "Redactor", "credential_secrets", "encodings"]
+
+
+class RedactingLog:
+    """A logger (``info``/``warning`` with ``%`` arguments, as the stdlib's, Airflow's task
+    log and Dagster's ``context.log`` take them) that formats each line and removes secret
+    values before logging it: an orchestrator's masker only knows plain values, and an
+    Airflow triggerer's log has no masker at all for values it never looked up."""
+
+    def __init__(self, log: Any, redact: Any) -> None:
+        self._log = log
+        self._redact = redact
+
+    def _text(self, event: str, args: tuple[Any, ...]) -> str:
+        try:
+            text = event % args if args else event
+        except (TypeError, ValueError):
+            text = " ".join([event, *map(str, args)])
+        return str(self._redact(text))
+
+    def info(self, event: str, *args: Any) -> Any:
+        return self._log.info("%s", self._text(event, args))
+
+    def warning(self, event: str, *args: Any) -> Any:
+        return self._log.warning("%s", self._text(event, args))

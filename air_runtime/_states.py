@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .workload._models import GPUS_PER_NODE
+from .platform import GPUS_PER_NODE
 
 IN_FLIGHT_STATES = frozenset(
     {"QUEUED", "PENDING", "RUNNING", "TERMINATING", "BLOCKED", "WAITING_FOR_RETRY"}

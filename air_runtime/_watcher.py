@@ -43,7 +43,14 @@ from typing import Any, ClassVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
 from ._errors import AirError, AuthError, NotFound, RunTimeout
-from ._polling import YOUNG_MIN_INTERVAL, jittered, next_interval, young_interval
+from ._polling import (
+    YOUNG_MIN_INTERVAL,
+    Pause,
+    jittered,
+    next_interval,
+    until_ended,
+    young_interval,
+)
 from ._states import RunState
 from .client import AsyncAirClient
 
@@ -253,28 +260,28 @@ class RunWatcher:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget."""
         limits = [d for d in (deadline, None if timeout is None else time.time() + timeout) if d]
-        end = min(limits) if limits else None
-        interval = self.interval
+        loop = until_ended(
+            run_id,
+            poll_interval=self.interval,
+            rng=self._rng,
+            task_key=task_key,
+            deadline=min(limits) if limits else None,
+            on_update=on_update,
+        )
+        request = next(loop)
         while True:
-            await self.bucket.acquire()
-            self.requests += 1
-            state = await self.client.get_run(run_id)
-            if on_update is not None:
-                on_update(state)
-            if state.has_ended(task_key):
-                return state
-            interval = next_interval(interval, self.interval, state)
-            pause = jittered(interval, self._rng)
-            if end is not None:
-                remaining = end - time.time()
-                if remaining <= 0:
-                    raise RunTimeout(
-                        f"stage {task_key} of run {run_id} is still {state.describe()} at the "
-                        "deadline; it keeps running on the workspace unless cancelled",
-                        run_id=run_id,
-                    )
-                pause = min(pause, remaining)
-            await asyncio.sleep(pause)
+            answer: RunState | None = None
+            if isinstance(request, Pause):
+                await asyncio.sleep(request.seconds)
+            else:
+                await self.bucket.acquire()
+                self.requests += 1
+                answer = await self.client.get_run(run_id)
+            try:
+                request = loop.send(answer)
+            except StopIteration as stop:
+                result: RunState = stop.value
+                return result
 
     # --- polling ------------------------------------------------------------------------
 

@@ -93,7 +93,7 @@ def _child(args: argparse.Namespace) -> None:
     trigger_class = import_string(SIDES[args.side]) if args.side != IDLE else None
     observations = _instrument(args.side)
     if args.side == AIR:
-        import airflow_air._submission  # noqa: F401
+        import airflow_air._logs  # noqa: F401
 
         import air_runtime._watcher  # noqa: F401
     elif args.side == DATABRICKS:

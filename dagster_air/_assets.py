@@ -12,12 +12,13 @@ import dagster as dg
 from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._execution import AirEvent, AirWorkflow, LoadedStage
+from ._execution import AirEvent
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters
 from ._ranges import check_range_support, step_run
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
+from ._step_submission import AirWorkflow, LoadedStage
 from ._translator import DagsterAirTranslator, stage_asset_key
 
 
@@ -133,9 +134,8 @@ def _workflow_and_specs(
         max_tasks_per_run=max_tasks_per_run,
     )
     check_env_vars_set(secret_env or {}, "secret_env")
-    loaded, specs = _load_stages(
-        stages, translator or DagsterAirTranslator(), base_dir, partitions_def
-    )
+    translator = translator or DagsterAirTranslator()
+    loaded, specs = _load_stages(stages, translator, base_dir, partitions_def)
     workflow = AirWorkflow(
         name=name,
         stages=tuple(loaded),
@@ -148,6 +148,7 @@ def _workflow_and_specs(
         always_workflow=len(loaded) > 1,
         output_env=output_env,
         max_tasks_per_run=max_tasks_per_run,
+        translator=translator,
     )
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
@@ -320,14 +321,22 @@ class AirInvocation:
     def stages(self) -> tuple[LoadedStage, ...]:
         return self.workflow.stages
 
-    def run(self, overrides: Overrides | None = None) -> Iterator[AirEvent]:
+    def run(
+        self,
+        overrides: Overrides | None = None,
+        *,
+        translator: DagsterAirTranslator | None = None,
+    ) -> Iterator[AirEvent]:
         """Submit the selected stages, wait, and yield one ``MaterializeResult`` per stage.
 
         ``overrides`` are applied after the run config's, e.g. values computed from
-        upstream assets: ``air.run({"env_variables.DATA_PATH": path})``.
+        upstream assets: ``air.run({"env_variables.DATA_PATH": path})``. ``translator``
+        derives the run-time metadata (materializations, attempts, failures); by default
+        the one the asset was defined with, as dagster-dbt's ``dbt.cli(...,
+        dagster_dbt_translator=...)``.
         """
         yield from step_run(
-            self.context, self.workflow, self.workspace, self.config, overrides
+            self.context, self.workflow, self.workspace, self.config, overrides, translator
         ).execute()
 
 

@@ -13,12 +13,12 @@ dropped when it ends).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import dagster as dg
 
-from air_runtime import AirClient, AirError, Redactor, RunState
+from air_runtime import AirError, RunState
 
 from ._pipes import AttemptReports
 
@@ -96,18 +96,18 @@ class BlockingChecks:
 
     def update(
         self,
-        client: AirClient | None,
+        cancel: Callable[[int], object] | None,
         state: RunState,
         reports: list[AttemptReports],
         log: dg.DagsterLogManager,
-        redact: Redactor,
+        redact: Callable[[str], str],
     ) -> None:
         if not self.blocking:
             return
         for root, reason in self.failed_checks(state, reports).items():
             for key in downstream_of(self.tasks, [root]):
                 self.blocked.setdefault(key, reason)
-        if not self.blocked or state.is_terminal or state.run_id in self.cancelled or not client:
+        if not self.blocked or state.is_terminal or state.run_id in self.cancelled or not cancel:
             return
         unfinished = {
             t.task_key for t in state.tasks if t.task_key in self.tasks and not t.is_terminal
@@ -122,7 +122,7 @@ class BlockingChecks:
                 f"of a failed blocking check ({self.blocked[min(blocked_unfinished)]})"
             )
             try:
-                client.cancel(state.run_id)
+                cancel(state.run_id)
                 self.cancelled.add(state.run_id)
             except AirError as error:
                 log.error(f"could not cancel run {state.run_id}: {redact(str(error))}")

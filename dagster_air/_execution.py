@@ -1,62 +1,43 @@
-"""Materializing AI Runtime assets: overrides, secrets, submit, wait, results.
+"""The step run: one Dagster step materializing one or more stages as one remote run.
 
-The rules all live in ``air_runtime`` (validation, payloads, HTTP, state meaning); this
-module only decides *what* to submit for one Dagster step and turns the outcome into
-Dagster events.
+``_step_submission`` decides what the step submits; the life of the submission is
+``air_runtime.Submission``'s; the translator (``DagsterAirTranslator``) says what each event
+records. This module turns the run into Dagster events: state changes and node log lines
+while it waits, one observation per ended attempt, then the materializations and check
+results, or the failure.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import queue
 import re
 import sys
-import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 from dagster._core.errors import DagsterExecutionInterruptedError
 
-from air_runtime import (
-    AirClient,
-    AirError,
-    AuthError,
-    ConfigurationError,
-    Redactor,
-    RunFailed,
-    RunState,
-    Stage,
-    SubmittedRun,
-    TaskState,
-    Workload,
-    WorkloadError,
-    make_idempotency_token,
-    mlflow_ids,
-    mlflow_run_url,
-)
-from air_runtime.client import SubmissionSecrets
+from air_runtime import AirClient, AirError, RunFailed, RunOutcome, RunState, SubmittedRun, Workload
 
 from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
-from ._identity import StepIdentity, deployment_namespace, terminal_failure_observation
-from ._interrupts import deferred_interrupts
-from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters, partition_overrides
+from ._identity import terminal_failure_observation
 from ._pipes import StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
-from ._secrets import resolve_secret_env
-from ._stage import AirStage, workload_hash
-from ._translator import META_PREFIX, container_rows, containers_table
+from ._step_submission import (
+    OUTPUT_URI_KEY,
+    AirWorkflow,
+    LoadedStage,
+    RemoteRun,
+    StepSubmission,
+)
+from ._translator import META_PREFIX, DagsterAirTranslator
 from ._watch import watch_run
 
-OUTPUT_URI_KEY = "dagster/uri"
-# GPU-hours, named apart so a metric summing one of them never counts an attempt twice:
-# materializations carry every attempt's total (sum this one), the observation of each
-# ended attempt only that attempt's.
-GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
-ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
 # What a step yields; a step over a partition range also yields per-partition
@@ -71,160 +52,6 @@ AirEvent = (
 )
 
 
-@dataclass(frozen=True)
-class LoadedStage:
-    """A stage with its validated workload and the asset it materializes."""
-
-    stage: AirStage
-    workload: Workload
-    asset_key: dg.AssetKey
-
-    @property
-    def key(self) -> str:
-        return self.stage.key
-
-
-@dataclass(frozen=True)
-class AirWorkflow:
-    """Everything an asset needs at run time, fixed when the definitions load."""
-
-    name: str
-    stages: tuple[LoadedStage, ...]
-    resource_key: str = "air_workspace"
-    secret_env: Mapping[str, str] | None = None
-    partition_parameters: PartitionParameters | None = None
-    partition_env: str | None = None
-    log_node: int | None = None
-    # Env vars whose values are formatted per step: {run_id}, {partition_key}, {stage}.
-    run_env: Mapping[str, str] | None = None
-    always_workflow: bool = False  # several stages: always a multi-task run, even one selected
-    # The environment variable that names where the stages write (recorded as dagster/uri).
-    output_env: str | None = None
-    # Tasks per remote run of a step over a partition range (see ``_ranges``).
-    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
-
-    def selected(self, context: dg.AssetExecutionContext) -> list[LoadedStage]:
-        keys = context.selected_asset_keys
-        return [s for s in self.stages if s.asset_key in keys]
-
-
-def _config_failure(error: Exception | str, what: str) -> dg.Failure:
-    return dg.Failure(description=f"{what}: {error}", allow_retries=False)
-
-
-def _refusal(error: AirError, otherwise: str) -> str:
-    """What a non-retryable error is about: the credentials, the setup, or the request."""
-    if isinstance(error, AuthError):
-        return "the workspace refused the credentials of the air_workspace resource"
-    if isinstance(error, ConfigurationError):
-        return "the workspace setup needs a change"
-    return otherwise
-
-
-def _apply_overrides(
-    loaded: LoadedStage,
-    config: AirRunConfig,
-    partition: tuple[dict[str, Any], list[str]],
-    extra: Mapping[str, Any] | Sequence[str] | None,
-) -> Workload:
-    workload = loaded.workload
-    typed = {**config.mapping_overrides(), **partition[0]}
-    text = [*partition[1], *config.text_overrides(loaded.key)]
-    try:
-        for overrides in (typed, text, extra):
-            if overrides:
-                workload = workload.with_overrides(overrides)
-    except WorkloadError as error:
-        raise _config_failure(
-            error, f"stage {loaded.key}: the run-time overrides do not give a valid workload"
-        ) from None
-    return workload
-
-
-def _partition_overrides(
-    context: dg.AssetExecutionContext, workflow: AirWorkflow
-) -> tuple[dict[str, Any], list[str]]:
-    if not context.has_partition_key:
-        return {}, []
-    try:
-        return partition_overrides(
-            context.partition_key, workflow.partition_parameters, workflow.partition_env
-        )
-    except (KeyError, ValueError) as error:
-        raise _config_failure(error, "cannot map the partition to parameters") from None
-
-
-def _duration_s(state: RunState, task: TaskState | None) -> float | None:
-    start = (task.start_time if task else None) or state.start_time
-    end = (task.end_time if task else None) or state.end_time
-    if start and end and end >= start:
-        return round((end - start) / 1000.0, 3)
-    return None
-
-
-def _mlflow_ids(client: AirClient, task: TaskState | None) -> dict[str, str]:
-    if task is None or task.run_id is None:
-        return {}
-    try:
-        output = client.get_output(task.run_id)
-    except AirError:
-        return {}
-    experiment, run = mlflow_ids(output)
-    found: dict[str, Any] = {"mlflow_experiment_id": experiment, "mlflow_run_id": run}
-    url = mlflow_run_url(client.host, experiment, run)
-    if url:
-        found["mlflow_run"] = dg.MetadataValue.url(url)
-    return {f"{META_PREFIX}{name}": value for name, value in found.items() if value}
-
-
-def run_metadata(submitted: SubmittedRun, state: RunState | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        f"{META_PREFIX}run_id": dg.MetadataValue.int(submitted.run_id),
-        f"{META_PREFIX}run_url": dg.MetadataValue.url(submitted.run_page_url),
-    }
-    if state is not None:
-        metadata[f"{META_PREFIX}final_state"] = state.result_state or state.life_cycle_state
-    return metadata
-
-
-def stage_metadata(
-    client: AirClient,
-    submitted: SubmittedRun,
-    state: RunState,
-    task: TaskState | None,
-    workload: Workload,
-) -> dict[str, Any]:
-    final = (task.result_state if task else None) or state.result_state or state.life_cycle_state
-    metadata = run_metadata(submitted)
-    metadata.update(
-        {
-            f"{META_PREFIX}final_state": final,
-            # 1 for the first attempt (the platform counts from 0).
-            f"{META_PREFIX}attempt": (task.attempt_number if task else 0) + 1,
-            f"{META_PREFIX}accelerator": workload.compute.accelerator_type,
-            f"{META_PREFIX}num_accelerators": workload.compute.num_accelerators,
-            f"{META_PREFIX}containers": containers_table(workload),
-            f"{META_PREFIX}workload_hash": workload_hash(workload),
-            f"{META_PREFIX}idempotency_token": submitted.idempotency_token,
-        }
-    )
-    for row in container_rows(workload):
-        metadata[f"{META_PREFIX}container/{row['name']}"] = (
-            f"ranks {row['ranks']}, image {row['image']}"
-        )
-    # Every attempt of the stage's task: what the platform held, retries included. This is
-    # the figure to sum; the per-attempt observations carry ATTEMPT_GPU_HOURS_KEY instead.
-    gpu_hours = state.gpu_hours(task.task_key if task is not None else None)
-    metadata[GPU_HOURS_KEY] = dg.MetadataValue.float(round(gpu_hours, 6))
-    duration = _duration_s(state, task)
-    if duration is not None:
-        metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(duration)
-    if task is not None and task.run_id is not None:
-        metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(task.run_id)
-    metadata.update(_mlflow_ids(client, task))
-    return metadata
-
-
 class StepRun:
     """One Dagster step materializing one or more stages as one remote run."""
 
@@ -235,205 +62,65 @@ class StepRun:
         workspace: AirWorkspace,
         config: AirRunConfig,
         extra_overrides: Mapping[str, Any] | Sequence[str] | None = None,
+        translator: DagsterAirTranslator | None = None,
     ) -> None:
         self.context = context
         self.workflow = workflow
         self.workspace = workspace
         self.config = config
         self.extra_overrides = extra_overrides
-        self.identity = StepIdentity.of(context)
-        self.redact = Redactor(())
-        self.secrets: SubmissionSecrets | None = None  # where secret_env values were written
+        self.translator = translator or workflow.translator
         self.pipes: StepPipes | None = None
-        self._selected: list[LoadedStage] = []
         self._attempts_seen: set[tuple[str, int]] = set()
         self._client: AirClient | None = None  # while the step waits (to cancel blocked tasks)
         self.blocking: BlockingChecks | None = None
         self._last_state: RunState | None = None  # the newest state the wait saw
 
-    # --- preparing ------------------------------------------------------------------
+    def redact(self, text: str) -> str:
+        return self.step.redact(text)
 
-    def _workloads(self, selected: list[LoadedStage]) -> dict[str, Workload]:
-        partition = _partition_overrides(self.context, self.workflow)
-        workloads = {}
-        for s in selected:
-            workload = _apply_overrides(s, self.config, partition, self.extra_overrides)
-            run_env = self._run_env(s.key)
-            if run_env:
-                workload = workload.with_overrides(run_env)
-            upstream = self._upstream_output(s, selected)
-            if upstream:
-                workload = workload.with_overrides(upstream)
-            workloads[s.key] = workload
-        return workloads
+    # --- the whole step -------------------------------------------------------------
 
-    def _upstream_output(
-        self, loaded: LoadedStage, selected: list[LoadedStage], partition: str | None = None
-    ) -> dict[str, str]:
-        """A stage run without an upstream stage of its workflow reads where that stage
-        last wrote: ``output_env`` gets the upstream's latest recorded ``dagster/uri`` (of
-        ``partition``, by default the step's)."""
-        name = self.workflow.output_env
-        keys = {s.key for s in selected}
-        missing = [d for d in loaded.stage.depends_on if d not in keys]
-        if not name or not missing:
-            return {}
-        by_key = {s.key: s for s in self.workflow.stages}
-        for dependency in missing:
-            uri = self._latest_uri(by_key[dependency].asset_key, partition)
-            if uri:
-                self.context.log.info(
-                    f"stage {loaded.key}: {name}={uri} (where {dependency} last wrote)"
-                )
-                return {f"env_variables.{name}": uri}
-        raise _config_failure(
-            f"no materialization of {', '.join(missing)} records an output location "
-            f"({OUTPUT_URI_KEY})",
-            f"stage {loaded.key} runs without its upstream stage",
+    def _submission(self) -> StepSubmission:
+        """What this step submits (a step over a partition range: see ``_ranges``)."""
+        return StepSubmission(
+            self.context, self.workflow, self.workspace, self.config, self.extra_overrides
         )
 
-    def _latest_uri(self, asset_key: dg.AssetKey, partition: str | None = None) -> str | None:
-        if partition is None and self.context.has_partition_key:
-            partition = self.context.partition_key
-        partitions = [partition] if partition is not None else None
-        records = self.context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
-        ).records
-        for record in records:
-            materialization = record.asset_materialization
-            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
-            if value is not None:
-                return str(value.value)
-        return None
-
-    def _run_env(self, stage_key: str, partition: str | None = None) -> dict[str, str]:
-        fields = {
-            "run_id": self.context.run_id,
-            "partition_key": partition or self.identity.partition or "",
-            "stage": stage_key,
-        }
-        try:
-            return {
-                f"env_variables.{name}": template.format(**fields)
-                for name, template in (self.workflow.run_env or {}).items()
-            }
-        except (KeyError, IndexError, ValueError) as error:
-            raise _config_failure(
-                error, "run_env may only use {run_id}, {partition_key} and {stage}"
-            ) from None
-
-    def _with_secrets(
-        self, client: AirClient, workloads: dict[str, Workload], namespace: str
-    ) -> dict[str, Workload]:
-        """Write the secret_env values under keys of this step's submission alone (see
-        ``air_runtime.client._secrets``), after deleting what earlier runs of the step left
-        behind once their runs ended."""
-        secret_env = {**self.workspace.secret_env, **(self.workflow.secret_env or {})}
-        if not secret_env:
-            return workloads
-        values = resolve_secret_env(secret_env)
-        self.redact = client.redactor.with_values(values.values())
-        if self.redact.ignored:
-            self.context.log.warning(
-                f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
-                "are not redacted from messages and logs (too short to tell from ordinary text)"
-            )
-        secrets = SubmissionSecrets.of(
-            self.workspace.secret_scope,
-            namespace=namespace,
-            orchestrator="dagster",
-            pipeline_id=self.identity.pipeline_id,
-            task_key=self.identity.step_key,
-            run_id=self.identity.run_id,
-            map_index=self.identity.partition,
-        )
-        self._secret_call(
-            lambda: client.sweep_ended_submissions(secrets),
-            "delete the secret keys earlier runs left behind",
-        )
-        try:
-            refs = client.store_submission_secrets(secrets, values)
-        except AirError as error:
-            if error.retryable:
+    def execute(self) -> Iterator[AirEvent]:
+        self.step = step = self._submission()
+        selected = step.selected
+        if not selected:
+            return
+        workloads = step.workloads()
+        if self.workspace.pipes:
+            self.pipes = StepPipes(self.context, step.num_nodes)
+        with (
+            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
+            self.workspace.get_client() as client,
+        ):
+            self._client = client
+            try:
+                workloads = step.submit(client, workloads, self.pipes)
+                for run in step.runs:
+                    assert run.submitted is not None
+                    run.state = yield from self._wait(run.submitted)
+            except DagsterExecutionInterruptedError:
+                for run in step.runs:
+                    if run.submitted is None:
+                        continue
+                    ended = run.state or self._cancel_remote(client, run)
+                    if ended is not None:
+                        run.submission.finish(client, ended)
+                    # A retry of this step (Dagster retries interrupted steps that have a
+                    # retry policy) must not reattach to the run just cancelled.
+                    yield terminal_failure_observation(
+                        self.context, selected[0].asset_key, run.submitted, ended, step.generation
+                    )
                 raise
-            raise _config_failure(
-                self.redact(str(error)), _refusal(error, "cannot store the orchestrator secrets")
-            ) from None
-        self.secrets = secrets
-        return {key: w.with_secrets(refs) for key, w in workloads.items()}
-
-    def _with_pipes(
-        self, selected: list[LoadedStage], workloads: dict[str, Workload]
-    ) -> dict[str, Workload]:
-        """Each stage's Dagster Pipes context in its environment (see ``_pipes``)."""
-        assert self.pipes is not None
-        result = {}
-        for s in selected:
-            env = self.pipes.env_for(s.asset_key, s.key)
-            result[s.key] = workloads[s.key].with_overrides(
-                {f"env_variables.{name}": value for name, value in env.items()}
-            )
-        return result
-
-    def _secret_call(self, call: Callable[[], object], what: str) -> None:
-        """Best effort housekeeping of secret keys: a failure is a warning."""
-        try:
-            call()
-        except AirError as error:
-            self.context.log.warning(f"could not {what}: {self.redact(str(error))}")
-
-    def _mark_secrets(self, client: AirClient, submitted: SubmittedRun) -> None:
-        secrets = self.secrets
-        if secrets is not None:
-            self._secret_call(
-                lambda: client.mark_submission_run(secrets, submitted.run_id),
-                f"record run {submitted.run_id} next to its secret keys",
-            )
-
-    def _delete_secrets(self, client: AirClient) -> None:
-        """The run has ended: its secret keys are no longer read."""
-        secrets = self.secrets
-        if secrets is not None:
-            self._secret_call(
-                lambda: client.delete_submission_secrets(secrets),
-                f"delete the secret keys of this run from scope {secrets.scope} (the next "
-                "run of the step retries)",
-            )
-
-    def _submit(
-        self,
-        client: AirClient,
-        selected: list[LoadedStage],
-        workloads: dict[str, Workload],
-        token: str,
-    ) -> SubmittedRun:
-        keys = {s.key for s in selected}
-        try:
-            if len(selected) == 1 and not self.workflow.always_workflow:
-                return client.submit_workload(workloads[selected[0].key], idempotency_token=token)
-            stages = [
-                Stage(
-                    task_key=s.key,
-                    workload=workloads[s.key],
-                    depends_on=tuple(d for d in s.stage.depends_on if d in keys),
-                    run_if=s.stage.run_if
-                    if any(d in keys for d in s.stage.depends_on)
-                    else "ALL_SUCCESS",
-                )
-                for s in selected
-            ]
-            return client.submit_workload(
-                stages, idempotency_token=token, run_name=self.workflow.name
-            )
-        except AirError as error:
-            raise self._submit_failure(error) from None
-
-    def _submit_failure(self, error: AirError) -> dg.Failure:
-        if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
-            return _config_failure(
-                self.redact(str(error)), _refusal(error, "the workspace refused the workload")
-            )
-        return dg.Failure(description=f"submitting the run failed: {self.redact(str(error))}")
+            for run in step.runs:
+                run.submission.finish(client, run.state)
+            yield from self._results(client, workloads)
 
     # --- waiting --------------------------------------------------------------------
 
@@ -471,8 +158,19 @@ class StepRun:
             self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
         if self.pipes is not None:
             self.blocking.update(
-                self._client, state, self.pipes.reports(), self.context.log, self.redact
+                self._cancel_run if self._client is not None else None,
+                state,
+                self.pipes.reports(),
+                self.context.log,
+                self.redact,
             )
+
+    def _cancel_run(self, run_id: int) -> None:
+        """Cancel one of the step's remote runs (every unfinished task of it is blocked)."""
+        assert self._client is not None
+        for run in self.step.runs:
+            if run.submitted is not None and run.submitted.run_id == run_id:
+                run.submission.cancel(self._client)
 
     def _log_node(self) -> int | None:
         if self.workflow.log_node is not None:
@@ -487,28 +185,21 @@ class StepRun:
             if not attempt.is_terminal or key in self._attempts_seen:
                 continue
             self._attempts_seen.add(key)
-            asset_key = self._asset_of_task(attempt.task_key)
-            if asset_key is None:
+            loaded = self._stage_of_task(attempt.task_key)
+            if loaded is None:
                 continue
             final = attempt.result_state or attempt.life_cycle_state
-            metadata: dict[str, Any] = {
-                f"{META_PREFIX}run_id": dg.MetadataValue.int(state.run_id),
-                f"{META_PREFIX}attempt": attempt.attempt_number + 1,
-                f"{META_PREFIX}attempt_state": final,
-                ATTEMPT_GPU_HOURS_KEY: dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
-            }
-            if attempt.state_message:
-                metadata[f"{META_PREFIX}state_message"] = self.redact(attempt.state_message)
-            if attempt.run_id is not None:
-                metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(attempt.run_id)
+            shown = dataclasses.replace(attempt, state_message=self.redact(attempt.state_message))
             self.context.log.info(
                 f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number + 1} "
                 f"ended {final}"
             )
             yield dg.AssetObservation(
-                asset_key=asset_key,
+                asset_key=loaded.asset_key,
                 partition=self._partition_of_task(attempt.task_key),
-                metadata=metadata,
+                metadata=self.translator.get_attempt_metadata(
+                    loaded.stage, loaded.workload, state.run_id, shown
+                ),
             )
 
     def _partition_of_task(self, task_key: str) -> str | None:
@@ -516,23 +207,23 @@ class StepRun:
 
     def _run_tasks(self) -> dict[str, RunTask]:
         """The tasks of the run and their dependencies (for blocking checks)."""
-        if len(self._selected) == 1 and not self.workflow.always_workflow:
+        if self.step.single:
             return {}
-        keys = {s.key for s in self._selected}
+        keys = {s.key for s in self.step.selected}
         return {
             s.key: RunTask(
                 s.key, s.asset_key, None, tuple(d for d in s.stage.depends_on if d in keys)
             )
-            for s in self._selected
+            for s in self.step.selected
         }
 
-    def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
-        selected = self._selected
-        if len(selected) == 1 and not self.workflow.always_workflow:
-            return selected[0].asset_key  # a single-task run's task is the workload's
+    def _stage_of_task(self, task_key: str) -> LoadedStage | None:
+        selected = self.step.selected
+        if self.step.single:
+            return selected[0]  # a single-task run's task is the workload's
         for loaded in selected:
             if loaded.key == task_key:
-                return loaded.asset_key
+                return loaded
         return None
 
     def _wait(self, submitted: SubmittedRun) -> Generator[AirEvent, None, RunState]:
@@ -571,100 +262,32 @@ class StepRun:
                 return
             yield from self._show(item, run_id)
 
-    def _cancel_remote(self, client: AirClient, submitted: SubmittedRun) -> RunState | None:
+    def _cancel_remote(self, client: AirClient, run: RemoteRun) -> RunState | None:
         """The Dagster run was terminated: stop the GPU run too, and wait a little for it
         to end so the event log says how it ended. Returns the final state when it ended
         within ``cancel_wait``."""
         log = self.context.log
+        submitted = run.submitted
+        assert submitted is not None
+        log.warning(
+            f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
+        )
         try:
-            log.warning(
-                f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
-            )
-            client.cancel(submitted.run_id)
-            deadline = time.monotonic() + self.workspace.cancel_wait
-            while time.monotonic() < deadline:
-                state = client.get_run(submitted.run_id)
-                if state.is_terminal:
-                    log.warning(f"run {submitted.run_id} ended {state.describe()}")
-                    return state
-                time.sleep(min(1.0, self.workspace.poll_interval))
-            log.warning(
-                f"run {submitted.run_id} is still ending after {self.workspace.cancel_wait:g}s"
+            state = run.submission.cancel(
+                client,
+                wait_s=self.workspace.cancel_wait,
+                poll_interval=min(1.0, self.workspace.poll_interval),
             )
         except AirError as error:
             log.error(f"could not cancel run {submitted.run_id}: {self.redact(str(error))}")
-        return None
-
-    # --- the whole step -------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _session(self, writers: int) -> Iterator[tuple[AirClient, str]]:
-        """The step's Pipes session (``writers`` ranks may report) and client, with the
-        deployment namespace."""
-        if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, writers)
-        with (
-            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
-            self.workspace.get_client() as client,
-        ):
-            self.redact = client.redactor.with_values(())
-            self._client = client
-            yield (
-                client,
-                deployment_namespace(self.context.instance, self.workspace.deployment_namespace),
+            return None
+        if state is not None:
+            log.warning(f"run {submitted.run_id} ended {state.describe()}")
+        elif self.workspace.cancel_wait > 0:
+            log.warning(
+                f"run {submitted.run_id} is still ending after {self.workspace.cancel_wait:g}s"
             )
-
-    def _token(self, namespace: str, generation: int, partition: str | None) -> str:
-        """The idempotency token of this step's run (see ``_identity``); ``partition`` names
-        the partition, or the partition keys, the run covers."""
-        return make_idempotency_token(
-            "dagster",
-            self.identity.pipeline_id,
-            self.identity.run_id,
-            self.identity.step_key,
-            partition,
-            generation,
-            namespace=namespace,
-        )
-
-    def execute(self) -> Iterator[AirEvent]:
-        selected = self.workflow.selected(self.context)
-        if not selected:
-            return
-        self._selected = selected
-        workloads = self._workloads(selected)
-        with self._session(sum(w.num_nodes for w in workloads.values())) as (client, namespace):
-            workloads = self._with_secrets(client, workloads, namespace)
-            submitted_workloads = (
-                self._with_pipes(selected, workloads) if self.pipes is not None else workloads
-            )
-            generation = self.identity.generation(self.context)
-            token = self._token(namespace, generation, self.identity.partition)
-            submitted: SubmittedRun | None = None
-            try:
-                # An interrupt during the submit is held until the run id is known, so
-                # the run can still be cancelled.
-                with deferred_interrupts():
-                    submitted = self._submit(client, selected, submitted_workloads, token)
-                self._mark_secrets(client, submitted)
-                self.context.log.info(
-                    f"run {submitted.run_id} for {', '.join(s.key for s in selected)}: "
-                    f"{submitted.run_page_url} (generation {generation})"
-                )
-                state = yield from self._wait(submitted)
-            except DagsterExecutionInterruptedError:
-                if submitted is not None:
-                    ended = self._cancel_remote(client, submitted)
-                    if ended is not None:
-                        self._delete_secrets(client)
-                    # A retry of this step (Dagster retries interrupted steps that have a
-                    # retry policy) must not reattach to the run just cancelled.
-                    yield terminal_failure_observation(
-                        self.context, selected[0].asset_key, submitted, ended, generation
-                    )
-                raise
-            self._delete_secrets(client)
-            yield from self._results(client, selected, workloads, submitted, state, generation)
+        return state
 
     def _output_metadata(self, workload: Workload) -> dict[str, Any]:
         name = self.workflow.output_env
@@ -708,10 +331,13 @@ class StepRun:
         the materialization and the check results)."""
         assert self.pipes is not None
         for reports in self.pipes.final_reports(state)[1]:
-            asset_key = self._asset_of_task(reports.task_key)
-            if asset_key is not None:
+            loaded = self._stage_of_task(reports.task_key)
+            if loaded is not None:
                 yield earlier_attempt_observation(
-                    reports, asset_key, self._partition_of_task(reports.task_key), submitted.run_id
+                    reports,
+                    loaded.asset_key,
+                    self._partition_of_task(reports.task_key),
+                    submitted.run_id,
                 )
 
     def _blocked_message(self, blocked: Mapping[str, str]) -> str:
@@ -720,16 +346,11 @@ class StepRun:
         tail = " (their unfinished tasks were cancelled)" if cancelled else ""
         return "downstream of a failed blocking check" + tail + ":\n" + "\n".join(lines)
 
-    def _results(
-        self,
-        client: AirClient,
-        selected: list[LoadedStage],
-        workloads: dict[str, Workload],
-        submitted: SubmittedRun,
-        state: RunState,
-        generation: int,
-    ) -> Iterator[AirEvent]:
-        single = len(selected) == 1 and not self.workflow.always_workflow
+    def _results(self, client: AirClient, workloads: dict[str, Workload]) -> Iterator[AirEvent]:
+        (run,) = self.step.runs
+        submitted, state, generation = run.submitted, run.state, self.step.generation
+        assert submitted is not None and state is not None
+        selected = self.step.selected
         reported: dict[dg.AssetKey, dg.MaterializeResult] = {}
         checks: list[dg.AssetCheckResult] = []
         if self.pipes is not None:
@@ -741,7 +362,8 @@ class StepRun:
         failed_task = state.failed_task
         materialized: set[dg.AssetKey] = set()
         for loaded in selected:
-            task = state.task(loaded.workload.experiment_name if single else loaded.key)
+            task_key = loaded.workload.experiment_name if self.step.single else loaded.key
+            task = state.task(task_key)
             if (
                 task is not None
                 and failed_task is not None
@@ -754,8 +376,17 @@ class StepRun:
                 )
                 continue
             if task.is_success if task is not None else state.is_success:
-                metadata = stage_metadata(client, submitted, state, task, workloads[loaded.key])
-                metadata.update(self._output_metadata(workloads[loaded.key]))
+                outcome = RunOutcome.read(client, state, task_key)
+                outcome = dataclasses.replace(outcome, run_page_url=submitted.run_page_url)
+                workload = workloads[loaded.key]
+                metadata = self.translator.get_materialization_metadata(
+                    loaded.stage,
+                    workload,
+                    outcome,
+                    state=state,
+                    idempotency_token=submitted.idempotency_token,
+                )
+                metadata.update(self._output_metadata(workload))
                 from_pipes = reported.get(loaded.asset_key)
                 materialized.add(loaded.asset_key)
                 yield dg.MaterializeResult(
@@ -765,13 +396,15 @@ class StepRun:
                     data_version=from_pipes.data_version if from_pipes else None,
                 )
         yield from self._check_results(checks, materialized)
+        run_metadata = self.translator.get_run_metadata(
+            submitted.run_id, submitted.run_page_url, state
+        )
         if blocked:
             yield terminal_failure_observation(
                 self.context, failed_asset, submitted, state, generation
             )
             raise dg.Failure(
-                description=self.redact(self._blocked_message(blocked)),
-                metadata=run_metadata(submitted, state),
+                description=self.redact(self._blocked_message(blocked)), metadata=run_metadata
             )
         if state.is_success:
             return
@@ -783,4 +416,4 @@ class StepRun:
             message = str(error)
         except AirError as error:
             message = f"run {submitted.run_id} ended {state.describe()} ({error})"
-        raise dg.Failure(description=self.redact(message), metadata=run_metadata(submitted, state))
+        raise dg.Failure(description=self.redact(message), metadata=run_metadata)

@@ -1,7 +1,9 @@
 """Which remote run a Dagster step owns: the idempotency token's inputs.
 
-The token is ``make_idempotency_token("dagster", job, dagster run id, step key, partition,
-generation, namespace=<deployment namespace>)``. Everything but the generation is fixed for a
+The submission is ``air_runtime.SubmissionKey("dagster", <deployment namespace>, job, dagster
+run id, step key, partition)``; its idempotency token for a generation is
+``make_idempotency_token("dagster", job, dagster run id, step key, partition, generation,
+namespace=<deployment namespace>)``. Everything but the generation is fixed for a
 step of a Dagster run; a new materialization is a new Dagster run, hence a new remote run.
 
 The namespace names the Dagster instance (its run storage): two instances sharing a workspace
@@ -31,7 +33,7 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime import RunState, SubmittedRun
+from air_runtime import RunState, SubmissionKey, SubmittedRun
 
 from ._translator import META_PREFIX
 
@@ -62,6 +64,16 @@ class StepIdentity:
             step_key=str(context.op_handle),
             partition=partition,
         )
+
+    def submission(
+        self, context: dg.AssetExecutionContext, configured_namespace: str | None
+    ) -> tuple[SubmissionKey, int]:
+        """The step's submission and the generation this attempt submits."""
+        namespace = deployment_namespace(context.instance, configured_namespace)
+        key = SubmissionKey(
+            "dagster", namespace, self.pipeline_id, self.run_id, self.step_key, self.partition
+        )
+        return key, self.generation(context)
 
     def generation(self, context: dg.AssetExecutionContext) -> int:
         """1 + the highest generation whose remote run ended unsuccessfully in an earlier

@@ -9,46 +9,31 @@ its own task: its materialization, metadata, GPU-hours and checks. A partition w
 failed (or is downstream of a failed blocking check) is not recorded as materialized, and
 the step fails naming those partitions and why.
 
-Retries: every run's idempotency token is the step's (see ``_identity``) with the run's
-first and last partition key, so a retry of a crashed worker gets the same runs back.
+Each run is one ``air_runtime.Submission`` whose key is the step's (see ``_identity``) with
+the run's first and last partition key: a retry of a crashed worker gets the same runs back,
+and each run's secret keys are its own, deleted once that run has ended. The life of the
+runs (submit, wait, cancel, finish) is ``StepRun``'s; this module only says what the tasks
+are and records each partition from its own task. The metadata is the translator's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.errors import DagsterExecutionInterruptedError
 
-from air_runtime import (
-    AirClient,
-    AirError,
-    RunFailed,
-    RunState,
-    Stage,
-    SubmittedRun,
-    Workload,
-)
+from air_runtime import AirClient, AirError, RunOutcome, RunState, Stage, SubmissionKey, Workload
 from air_runtime.plan import task_key_for
 
 from ._blocking import RunTask
-from ._execution import (
-    AirEvent,
-    AirWorkflow,
-    LoadedStage,
-    StepRun,
-    _apply_overrides,
-    _config_failure,
-    run_metadata,
-    stage_metadata,
-)
+from ._execution import AirEvent, StepRun
 from ._identity import terminal_failure_observation
-from ._interrupts import deferred_interrupts
-from ._partitions import partition_overrides
-from ._pipes import PartitionScope
+from ._pipes import PartitionScope, StepPipes
+from ._step_submission import AirWorkflow, LoadedStage, RemoteRun, StepSubmission
 from ._translator import META_PREFIX
 
 # A Databricks job run holds at most 1,000 tasks (the Jobs API limit): a larger cap is
@@ -115,59 +100,41 @@ class PartitionTask:
 
 
 @dataclass
-class RangeSubmission:
-    """One remote run of a range step: its tasks, and once submitted, the run."""
+class RangeStepSubmission(StepSubmission):
+    """What a step over a partition key range submits: a task per selected stage and
+    partition, grouped into runs of at most ``max_tasks_per_run`` tasks (a partition's
+    stages always in the same run), each run its own ``air_runtime.Submission``."""
 
-    tasks: list[PartitionTask]
-    token: str = ""
-    submitted: SubmittedRun | None = None
-    state: RunState | None = None
+    keys: Sequence[str] = ()
+    tasks: dict[str, PartitionTask] = field(default_factory=dict, init=False)
+    groups: list[list[PartitionTask]] = field(default_factory=list, init=False)
 
-    @property
-    def keys(self) -> list[str]:
-        return list(dict.fromkeys(t.partition for t in self.tasks))
-
-
-class RangeStepRun(StepRun):
-    """A step over a partition key range (see the module docstring)."""
-
-    def __init__(
-        self,
-        context: dg.AssetExecutionContext,
-        workflow: AirWorkflow,
-        *args: Any,
-        keys: Sequence[str],
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(context, workflow, *args, **kwargs)
-        self.keys = list(keys)
-        self.max_tasks_per_run = workflow.max_tasks_per_run
-        self._tasks: dict[str, PartitionTask] = {}
-
-    # --- what the step submits ------------------------------------------------------
-
-    def _plan(self, selected: list[LoadedStage]) -> list[RangeSubmission]:
-        """The tasks, grouped into runs of at most ``max_tasks_per_run`` tasks (a
-        partition's stages always in the same run)."""
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        selected = self.selected
+        if not selected:
+            return
         selected_keys = {s.key for s in selected}
-        per_run = max(1, self.max_tasks_per_run // len(selected))
-        runs = []
-        for start in range(0, len(self.keys), per_run):
-            tasks = []
-            for partition in self.keys[start : start + per_run]:
+        keys = list(self.keys)
+        per_run = max(1, self.workflow.max_tasks_per_run // len(selected))
+        for start in range(0, len(keys), per_run):
+            group = []
+            for partition in keys[start : start + per_run]:
                 for s in selected:
                     depends_on = tuple(
                         partition_task_key(d, partition)
                         for d in s.stage.depends_on
                         if d in selected_keys
                     )
-                    tasks.append(
+                    group.append(
                         PartitionTask(
                             partition_task_key(s.key, partition), s, partition, depends_on
                         )
                     )
-            runs.append(RangeSubmission(tasks))
-        return runs
+            self.groups.append(group)
+        self.tasks = {t.task_key: t for group in self.groups for t in group}
+
+    # --- the workloads ----------------------------------------------------------------------
 
     def _partition_key(self, partition: str) -> str | dg.MultiPartitionKey:
         partitions_def = self.context.assets_def.partitions_def
@@ -182,66 +149,94 @@ class RangeStepRun(StepRun):
             window = partitions_def.time_window_for_partition_key(partition)
         return PartitionScope(partition, window)
 
-    def _task_workloads(self, runs: list[RangeSubmission]) -> dict[str, Workload]:
+    def workloads(self) -> dict[str, Workload]:
+        """Each task's workload: its stage with its partition's parameters, ``run_env``
+        and upstream output location."""
         workloads = {}
-        selected = self._selected
-        for run in runs:
-            for task in run.tasks:
-                try:
-                    partition = partition_overrides(
-                        self._partition_key(task.partition),
-                        self.workflow.partition_parameters,
-                        self.workflow.partition_env,
-                    )
-                except (KeyError, ValueError) as error:
-                    raise _config_failure(
-                        error, f"cannot map partition {task.partition} to parameters"
-                    ) from None
-                workload = _apply_overrides(
-                    task.loaded, self.config, partition, self.extra_overrides
-                )
-                for extra in (
-                    self._run_env(task.loaded.key, task.partition),
-                    self._upstream_output(task.loaded, selected, task.partition),
-                ):
-                    if extra:
-                        workload = workload.with_overrides(extra)
-                workloads[task.task_key] = workload
+        for task in self.tasks.values():
+            partition = self._partition_overrides(self._partition_key(task.partition))
+            workload = self._apply_overrides(task.loaded, partition)
+            for extra in (
+                self._run_env(task.loaded.key, task.partition),
+                self._upstream_output(task.loaded, task.partition),
+            ):
+                if extra:
+                    workload = workload.with_overrides(extra)
+            workloads[task.task_key] = workload
+        self.num_nodes = sum(w.num_nodes for w in workloads.values())
         return workloads
 
-    def _task_pipes(self, workloads: dict[str, Workload]) -> dict[str, Workload]:
-        assert self.pipes is not None
-        result = {}
-        for key, workload in workloads.items():
-            task = self._tasks[key]
-            env = self.pipes.env_for(
-                task.loaded.asset_key, task.loaded.key, self._scope(task.partition)
-            )
-            result[key] = workload.with_overrides(
-                {f"env_variables.{name}": value for name, value in env.items()}
-            )
-        return result
+    # --- the submission ---------------------------------------------------------------------
 
-    def _submit_run(
-        self, client: AirClient, run: RangeSubmission, workloads: dict[str, Workload]
-    ) -> SubmittedRun:
-        stages = [
+    def _plan(self, key: SubmissionKey) -> list[tuple[SubmissionKey, str, tuple[str, ...]]]:
+        """One submission per run, named by the step and the run's first and last partition
+        key: a retry of a crashed worker gets the same runs back, and each run's secret keys
+        are deleted once that run has ended."""
+        self.context.log.info(
+            f"{len(self.keys)} partitions x {len(self.selected)} stage(s): {len(self.tasks)} "
+            f"tasks in {len(self.groups)} run(s) of at most {self.workflow.max_tasks_per_run} "
+            "tasks"
+        )
+        plan = []
+        for group in self.groups:
+            partitions = list(dict.fromkeys(t.partition for t in group))
+            plan.append(
+                (
+                    dataclasses.replace(key, index=f"{partitions[0]}...{partitions[-1]}"),
+                    f"partitions {', '.join(partitions)}",
+                    tuple(t.task_key for t in group),
+                )
+            )
+        return plan
+
+    def _pipes_env(self, pipes: StepPipes, key: str) -> dict[str, str]:
+        task = self.tasks[key]
+        return pipes.env_for(task.loaded.asset_key, task.loaded.key, self._scope(task.partition))
+
+    def _payload(self, run: RemoteRun, workloads: dict[str, Workload]) -> list[Stage]:
+        tasks = [self.tasks[key] for key in run.task_keys]
+        return [
             Stage(task_key=t.task_key, workload=workloads[t.task_key], depends_on=t.depends_on,
                   run_if=t.loaded.stage.run_if if t.depends_on else "ALL_SUCCESS")
-            for t in run.tasks
+            for t in tasks
         ]  # fmt: skip
-        try:
-            return client.submit_workload(
-                stages, idempotency_token=run.token, run_name=self.workflow.name
-            )
-        except AirError as error:
-            raise self._submit_failure(error) from None
 
-    # --- the step run: which task is which partition ----------------------------------
 
-    def _asset_of_task(self, task_key: str) -> dg.AssetKey | None:
+class RangeStepRun(StepRun):
+    """A step over a partition key range (see the module docstring): the step run's events,
+    each task recorded as its own partition."""
+
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        workflow: AirWorkflow,
+        *args: Any,
+        keys: Sequence[str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(context, workflow, *args, **kwargs)
+        self.keys = list(keys)
+
+    def _submission(self) -> RangeStepSubmission:
+        return RangeStepSubmission(
+            self.context,
+            self.workflow,
+            self.workspace,
+            self.config,
+            self.extra_overrides,
+            keys=self.keys,
+        )
+
+    @property
+    def _tasks(self) -> dict[str, PartitionTask]:
+        assert isinstance(self.step, RangeStepSubmission)
+        return self.step.tasks
+
+    # --- which task is which partition ------------------------------------------------
+
+    def _stage_of_task(self, task_key: str) -> LoadedStage | None:
         task = self._tasks.get(task_key)
-        return task.loaded.asset_key if task is not None else None
+        return task.loaded if task is not None else None
 
     def _partition_of_task(self, task_key: str) -> str | None:
         task = self._tasks.get(task_key)
@@ -253,71 +248,15 @@ class RangeStepRun(StepRun):
             for t in self._tasks.values()
         }
 
-    # --- the whole step -------------------------------------------------------------
+    # --- the results ------------------------------------------------------------------
 
-    def execute(self) -> Iterator[AirEvent]:
-        selected = self.workflow.selected(self.context)
-        if not selected:
-            return
-        self._selected = selected
-        runs = self._plan(selected)
-        self._tasks = {t.task_key: t for run in runs for t in run.tasks}
-        workloads = self._task_workloads(runs)
-        with self._session(sum(w.num_nodes for w in workloads.values())) as (client, namespace):
-            workloads = self._with_secrets(client, workloads, namespace)
-            submitted_workloads = self._task_pipes(workloads) if self.pipes else workloads
-            generation = self.identity.generation(self.context)
-            for run in runs:
-                run.token = self._token(namespace, generation, f"{run.keys[0]}...{run.keys[-1]}")
-            self.context.log.info(
-                f"{len(self.keys)} partitions x {len(selected)} stage(s): {len(self._tasks)} "
-                f"tasks in {len(runs)} run(s) of at most {self.max_tasks_per_run} tasks"
-            )
-            try:
-                for run in runs:
-                    with deferred_interrupts():
-                        run.submitted = self._submit_run(client, run, submitted_workloads)
-                    self._mark_secrets(client, run.submitted)
-                    self.context.log.info(
-                        f"run {run.submitted.run_id} for partitions {', '.join(run.keys)}: "
-                        f"{run.submitted.run_page_url} (generation {generation})"
-                    )
-                for run in runs:
-                    assert run.submitted is not None
-                    run.state = yield from self._wait(run.submitted)
-            except DagsterExecutionInterruptedError:
-                ended_all = True
-                for run in runs:
-                    if run.submitted is None:
-                        continue
-                    ended = run.state or self._cancel_remote(client, run.submitted)
-                    ended_all = ended_all and ended is not None
-                    yield terminal_failure_observation(
-                        self.context, selected[0].asset_key, run.submitted, ended, generation
-                    )
-                if ended_all:
-                    self._delete_secrets(client)
-                raise
-            self._delete_secrets(client)
-            yield from self._range_results(client, runs, workloads, generation)
+    def _failure_reason(self, outcome: RunOutcome | None, state: RunState, task_key: str) -> str:
+        if outcome is not None and outcome.message:
+            return self.redact(outcome.message)
+        return self.redact(state.stage(task_key).describe())
 
-    def _failure_reason(self, client: AirClient, state: RunState, task_key: str) -> str:
-        stage_state = state.stage(task_key)
-        try:
-            client.raise_for_failure(stage_state)
-        except RunFailed as error:
-            return self.redact(str(error))
-        except AirError as error:
-            return self.redact(f"{stage_state.describe()} ({error})")
-        return self.redact(stage_state.describe())
-
-    def _range_results(
-        self,
-        client: AirClient,
-        runs: list[RangeSubmission],
-        workloads: dict[str, Workload],
-        generation: int,
-    ) -> Iterator[AirEvent]:
+    def _results(self, client: AirClient, workloads: dict[str, Workload]) -> Iterator[AirEvent]:
+        runs = self.step.runs
         reported: dict[str, tuple[dg.MaterializeResult | None, list[dg.AssetCheckResult]]] = {}
         for run in runs:
             assert run.submitted is not None and run.state is not None
@@ -338,32 +277,48 @@ class RangeStepRun(StepRun):
         failed: list[tuple[PartitionTask, str]] = []
         for run in runs:
             assert run.submitted is not None and run.state is not None
-            for task in run.tasks:
-                state = run.state.task(task.task_key)
-                if task.task_key in blocked:
-                    failed.append((task, blocked[task.task_key]))
-                elif state is None or not state.is_success:
-                    failed.append((task, self._failure_reason(client, run.state, task.task_key)))
-                else:
-                    metadata = stage_metadata(
-                        client, run.submitted, run.state, state, workloads[task.task_key]
-                    )
-                    metadata.update(self._output_metadata(workloads[task.task_key]))
-                    metadata[PARTITION_KEY] = task.partition
-                    from_pipes = reported.get(task.task_key, (None, []))[0]
-                    # What the workload reports adds to, never replaces, what the run says.
-                    metadata = {**((from_pipes.metadata or {}) if from_pipes else {}), **metadata}
-                    materialized.setdefault(task.loaded.asset_key, {})[task.partition] = metadata
+            for task_key in run.task_keys:
+                task = self._tasks[task_key]
+                if task_key in blocked:
+                    failed.append((task, blocked[task_key]))
+                    continue
+                state = run.state.task(task_key)
+                try:
+                    outcome: RunOutcome | None = RunOutcome.read(client, run.state, task_key)
+                except AirError:
+                    outcome = None
+                if state is None or not state.is_success or outcome is None:
+                    failed.append((task, self._failure_reason(outcome, run.state, task_key)))
+                    continue
+                outcome = dataclasses.replace(outcome, run_page_url=run.submitted.run_page_url)
+                workload = workloads[task_key]
+                metadata = self.translator.get_materialization_metadata(
+                    task.loaded.stage,
+                    workload,
+                    outcome,
+                    state=run.state,
+                    idempotency_token=run.submitted.idempotency_token,
+                )
+                metadata.update(self._output_metadata(workload))
+                metadata[PARTITION_KEY] = task.partition
+                from_pipes = reported.get(task_key, (None, []))[0]
+                # What the workload reports adds to, never replaces, what the run says.
+                metadata = {**((from_pipes.metadata or {}) if from_pipes else {}), **metadata}
+                materialized.setdefault(task.loaded.asset_key, {})[task.partition] = metadata
         yield from self._materializations(materialized, complete=not failed)
         yield from self._partition_checks(reported, materialized)
         if not failed:
             return
-        failing = [run for run in runs if any(t in run.tasks for t, _ in failed)]
+        failing = [run for run in runs if any(t.task_key in run.task_keys for t, _ in failed)]
         for run in failing:
             # A retry of the step starts new runs (see ``_identity``).
             assert run.submitted is not None
             yield terminal_failure_observation(
-                self.context, failed[0][0].loaded.asset_key, run.submitted, run.state, generation
+                self.context,
+                failed[0][0].loaded.asset_key,
+                run.submitted,
+                run.state,
+                self.step.generation,
             )
         first = failing[0]
         lines = [
@@ -379,7 +334,9 @@ class RangeStepRun(StepRun):
                 f"{', '.join(partitions)}\n" + "\n".join(lines)
             ),
             metadata={
-                **run_metadata(first.submitted, first.state),
+                **self.translator.get_run_metadata(
+                    first.submitted.run_id, first.submitted.run_page_url, first.state
+                ),
                 f"{META_PREFIX}failed_partitions": ", ".join(partitions),
             },
         )

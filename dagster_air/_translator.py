@@ -1,7 +1,8 @@
 """``DagsterAirTranslator``: the one place that maps a workload stage to Dagster asset fields.
 
-Each method derives one thing from a stage and its validated workload. Subclass it and
-override a method to change that one thing, instead of forking the asset factory.
+Each method derives one thing from a stage and its validated workload (at definition time)
+or from how its run went (at run time). Subclass it and override a method to change that one
+thing, instead of forking the asset factory.
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime import Workload
+from air_runtime import RunOutcome, RunState, TaskState, Workload
 
 from ._stage import AirStage, workload_hash
 
 # Definition-time metadata keys (materializations add their own under the same prefix).
 META_PREFIX = "dagster-air/"
+# GPU-hours, named apart so a metric summing one of them never counts an attempt twice:
+# materializations carry every attempt's total (sum this one), the observation of each
+# ended attempt only that attempt's.
+GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
+ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
 
 
 def container_rows(workload: Workload) -> list[dict[str, str]]:
@@ -215,6 +221,90 @@ class DagsterAirTranslator:
             skippable=True,
         )
         return apply_asset_attributes(spec, stage.asset_attributes)
+
+    # --- run time: what the step records --------------------------------------------------
+
+    def get_run_metadata(
+        self, run_id: int, run_page_url: str, state: RunState | None = None
+    ) -> dict[str, Any]:
+        """The run's id and page (and, when it ended, its final state): on a failure, and
+        as the base of every materialization."""
+        metadata: dict[str, Any] = {
+            f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
+            f"{META_PREFIX}run_url": dg.MetadataValue.url(run_page_url),
+        }
+        if state is not None:
+            metadata[f"{META_PREFIX}final_state"] = state.result_state or state.life_cycle_state
+        return metadata
+
+    def get_materialization_metadata(
+        self,
+        stage: AirStage,
+        workload: Workload,
+        outcome: RunOutcome,
+        *,
+        state: RunState,
+        idempotency_token: str,
+    ) -> dict[str, Any]:
+        """What a successful stage's materialization records: the run, the attempt, the
+        compute and containers, GPU-hours, duration and the MLflow run.
+
+        Override example, to add the cost at a rate per GPU-hour::
+
+            class MyTranslator(DagsterAirTranslator):
+                def get_materialization_metadata(self, stage, workload, outcome, **kwargs):
+                    metadata = super().get_materialization_metadata(
+                        stage, workload, outcome, **kwargs
+                    )
+                    return {**metadata, "cost_usd": round((outcome.gpu_hours or 0) * 2.5, 2)}
+        """
+        metadata = self.get_run_metadata(outcome.run_id, outcome.run_page_url)
+        metadata.update(
+            {
+                f"{META_PREFIX}final_state": outcome.result_state or state.life_cycle_state,
+                f"{META_PREFIX}attempt": outcome.attempt or 1,
+                f"{META_PREFIX}accelerator": workload.compute.accelerator_type,
+                f"{META_PREFIX}num_accelerators": workload.compute.num_accelerators,
+                f"{META_PREFIX}containers": containers_table(workload),
+                f"{META_PREFIX}workload_hash": workload_hash(workload),
+                f"{META_PREFIX}idempotency_token": idempotency_token,
+            }
+        )
+        for row in container_rows(workload):
+            metadata[f"{META_PREFIX}container/{row['name']}"] = (
+                f"ranks {row['ranks']}, image {row['image']}"
+            )
+        # Every attempt of the stage's task: what the platform held, retries included. This
+        # is the figure to sum; the per-attempt observations carry ATTEMPT_GPU_HOURS_KEY.
+        metadata[GPU_HOURS_KEY] = dg.MetadataValue.float(round(outcome.gpu_hours or 0.0, 6))
+        if outcome.duration_s is not None:
+            metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(outcome.duration_s)
+        if outcome.task_run_id is not None:
+            metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(outcome.task_run_id)
+        if outcome.mlflow_experiment_id:
+            metadata[f"{META_PREFIX}mlflow_experiment_id"] = outcome.mlflow_experiment_id
+        if outcome.mlflow_run_id:
+            metadata[f"{META_PREFIX}mlflow_run_id"] = outcome.mlflow_run_id
+        if outcome.mlflow_run_url:
+            metadata[f"{META_PREFIX}mlflow_run"] = dg.MetadataValue.url(outcome.mlflow_run_url)
+        return metadata
+
+    def get_attempt_metadata(
+        self, stage: AirStage, workload: Workload, run_id: int, attempt: TaskState
+    ) -> dict[str, Any]:
+        """The observation of one ended attempt of a stage's task (platform retries
+        included); ``attempt.state_message`` is already redacted."""
+        metadata: dict[str, Any] = {
+            f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
+            f"{META_PREFIX}attempt": attempt.attempt_number + 1,
+            f"{META_PREFIX}attempt_state": attempt.result_state or attempt.life_cycle_state,
+            ATTEMPT_GPU_HOURS_KEY: dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
+        }
+        if attempt.state_message:
+            metadata[f"{META_PREFIX}state_message"] = attempt.state_message
+        if attempt.run_id is not None:
+            metadata[f"{META_PREFIX}task_run_id"] = dg.MetadataValue.int(attempt.run_id)
+        return metadata
 
 
 def stage_asset_key(

@@ -216,6 +216,10 @@ class AirClient(_BaseClient, SyncOperations):
             _runs.list_runs(self._core, active_only=active_only, limit=limit, page_token=page_token)
         )
 
+    def list_runs_raw(self, params: dict[str, Any]) -> dict[str, Any]:
+        """One ``runs/list`` page as the API answered it."""
+        return self._run(_runs.list_runs_raw(self._core, params))
+
     def wait(
         self,
         run_id: int,
@@ -223,7 +227,12 @@ class AirClient(_BaseClient, SyncOperations):
         timeout: float | None = None,
         poll_interval: float = 5.0,
         on_update: Callable[[RunState], None] | None = None,
+        task_key: str | None = None,
+        deadline: float | None = None,
     ) -> RunState:
+        """Poll until the run ends, or with ``task_key`` until that task of it ends (a
+        workflow stage ends before its run); the state that shows the end. Past ``timeout``
+        (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on."""
         return self._run(
             _runs.wait(
                 self._core,
@@ -231,6 +240,8 @@ class AirClient(_BaseClient, SyncOperations):
                 timeout=timeout,
                 poll_interval=poll_interval,
                 on_update=on_update,
+                task_key=task_key,
+                deadline=deadline,
             )
         )
 
@@ -512,10 +523,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
 
     async def list_runs_raw(self, params: dict[str, Any]) -> dict[str, Any]:
         """One ``runs/list`` page as the API answered it (the watcher reads it lazily)."""
-        body: dict[str, Any] = await self._run(
-            self._core.call("GET", f"{_runs.RUNS_API}/list", params=params)
-        )
-        return body
+        return await self._run(_runs.list_runs_raw(self._core, params))
 
     async def wait(
         self,
@@ -524,6 +532,8 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         timeout: float | None = None,
         poll_interval: float = 5.0,
         on_update: Callable[[RunState], None] | None = None,
+        task_key: str | None = None,
+        deadline: float | None = None,
     ) -> RunState:
         return await self._run(
             _runs.wait(
@@ -532,6 +542,8 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 timeout=timeout,
                 poll_interval=poll_interval,
                 on_update=on_update,
+                task_key=task_key,
+                deadline=deadline,
             )
         )
 
@@ -586,9 +598,33 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             _secrets.materialize_secrets(self._core, values, scope=scope, key_prefix=key_prefix)
         )
 
+    async def list_secrets(self, scope: str) -> list[SecretInfo]:
+        return await self._run(_secrets.list_secrets(self._core, scope))
+
+    async def store_submission_secrets(
+        self, secrets: SubmissionSecrets, values: Mapping[str, str], stage: str | None = None
+    ) -> dict[str, str]:
+        return await self._run(
+            _secrets.store_submission_secrets(self._core, secrets, values, stage)
+        )
+
+    async def mark_submission_run(self, secrets: SubmissionSecrets, run_id: int) -> None:
+        await self._run(_secrets.mark_submission_run(self._core, secrets, run_id))
+
     async def delete_submission_secrets(self, secrets: SubmissionSecrets) -> int:
-        """Delete every key of the submission; the number deleted."""
         return await self._run(_secrets.delete_submission_secrets(self._core, secrets))
+
+    async def sweep_ended_submissions(self, secrets: SubmissionSecrets) -> int:
+        return await self._run(_secrets.sweep_ended_submissions(self._core, secrets))
+
+    async def prune_submission_secrets(
+        self, scope: str, *, older_than_s: float, now_ms: int, dry_run: bool = False
+    ) -> PruneResult:
+        return await self._run(
+            _secrets.prune_submission_secrets(
+                self._core, scope, older_than_s=older_than_s, now_ms=now_ms, dry_run=dry_run
+            )
+        )
 
     async def register_image(
         self,

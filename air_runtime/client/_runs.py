@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import AirError, NotFound, PlatformError, RunFailed, RunTimeout
-from .._polling import jittered, next_interval
+from .._errors import AirError, NotFound, PlatformError, RunFailed
+from .._polling import Pause, jittered, until_ended
 from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
 
@@ -69,6 +69,11 @@ def list_runs(
     return runs, next_token or None
 
 
+def list_runs_raw(core: ClientCore, params: dict[str, Any]) -> Flow[dict[str, Any]]:
+    body: dict[str, Any] = yield from core.call("GET", f"{RUNS_API}/list", params=params)
+    return body
+
+
 def cancel(core: ClientCore, run_id: int) -> Flow[None]:
     yield from core.call("POST", f"{RUNS_API}/cancel", json={"run_id": run_id})
 
@@ -84,40 +89,32 @@ def wait(
     timeout: float | None,
     poll_interval: float,
     on_update: Callable[[RunState], None] | None,
+    task_key: str | None = None,
+    deadline: float | None = None,
 ) -> Flow[RunState]:
-    """Poll until the run ends; returns the terminal state (success or not)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    interval = poll_interval
-    seen: tuple[str, str | None, str] | None = None
-    warned_unknown = False
+    """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
+    shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock."""
+    limits = [d for d in (deadline, None if timeout is None else time.time() + timeout) if d]
+    loop = until_ended(
+        run_id,
+        poll_interval=poll_interval,
+        rng=core.rng,
+        task_key=task_key,
+        deadline=min(limits) if limits else None,
+        on_update=on_update,
+    )
+    request = next(loop)
     while True:
-        state = yield from get_run(core, run_id)
-        key = (state.life_cycle_state, state.result_state, state.state_message)
-        if key != seen:
-            seen = key
-            if state.unknown_state and not warned_unknown:
-                warned_unknown = True
-                logger.warning(
-                    "run %s is in state %s, unknown to this version; still waiting",
-                    run_id,
-                    state.life_cycle_state,
-                )
-            if on_update is not None:
-                on_update(state)
-        if state.is_terminal:
-            return state
-        interval = next_interval(interval, poll_interval, state)
-        pause = _jittered(interval, core)
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RunTimeout(
-                    f"run {run_id} is still {state.describe()} after {timeout:g}s; "
-                    "it keeps running on the workspace (cancel it if it is not wanted)",
-                    run_id=run_id,
-                )
-            pause = min(pause, remaining)
-        yield Sleep(pause)
+        answer: RunState | None = None
+        if isinstance(request, Pause):
+            yield Sleep(request.seconds)
+        else:
+            answer = yield from get_run(core, run_id)
+        try:
+            request = loop.send(answer)
+        except StopIteration as stop:
+            result: RunState = stop.value
+            return result
 
 
 def _logs_path(run_id: int) -> str:

@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .._errors import AirError, AuthError, ConfigurationError, NotFound, PlatformError
+from ..platform import MAX_SECRET_NAME_LENGTH, SECRET_KEY_CHARACTERS, SECRET_SCOPE_CHARACTERS
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
 
 SECRETS_API = "/api/2.0/secrets"
-# What the secrets API accepts in a key and in a scope name (both at most 128 characters);
-# the local workspace checks its names with the same classes.
-SECRET_KEY_CHARACTERS = "A-Za-z0-9_.-"
-SECRET_SCOPE_CHARACTERS = "A-Za-z0-9_.@-"
-MAX_KEY_LENGTH = 128
+MAX_KEY_LENGTH = MAX_SECRET_NAME_LENGTH
 _KEY_FORBIDDEN = re.compile(f"[^{SECRET_KEY_CHARACTERS}]")
 _SCOPE_FORBIDDEN = re.compile(f"[^{SECRET_SCOPE_CHARACTERS}]")
 T = TypeVar("T")

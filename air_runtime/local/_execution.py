@@ -24,7 +24,7 @@ from air_runtime.local._errors import ApiError
 from air_runtime.local._files import VolumeTree, WorkspaceTree
 from air_runtime.local._logs import LogBook, NodeLog
 from air_runtime.local._security import private_dir, restrict_tree
-from air_runtime.workload import GPUS_PER_NODE
+from air_runtime.platform import GPUS_PER_NODE
 
 # Set in every rank so a restarted workspace can recognise (and stop) its orphans: the
 # task run and the workspace's own random id (another workspace's ranks are never touched).

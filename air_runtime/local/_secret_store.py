@@ -1,7 +1,7 @@
 """Secret scopes and their secrets, kept in the workspace's SQLite state.
 
 Names follow the platform's rules, the same ones the client derives its names with
-(`air_runtime.client._secrets`): letters, digits, '_', '-', '.' (and '@' in a scope name), at
+(`air_runtime.platform`): letters, digits, '_', '-', '.' (and '@' in a scope name), at
 most 128 characters. Values are bytes; nothing here ever logs or echoes one.
 """
 
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import re
 
-from air_runtime.client._secrets import (
-    MAX_KEY_LENGTH,
-    SECRET_KEY_CHARACTERS,
-    SECRET_SCOPE_CHARACTERS,
-)
 from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._store import Store, now_ms
+from air_runtime.platform import MAX_SECRET_NAME_LENGTH as MAX_KEY_LENGTH
+from air_runtime.platform import SECRET_KEY_CHARACTERS, SECRET_SCOPE_CHARACTERS
 
 _SCOPE_RE = re.compile(rf"^[{SECRET_SCOPE_CHARACTERS}]{{1,{MAX_KEY_LENGTH}}}$")
 _KEY_RE = re.compile(rf"^[{SECRET_KEY_CHARACTERS}]{{1,{MAX_KEY_LENGTH}}}$")

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from air_runtime._errors import WorkloadError
-from air_runtime.plan import RUN_IF_VALUES, TASK_KEY_RE
+from air_runtime.plan import RUN_IF_VALUES
+from air_runtime.platform import TASK_KEY_RE
 from air_runtime.workload import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
 
 Errors = list[dict[str, str]]

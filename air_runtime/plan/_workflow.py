@@ -7,9 +7,8 @@ from collections.abc import Sequence
 
 from air_runtime._errors import Problem, WorkloadError
 from air_runtime.plan._models import Stage
+from air_runtime.platform import MAX_TASK_KEY_LENGTH, TASK_KEY_CHARACTERS, TASK_KEY_RE
 from air_runtime.workload import Workload
-from air_runtime.workload._check_base import MAX_TASK_KEY_LENGTH, TASK_KEY_CHARACTERS
-from air_runtime.workload._check_base import NAME_RE as TASK_KEY_RE
 
 RUN_IF_VALUES = (
     "ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE",

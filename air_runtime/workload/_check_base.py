@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from air_runtime._errors import Problem
+from air_runtime.platform import TASK_KEY_RE
 from air_runtime.workload._models import (
     PRINCIPAL_FIELDS,
 )
@@ -31,9 +32,7 @@ PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
 # The Jobs API's task_key: ASCII letters, digits, '_' and '-', at most 100 characters
 # (runconfig.go taskKeyRe, validateExperimentName). experiment_name becomes the run's task key;
 # mlflow_run_name follows the same rule; `air_runtime.plan` checks stage keys with it.
-TASK_KEY_CHARACTERS = "A-Za-z0-9_-"
-MAX_TASK_KEY_LENGTH = 100
-NAME_RE = re.compile(rf"^[{TASK_KEY_CHARACTERS}]{{1,{MAX_TASK_KEY_LENGTH}}}$")
+NAME_RE = TASK_KEY_RE  # an experiment name becomes the run's task key
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # runconfig.go unityCatalogImageRe: structural only (no '.', ':' or whitespace inside a part);

@@ -12,12 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-GPUS_PER_NODE: dict[str, int] = {
-    "GPU_1xA10": 1,
-    "GPU_1xH100": 1,
-    "GPU_8xH100": 8,
-    "GPU_8xB300": 8,
-}
+from air_runtime.platform import GPUS_PER_NODE
+
 PRIORITY_CLASSES = ("BEST_EFFORT", "NORMAL", "CRITICAL")
 PERMISSION_LEVELS = ("CAN_VIEW", "CAN_MANAGE_RUN", "CAN_MANAGE", "IS_OWNER")
 PRINCIPAL_FIELDS = ("user_name", "group_name", "service_principal_name")

@@ -7,8 +7,8 @@ A reference names where the value is, never the value itself:
 - ``var:<name>``: an Airflow variable.
 
 Values are resolved only at execute time, registered with Airflow's secrets masker at once,
-written to a Databricks secret scope by the core client under keys of this submission alone
-(below), and the workload carries only ``scope/key`` references. They are never assigned to
+written to a Databricks secret scope under keys of this submission alone
+(``air_runtime.Submission.prepare``), and the workload carries only ``scope/key`` references. They are never assigned to
 an operator field, so they cannot reach rendered template fields or XCom; the only copy kept
 is inside the try's ``air_runtime.Redactor``, which removes them (and their base64, URL and
 JSON encodings) from failure messages and streamed log lines. The triggerer looks the same
@@ -18,14 +18,10 @@ never values.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_air.exceptions import AirConfigurationError
-
-if TYPE_CHECKING:
-    from air_runtime import AirClient, AsyncAirClient
-    from air_runtime.client import SubmissionSecrets
 
 _CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
 
@@ -109,11 +105,16 @@ def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
-def secret_values(secret_env: Mapping[str, str]) -> list[str]:
+def secret_values(
+    secret_env: Mapping[str, str], strict: Mapping[str, str] | None = None
+) -> list[str]:
     """The values the references point to, for redaction; a reference that cannot be looked
-    up is skipped (the submit reports it; a reattaching try may never need it)."""
+    up is skipped (the submit reports it; a reattaching try may never need it). ``strict``
+    references are checked first: a malformed one is an error (``check_references``)."""
     from airflow.sdk.log import mask_secret
 
+    if strict:
+        check_references(strict)
     values = []
     for name, ref in secret_env.items():
         try:
@@ -168,110 +169,3 @@ def _mask(value: str, name: str) -> None:
         mask_secret(value, name)
     except Exception:
         pass
-
-
-# --- where the values go: keys of one logical submission ----------------------------------
-#
-# Every (deployment, Dag run, task, map index) writes its values under keys of its own
-# (``air_runtime.client.SubmissionSecrets``), so concurrent runs and deployments
-# never overwrite each other's. After the submit a marker names the run; once the run has
-# ended the task deletes the keys (best effort: the platform reads them when containers
-# start, including platform retries, so never before the run ended). Keys a crash left
-# behind are deleted by the next run of the same task, or by ``airo secrets prune``.
-
-
-def submission_secrets(
-    context: Any, scope: str, namespace: str, task_id: str | None = None
-) -> SubmissionSecrets:
-    """The keys of this task instance's submission (``task_id``: the submitting task of a
-    workflow, whose run the stages share)."""
-    from air_runtime.client import SubmissionSecrets
-    from airflow_air._submission import map_index_of
-
-    ti = context["ti"]
-    return SubmissionSecrets.of(
-        scope,
-        namespace=namespace,
-        orchestrator="airflow",
-        pipeline_id=ti.dag_id,
-        task_key=task_id or ti.task_id,
-        run_id=ti.run_id,
-        map_index=map_index_of(context),
-    )
-
-
-def store_submission_secrets(
-    client: AirClient,
-    secrets: SubmissionSecrets,
-    values: Mapping[str, str],
-    *,
-    stage: str | None = None,
-    sweep: bool = True,
-    log: Any = None,
-) -> dict[str, str]:
-    """Delete what earlier runs of the task left behind (``sweep``), then write ``values``;
-    ``{NAME: "scope/key"}`` for ``Workload.with_secrets``."""
-    from air_runtime import AirError
-
-    if sweep:
-        try:
-            swept = client.sweep_ended_submissions(secrets)
-            if swept and log is not None:
-                log.info("Deleted %s secret keys left by earlier runs that ended", swept)
-        except AirError as exc:
-            if log is not None:
-                log.warning("Could not delete secret keys of earlier runs: %s", exc)
-    return client.store_submission_secrets(secrets, values, stage)
-
-
-def mark_submission_run(
-    client: AirClient, secrets: Iterable[SubmissionSecrets], run_id: int, log: Any
-) -> None:
-    """Record which run reads the keys, so whoever sees it ended can delete them."""
-    from air_runtime import AirError
-
-    for group in secrets:
-        try:
-            client.mark_submission_run(group, run_id)
-        except AirError as exc:
-            log.warning("Could not record run %s next to its secret keys: %s", run_id, exc)
-
-
-def delete_submission_secrets(client: AirClient, secrets: SubmissionSecrets, log: Any) -> None:
-    """Best effort: the run has ended, its keys are no longer needed."""
-    from air_runtime import AirError
-
-    try:
-        deleted = client.delete_submission_secrets(secrets)
-    except AirError as exc:
-        _report_not_deleted(log, secrets, exc)
-        return
-    _report_deleted(log, secrets, deleted)
-
-
-async def adelete_submission_secrets(
-    client: AsyncAirClient, secrets: SubmissionSecrets, log: Any
-) -> None:
-    """``delete_submission_secrets`` from a trigger that ends the task itself."""
-    from air_runtime import AirError
-
-    try:
-        deleted = await client.delete_submission_secrets(secrets)
-    except AirError as exc:
-        _report_not_deleted(log, secrets, exc)
-        return
-    _report_deleted(log, secrets, deleted)
-
-
-def _report_not_deleted(log: Any, secrets: SubmissionSecrets, exc: Exception) -> None:
-    log.warning(
-        "Could not delete the secret keys of this run from scope %s (the next run of the "
-        "task retries): %s",
-        secrets.scope,
-        exc,
-    )
-
-
-def _report_deleted(log: Any, secrets: SubmissionSecrets, deleted: int) -> None:
-    if deleted:
-        log.info("Deleted %s secret keys of the ended run from scope %s", deleted, secrets.scope)

@@ -7,13 +7,15 @@ still running or deferred, not only once it finished.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
+
+    from air_runtime import RunOutcome
 
 RUN_ID_KEY = "run_id"
 RUN_PAGE_URL_KEY = "run_page_url"
@@ -69,3 +71,67 @@ class AirMlflowRunLink(BaseOperatorLink):
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, MLFLOW_URL_KEY)
+
+
+# --- the XComs a try pushes -----------------------------------------------------------------
+
+
+def push_run_xcoms(context: Any, run_id: int, run_page_url: str) -> None:
+    """Make the run id and page visible at once (also as the live "AI Runtime run" link)."""
+    ti = context["ti"]
+    ti.xcom_push(key=RUN_ID_KEY, value=run_id)
+    ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)
+    ti.xcom_push(key=AirRunLink().xcom_key, value=run_page_url)
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+    # An empty MLflow link until the ids are known (the UI shows it disabled).
+    ti.xcom_push(key=MLFLOW_URL_KEY, value="")
+
+
+def remember_run_page(context: Any, run_page_url: str) -> None:
+    """A resumed (deferred) try's operator is new: it learns the run page from the event."""
+    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+
+
+def push_mlflow_link(context: Any, url: str | None) -> None:
+    if not url:
+        return
+    ti = context["ti"]
+    ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
+    ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
+    remember_url(context["task"], MLFLOW_URL_KEY, url)
+
+
+def return_value(outcome: RunOutcome) -> dict[str, Any]:
+    """The operator's return value (XCom ``return_value``)."""
+    out: dict[str, Any] = {
+        "run_id": outcome.run_id,
+        "run_page_url": outcome.run_page_url,
+        "result_state": outcome.result_state,
+        "mlflow_experiment_id": outcome.mlflow_experiment_id,
+        "mlflow_run_id": outcome.mlflow_run_id,
+        "gpu_hours": outcome.gpu_hours,
+    }
+    if outcome.task_key:
+        out["task_key"] = outcome.task_key
+    return out
+
+
+def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dict[str, Any]:
+    """Every XCom a successful try leaves, for a trigger that ends the task itself
+    (``airflow_air.triggers``): what ``push_run_xcoms``, ``push_mlflow_link``, the GPU-hours
+    push and the return value leave when the task ends in a worker."""
+    from airflow.sdk.bases.xcom import BaseXCom
+
+    xcoms: dict[str, Any] = {
+        RUN_ID_KEY: outcome.run_id,
+        RUN_PAGE_URL_KEY: outcome.run_page_url,
+        AirRunLink().xcom_key: outcome.run_page_url,
+        MLFLOW_URL_KEY: outcome.mlflow_run_url or "",
+    }
+    if outcome.mlflow_run_url:
+        xcoms[AirMlflowRunLink().xcom_key] = outcome.mlflow_run_url
+    if outcome.gpu_hours is not None:
+        xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
+    if push_return_value:
+        xcoms[BaseXCom.XCOM_RETURN_KEY] = return_value(outcome)
+    return xcoms

@@ -56,8 +56,9 @@ task resumes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -65,8 +66,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
 
 if TYPE_CHECKING:
-    from air_runtime import AsyncAirClient, Redactor, RunState
-    from airflow_air._submission import Outcome
+    from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState
 
 _ON_KILL_TIMEOUT_S = 20.0
 
@@ -117,8 +117,8 @@ class AirRunTrigger(BaseTrigger):
         instead of resuming it in a worker; set by the operator (see the module docstring).
     :param push_return_value: with ``finish_in_triggerer``, also leave the return value
         (the operator's ``do_xcom_push``).
-    :param secret_keys: with ``finish_in_triggerer``, the submission's secret keys
-        (``SubmissionSecrets`` fields) to delete once the run has succeeded.
+    :param submission: with ``finish_in_triggerer``, the task's ``air_runtime.Submission``
+        (``to_json``) whose secret keys are deleted once the run has succeeded.
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
     """
 
@@ -136,7 +136,7 @@ class AirRunTrigger(BaseTrigger):
         secret_env: dict[str, str] | None = None,
         finish_in_triggerer: bool = False,
         push_return_value: bool = True,
-        secret_keys: dict[str, str] | None = None,
+        submission: dict[str, Any] | None = None,
         stream_logs: bool = True,
     ) -> None:
         super().__init__()
@@ -151,7 +151,7 @@ class AirRunTrigger(BaseTrigger):
         self.secret_env = dict(secret_env) if secret_env else None
         self.finish_in_triggerer = bool(finish_in_triggerer)
         self.push_return_value = bool(push_return_value)
-        self.secret_keys = dict(secret_keys) if secret_keys else None
+        self.submission = dict(submission) if submission else None
         self.stream_logs = bool(stream_logs)
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
@@ -171,7 +171,7 @@ class AirRunTrigger(BaseTrigger):
                 "secret_env": self.secret_env,
                 "finish_in_triggerer": self.finish_in_triggerer,
                 "push_return_value": self.push_return_value,
-                "secret_keys": self.secret_keys,
+                "submission": self.submission,
                 "stream_logs": self.stream_logs,
             },
         )
@@ -189,8 +189,7 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError, RunTimeout
-        from airflow_air._submission import Outcome
+        from air_runtime import AirError, RunOutcome, RunTimeout
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
         # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
@@ -201,15 +200,15 @@ class AirRunTrigger(BaseTrigger):
                 await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)
-            if self.task_key is None:
-                state = await watcher.wait(
-                    self.run_id, deadline=self.deadline, on_update=self._log_update
-                )
-            else:
-                state = await self._wait_for_stage(watcher)
-            outcome = await self._finish(watcher.client, state)
-            if finish_here and outcome.status == "success":
-                ended = await self._end_task(watcher.client, outcome)
+            state = await watcher.wait(
+                self.run_id,
+                deadline=self.deadline,
+                on_update=self._on_update(),
+                task_key=self.task_key,
+            )
+            outcome = await self._outcome(watcher.client, state)
+            if finish_here and outcome.succeeded:
+                ended = await self._end_task(watcher.client, outcome, state)
                 if ended is not None:
                     yield ended
                     return
@@ -229,31 +228,24 @@ class AirRunTrigger(BaseTrigger):
                 message += await self._cancel("the task's execution_timeout passed")
             else:
                 message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
-            outcome = Outcome(
-                status="timeout",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=message,
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "timeout", self.run_id, self.run_page_url, message, self.task_key
             )
         except (AirError, OSError) as exc:
-            outcome = Outcome(
-                status="error",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=f"could not follow run {self.run_id}: {exc}",
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "error",
+                self.run_id,
+                self.run_page_url,
+                f"could not follow run {self.run_id}: {exc}",
+                self.task_key,
             )
         except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
-            outcome = Outcome(
-                status="error",
-                run_id=self.run_id,
-                run_page_url=self.run_page_url,
-                result_state=None,
-                message=f"{type(exc).__name__}: {exc}",
-                task_key=self.task_key,
+            outcome = RunOutcome.unfinished(
+                "error",
+                self.run_id,
+                self.run_page_url,
+                f"{type(exc).__name__}: {exc}",
+                self.task_key,
             )
         event = outcome.to_event()
         if event.get("message"):
@@ -262,19 +254,24 @@ class AirRunTrigger(BaseTrigger):
             await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)
 
-    async def _end_task(self, client: AsyncAirClient, outcome: Outcome) -> TriggerEvent | None:
+    async def _end_task(
+        self, client: AsyncAirClient, outcome: RunOutcome, state: RunState
+    ) -> TriggerEvent | None:
         """What ``execute_complete`` does for a success, here: the logs, the secret keys,
         the XComs; then the event that ends the task without a worker (None: resume it in
         a worker after all, which finishes it there)."""
         try:
             from airflow.triggers.base import TaskSuccessEvent
 
-            xcoms = outcome.success_xcoms(return_value=self.push_return_value)
+            from airflow_air.links import success_xcoms
+
+            xcoms = success_xcoms(outcome, push_return_value=self.push_return_value)
         except Exception as exc:  # never fail a run that succeeded
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
 
-        from airflow_air._submission import RedactingLog, acopy_run_logs
+        from air_runtime import RedactingLog, Submission
+        from airflow_air._logs import acopy_run_logs, success_text
         from airflow_air.hooks import completed_log_lines
 
         log = RedactingLog(self.log, self.redact)
@@ -282,22 +279,17 @@ class AirRunTrigger(BaseTrigger):
             await acopy_run_logs(
                 client, self.run_id, log, self.task_key, max_lines=completed_log_lines()
             )
-        if self.secret_keys:
-            from air_runtime.client import SubmissionSecrets
-            from airflow_air._secret_env import adelete_submission_secrets
-
-            await adelete_submission_secrets(client, SubmissionSecrets(**self.secret_keys), log)
-        log.info("%s", outcome.success_text())
+        if self.submission:
+            submission = Submission.from_json(self.submission, log=log, redact=self.redact)
+            await submission.afinish(client, state)
+        log.info("%s", success_text(outcome))
         return TaskSuccessEvent(xcoms=xcoms)
 
-    def _log_update(self, state: RunState) -> None:
-        self._seen(state)
-        capacity = " [waiting for GPU capacity]" if state.is_waiting_for_capacity else ""
-        self.log.info("%s", self.redact(f"Run {self.run_id}: {state.describe()}{capacity}"))
-
-    async def _wait_for_stage(self, watcher: Any) -> RunState:
-        """A stage ends before its run does: the watcher reads its task within its budget."""
-        from airflow_air._submission import RedactingLog, StateLogger
+    def _on_update(self) -> Callable[[RunState], None]:
+        """Each state change into the triggerer's log (redacted), remembered for the
+        timeout message; a stage's line says its task's state too."""
+        from air_runtime import RedactingLog
+        from airflow_air._logs import StateLogger
 
         logger = StateLogger(RedactingLog(self.log, self.redact), self.run_id, self.task_key)
 
@@ -305,9 +297,7 @@ class AirRunTrigger(BaseTrigger):
             self._seen(state)
             logger(state)
 
-        return await watcher.wait(
-            self.run_id, deadline=self.deadline, on_update=on_update, task_key=self.task_key
-        )
+        return on_update
 
     def _seen(self, state: RunState) -> None:
         task = state.task(self.task_key) if self.task_key else None
@@ -318,21 +308,13 @@ class AirRunTrigger(BaseTrigger):
                 f"/{task.result_state}" if task.result_state else ""
             )
 
-    async def _finish(self, client: AsyncAirClient, state: RunState) -> Outcome:
-        from airflow_air._submission import make_outcome
+    async def _outcome(self, client: AsyncAirClient, state: RunState) -> RunOutcome:
+        from air_runtime import RunOutcome
 
-        view = state.stage(self.task_key)
-        result = await client.run_result(view)
-        return make_outcome(
-            view,
-            run_id=self.run_id,
-            run_page_url=state.run_page_url or self.run_page_url,
-            task_key=self.task_key,
-            failure=result.failure,
-            output=result.output,
-            host=client.host,
-            gpu_hours=result.gpu_hours,
-        )
+        outcome = await RunOutcome.aread(client, state, self.task_key)
+        if outcome.run_page_url:
+            return outcome
+        return dataclasses.replace(outcome, run_page_url=self.run_page_url)
 
     async def _cancel(self, why: str) -> str:
         """Cancel the run with a client of its own (the shared one may be closing)."""

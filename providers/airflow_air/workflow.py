@@ -24,6 +24,7 @@ not single tasks).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -206,19 +207,13 @@ class AirWorkflowSubmitOperator(BaseOperator):
         ]
 
     def execute(self, context: Context) -> Any:
-        import dataclasses
-
-        from airflow_air._deployment import deployment_namespace
         from airflow_air._openlineage import with_parent_job_env
-        from airflow_air._secret_env import mark_submission_run
-        from airflow_air._submission import own_run, push_run_xcoms
+        from airflow_air._task_run import TaskRun, configuration_errors_fail_fast, secret_scope_of
         from airflow_air.hooks import AirHook
-        from airflow_air.operators import _configuration_errors_fail_fast
 
         group = self._group()
-        namespace = deployment_namespace()
         with (
-            _configuration_errors_fail_fast(),
+            configuration_errors_fail_fast(),
             AirHook(self.databricks_conn_id).get_client() as client,
         ):
             planned = self._stage_plan(context, group)
@@ -235,36 +230,30 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     for _, _, stage in planned
                 ),
             )
-            prepared: list[Any] = []
-            written: list[Any] = []  # one SubmissionSecrets per scope the stages write to
+            # One submission for the run the stages share; each stage's values under keys
+            # of its own (``stage``), in the scope that stage names.
+            run = TaskRun(self, context)
+            submission = run.open_submission()
 
-            def submit(token: str) -> Any:
-                if not prepared:  # secrets are resolved once, and only when submitting
-                    prepared.extend(
-                        dataclasses.replace(
-                            stage,
-                            workload=op.with_orchestrator_secrets(
-                                client,
-                                with_parent_job_env(stage.workload, context),
-                                rendered["secret_env"] or {},
-                                rendered["secret_scope"],
-                                context=context,
-                                namespace=namespace,
-                                submit_task_id=self.task_id,
-                                stage=stage.task_key,
-                                written=written,
-                            ),
+            def with_secrets() -> list[Any]:
+                from airflow_air._secret_env import resolve_secret_env
+
+                stages = []
+                for op, rendered, stage in planned:
+                    workload = with_parent_job_env(stage.workload, context)
+                    references = rendered["secret_env"] or {}
+                    if references:
+                        workload = submission.prepare(
+                            client,
+                            workload,
+                            resolve_secret_env(references),
+                            scope=secret_scope_of(op, rendered["secret_scope"]),
+                            stage=stage.task_key,
                         )
-                        for op, rendered, stage in planned
-                    )
-                submitted = client.submit_workload(
-                    prepared, idempotency_token=token, run_name=group.run_name or group.group_id
-                )
-                mark_submission_run(client, written, submitted.run_id, self.log)
-                return submitted
+                    stages.append(dataclasses.replace(stage, workload=workload))
+                return stages
 
-            record, _ = own_run(context, self, client, submit, log=self.log, namespace=namespace)
-            push_run_xcoms(context, record.run_id, record.run_page_url)
+            record = run.own(client, with_secrets, run_name=group.run_name or group.group_id)
             self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._lineage_result
 

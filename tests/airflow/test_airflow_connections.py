@@ -135,7 +135,7 @@ def test_a_scheme_less_host_of_the_local_workspace_fails_at_once_with_the_fix(
 
 def test_copied_logs_are_labelled_and_capped(local_workspace):
     """What a resumed deferred task writes: every node's lines, labelled, at most N lines."""
-    from airflow_air._submission import copy_run_logs
+    from airflow_air._logs import copy_run_logs
 
     from air_runtime import AirClient, load_workload
 

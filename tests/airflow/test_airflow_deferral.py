@@ -167,20 +167,13 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log):
     from airflow_air.links import AirMlflowRunLink, AirRunLink
     from airflow_air.triggers import AirRunTrigger
 
-    from air_runtime.client import SubmissionSecrets
+    from air_runtime import Submission, SubmissionKey
 
     run_id = _run_of(workspace, 'echo "trial line one"\necho "trial line two"')
-    secrets = SubmissionSecrets.of(
-        "finish-scope",
-        namespace="ns",
-        orchestrator="airflow",
-        pipeline_id="sweep",
-        task_key="trial",
-        run_id="manual__1",
-        map_index=3,
-    )
+    submission = Submission(SubmissionKey("airflow", "ns", "sweep", "manual__1", "trial", 3))
+    secrets = submission.key.secrets("finish-scope")
     with AirClient(workspace.host, workspace.token) as client:
-        client.store_submission_secrets(secrets, {"HF_TOKEN": "hf-value-123456"})
+        submission.store(client, {"HF_TOKEN": "hf-value-123456"}, scope=secrets.scope)
         assert any(s.key.startswith(secrets.prefix) for s in client.list_secrets(secrets.scope))
 
     trigger = AirRunTrigger(
@@ -189,12 +182,7 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log):
         first_poll_at=time.time() + 3600,  # would hold a resume event for an hour
         cancel_on_kill=False,
         finish_in_triggerer=True,
-        secret_keys={
-            "scope": secrets.scope,
-            "label": secrets.label,
-            "task_tag": secrets.task_tag,
-            "submission_tag": secrets.submission_tag,
-        },
+        submission=submission.attach(run_id).to_json(),
     )
     # The kwargs survive serialization (the triggerer rebuilds the trigger from them).
     classpath, kwargs = trigger.serialize()

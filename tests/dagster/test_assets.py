@@ -197,3 +197,42 @@ def test_translator_subclass_changes_keys_groups_and_tags():
     assert fit.group_name == "ml"
     assert fit.tags["accelerator"] == "GPU_1xA10"
     assert [d.asset_key for d in fit.deps] == [dg.AssetKey(["gpu", "prep_data"])]
+
+
+def test_translator_derives_the_run_time_metadata_and_the_invocation_can_pass_one(
+    air_workspace, instance
+):
+    class CostTranslator(DagsterAirTranslator):
+        def __init__(self, rate: float) -> None:
+            self.rate = rate
+
+        def get_materialization_metadata(self, stage, workload, outcome, **kwargs):
+            metadata = super().get_materialization_metadata(stage, workload, outcome, **kwargs)
+            return {**metadata, "cost_usd": round((outcome.gpu_hours or 0.0) * self.rate, 6)}
+
+        def get_attempt_metadata(self, stage, workload, run_id, attempt):
+            return {**super().get_attempt_metadata(stage, workload, run_id, attempt), "rate": 1}
+
+    defined = build_air_assets(
+        AirStage(key="costed", workload=workload("costed", "true")),
+        translator=CostTranslator(2.0),
+    )
+    result = _materialize(defined, air_workspace, instance)
+    (mat,) = result.asset_materializations_for_node("costed")
+    gpu_hours = mat.metadata["dagster-air/gpu_hours"].value
+    assert mat.metadata["cost_usd"].value == round(gpu_hours * 2.0, 6)
+    assert mat.metadata["dagster-air/run_id"].value > 0  # the default metadata stays
+    (observation,) = [
+        e.asset_observation_data.asset_observation
+        for e in result.get_asset_observation_events()
+    ]
+    assert observation.metadata["rate"].value == 1
+
+    @air_workload_asset(workload=workload("invoked", "true"))
+    def invoked(context: dg.AssetExecutionContext, air: AirInvocation):
+        yield from air.run(translator=CostTranslator(10.0))
+
+    result = _materialize(invoked, air_workspace, instance)
+    (mat,) = result.asset_materializations_for_node("invoked")
+    gpu_hours = mat.metadata["dagster-air/gpu_hours"].value
+    assert mat.metadata["cost_usd"].value == round(gpu_hours * 10.0, 6)

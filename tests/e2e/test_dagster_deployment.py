@@ -19,6 +19,29 @@ LOCATION = "air_examples"
 def test_rl_assets_launched_through_graphql(
     tmp_path: Path, postgres: str, local_workspace, workspace_client
 ) -> None:
+    """The example's image asset copies the RL images from a stand-in Docker Hub into the
+    workspace's stand-in Artifact Registry first (its workloads run on the copies)."""
+    from image_registries import image_registries, push_rl_images
+
+    with image_registries(tmp_path / "registries", local_workspace) as registries:
+        push_rl_images(registries, tmp_path / "build")
+        _launch_the_rl_assets(
+            tmp_path,
+            postgres,
+            local_workspace,
+            workspace_client,
+            {
+                "DOCKER_CONFIG": str(registries.docker_config.parent),
+                "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                "RL_SOURCE_REGISTRY": registries.hub.host,
+                "AIRO_ARTIFACT_REGISTRY": registries.artifact_registry.host,
+            },
+        )
+
+
+def _launch_the_rl_assets(
+    tmp_path: Path, postgres: str, local_workspace, workspace_client, registry_env: dict
+) -> None:
     deployment = DagsterDeployment(
         tmp_path,
         database_dsn=f"{postgres}/airo_dagster",
@@ -34,6 +57,7 @@ def test_rl_assets_launched_through_graphql(
             "AIRO_TOKEN": local_workspace.token,
             "HF_TOKEN": PLACEHOLDER_SECRET,
             "RL_OUTPUT_ROOT": str(tmp_path / "rl_output"),
+            **registry_env,
         },
     )
     try:

@@ -167,7 +167,6 @@ def _triggerer_restart(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
 
 def _task_retry(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
     """A real Airflow task whose first try dies after submitting; Airflow retries it."""
-    import airflow_air._submission as submission
     from airflow.utils.state import DagRunState
     from helpers import reliability_dag
 
@@ -176,7 +175,7 @@ def _task_retry(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
     where = rng.choice(["after_submit_answer", "after_recording", "while_waiting"])
     crashes = {"left": 1}
     original_submit = AirClient.submit_workload
-    original_wait = submission.wait_sync
+    original_wait = AirClient.wait
 
     class WorkerDied(Exception):
         pass
@@ -201,7 +200,7 @@ def _task_retry(ws: Any, trial: int, rng: Any) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(AirClient, "submit_workload", submit_then_die)
-        patch.setattr(submission, "wait_sync", wait_then_die)
+        patch.setattr(AirClient, "wait", wait_then_die)
         dag = reliability_dag("reliability_retry")
         run = dag.test(run_conf={"command": f"sleep {rng.uniform(0.2, 1.0):.2f}"})
     if run.state != DagRunState.SUCCESS:

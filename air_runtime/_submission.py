@@ -1,0 +1,471 @@
+"""The life of one submission, for every orchestrator: the one place it is written.
+
+A *submission* is what one orchestrator task instance (an Airflow task and map index, a
+Dagster step and partition) asks of the workspace: one run, possibly one of several
+*generations* (a retry after a failed run submits a new generation; a retry after a crashed
+worker gets the same one back). Its life:
+
+1. ``prepare``: delete the secret keys earlier runs of the same task left behind once their
+   runs ended (the *sweep*), write this submission's orchestrator-held values under keys of
+   its own, and rewrite the workload to carry ``scope/key`` references only;
+2. ``submit`` a generation (its idempotency token comes from the key), then mark the keys
+   with the run that reads them;
+3. read the ``outcome`` of the run, or of one of its tasks (a workflow stage ends before its
+   run does);
+4. ``finish``: delete the keys, but only once the *whole* run has ended (the platform reads
+   them whenever a container starts, platform retries included); or ``cancel`` the run.
+
+The orchestrators keep only what is theirs: where the generation comes from, how a value is
+looked up, how an outcome is shown. Housekeeping (sweep, mark, delete) is best effort: a
+failure is a warning and the keys are left to the next run's sweep or ``airo secrets
+prune``; storing a value is not (the run would start without it).
+
+Every step is a flow of the client core, so ``AirClient`` and ``AsyncAirClient`` drive the
+same code: ``finish`` in a worker and ``afinish`` in an Airflow triggerer do the same thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ._errors import AirError, RunTimeout
+from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
+from .client import _runs, _secrets, _submit
+from .client._core import ClientCore, Flow
+from .client._secrets import SubmissionSecrets
+from .plan import make_idempotency_token
+
+if TYPE_CHECKING:
+    from .client import AirClient, AsyncAirClient, SubmittedRun
+    from .plan import Stage
+    from .workload import Workload
+
+T = TypeVar("T")
+
+# A run whose tasks have all ended is itself ended moments later: ``finish`` waits this long
+# for it before leaving the keys to a later look.
+RUN_END_WAIT_S = 10.0
+_RUN_END_POLL_S = 0.5
+
+
+class SubmissionLog(Protocol):
+    """Where housekeeping lines go (one formatted message each): a ``logging.Logger``, an
+    Airflow task log, a Dagster step's ``context.log``."""
+
+    def info(self, message: str, /) -> Any: ...
+
+    def warning(self, message: str, /) -> Any: ...
+
+
+class _Silent:
+    def info(self, message: str, /) -> None:
+        return None
+
+    def warning(self, message: str, /) -> None:
+        return None
+
+
+SILENT = _Silent()
+
+
+def _keep(text: str) -> str:
+    return text
+
+
+# --- the key ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmissionKey:
+    """What names one submission: the idempotency token of each generation and the secret
+    key names derive from it, so two deployments, runs, tasks or map indices / partitions
+    never share either.
+
+    ``namespace`` is the deployment's (an Airflow deployment, a Dagster instance): without
+    it two deployments sharing a workspace would get each other's runs back."""
+
+    orchestrator: str
+    namespace: str
+    pipeline: str
+    run: str
+    task: str
+    index: int | str | None = None  # map index (Airflow) or partition (Dagster)
+
+    def idempotency_token(self, generation: int | str) -> str:
+        return make_idempotency_token(
+            self.orchestrator,
+            self.pipeline,
+            self.run,
+            self.task,
+            self.index,
+            generation,
+            namespace=self.namespace,
+        )
+
+    def secrets(self, scope: str) -> SubmissionSecrets:
+        """The secret keys of this submission in ``scope``."""
+        return SubmissionSecrets.of(
+            scope,
+            namespace=self.namespace,
+            orchestrator=self.orchestrator,
+            pipeline_id=self.pipeline,
+            task_key=self.task,
+            run_id=self.run,
+            map_index=self.index,
+        )
+
+
+# --- the outcome --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run, or one task of it, ended; what both orchestrators render.
+
+    ``to_event``/``from_event`` are its stable form (an Airflow trigger event is stored in
+    Airflow's database and may be read by a newer version): fields are only ever added, a
+    missing one reads as its default, an unknown one is ignored."""
+
+    status: str  # success | failed | timeout | error
+    run_id: int
+    run_page_url: str
+    # None (no result yet: timeout, error) is left out of events, so it must be optional.
+    result_state: str | None = None
+    message: str = ""
+    task_key: str | None = None
+    # 1 for the first attempt of the task (the platform counts from 0).
+    attempt: int | None = None
+    mlflow_experiment_id: str | None = None
+    mlflow_run_id: str | None = None
+    mlflow_run_url: str | None = None
+    # Accelerator-hours of every attempt of the run (of the task), retries included.
+    gpu_hours: float | None = None
+    duration_s: float | None = None
+    # The task's own run id in a multi-task run.
+    task_run_id: int | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "success"
+
+    def to_event(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> RunOutcome:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in event.items() if k in known})
+
+    @classmethod
+    def read(cls, client: AirClient, state: RunState, task_key: str | None = None) -> RunOutcome:
+        """The outcome of the ended run ``state`` (or of its task ``task_key``)."""
+        return _run_sync(client, outcome_flow(client._core, state, task_key))
+
+    @classmethod
+    async def aread(
+        cls, client: AsyncAirClient, state: RunState, task_key: str | None = None
+    ) -> RunOutcome:
+        return await _run_async(client, outcome_flow(client._core, state, task_key))
+
+    @classmethod
+    def unfinished(
+        cls, status: str, run_id: int, run_page_url: str, message: str, task_key: str | None
+    ) -> RunOutcome:
+        """A wait that ended without the run ending (``timeout``, ``error``)."""
+        return cls(status, run_id, run_page_url, None, message, task_key)
+
+
+def _duration_s(state: RunState, task: TaskState | None) -> float | None:
+    """The task's (newest attempt's) time when known, else the run's."""
+    start = (task.start_time if task else None) or state.start_time
+    end = (task.end_time if task else None) or state.end_time
+    if start and end and end >= start:
+        return round((end - start) / 1000.0, 3)
+    return None
+
+
+def outcome_flow(
+    core: ClientCore, state: RunState, task_key: str | None, run_page_url: str = ""
+) -> Flow[RunOutcome]:
+    """The outcome of an ended run (or of its task ``task_key``): the failure with its full
+    message (error, log tail, trace) or the MLflow ids of the task's output."""
+    view = state.stage(task_key)
+    result = yield from _runs.run_result(core, view)
+    experiment, mlflow_run = mlflow_ids(result.output)
+    task = view.tasks[0] if len(view.tasks) == 1 else None
+    return RunOutcome(
+        status="success" if result.failure is None else "failed",
+        run_id=state.run_id,
+        run_page_url=state.run_page_url or run_page_url,
+        result_state=view.result_state,
+        message="" if result.failure is None else str(result.failure),
+        task_key=task_key,
+        attempt=task.attempt_number + 1 if task is not None else None,
+        mlflow_experiment_id=experiment,
+        mlflow_run_id=mlflow_run,
+        mlflow_run_url=mlflow_run_url(core.host, experiment, mlflow_run),
+        gpu_hours=result.gpu_hours,
+        duration_s=_duration_s(state, task),
+        task_run_id=task.run_id if task is not None and task_key is not None else None,
+    )
+
+
+# --- the submission -----------------------------------------------------------------------
+
+
+def _run_sync(client: AirClient, flow: Flow[T]) -> T:
+    return client._run(flow)
+
+
+def _run_async(client: AsyncAirClient, flow: Flow[T]) -> Awaitable[T]:
+    return client._run(flow)
+
+
+@dataclass
+class Submission:
+    """One submission's life (see the module docstring). ``log`` receives the housekeeping
+    lines, ``redact`` cleans the text of errors in them (an error may echo a value).
+
+    The keys of every scope ``prepare`` wrote to are remembered; ``to_json``/``from_json``
+    carry the submission (key, scopes, run) to another process, e.g. an Airflow trigger
+    that finishes the run (``afinish``)."""
+
+    key: SubmissionKey
+    log: SubmissionLog = field(default=SILENT, repr=False, compare=False)
+    redact: Callable[[str], str] = field(default=_keep, repr=False, compare=False)
+    scopes: list[str] = field(default_factory=list)
+    run_id: int | None = None
+    run_page_url: str = ""
+
+    @property
+    def secrets(self) -> list[SubmissionSecrets]:
+        return [self.key.secrets(scope) for scope in self.scopes]
+
+    def _warning(self, what: str, error: AirError) -> None:
+        self.log.warning(f"could not {what}: {self.redact(str(error))}")
+
+    # --- 1. prepare ---------------------------------------------------------------------
+
+    def store_flow(
+        self,
+        core: ClientCore,
+        values: Mapping[str, str],
+        *,
+        scope: str,
+        stage: str | None = None,
+    ) -> Flow[dict[str, str]]:
+        if not values:
+            return {}
+        secrets = self.key.secrets(scope)
+        if scope not in self.scopes:  # the first write to a scope sweeps it
+            try:
+                swept = yield from _secrets.sweep_ended_submissions(core, secrets)
+                if swept:
+                    self.log.info(f"deleted {swept} secret keys left by earlier runs that ended")
+            except AirError as error:
+                self._warning("delete the secret keys earlier runs left behind", error)
+        refs = yield from _secrets.store_submission_secrets(core, secrets, values, stage)
+        if scope not in self.scopes:
+            self.scopes.append(scope)
+        return refs
+
+    def store(
+        self,
+        client: AirClient,
+        values: Mapping[str, str],
+        *,
+        scope: str,
+        stage: str | None = None,
+    ) -> dict[str, str]:
+        """Sweep ``scope`` (once), store ``values`` under this submission's keys (of one
+        ``stage`` of a multi-task run); ``{NAME: "scope/key"}`` for ``Workload.with_secrets``.
+        A failure to store raises (``AirError``); the sweep only warns."""
+        return _run_sync(client, self.store_flow(client._core, values, scope=scope, stage=stage))
+
+    def prepare(
+        self,
+        client: AirClient,
+        workload: Workload,
+        values: Mapping[str, str],
+        *,
+        scope: str,
+        stage: str | None = None,
+    ) -> Workload:
+        """``store`` the values and return ``workload`` carrying their references."""
+        if not values:
+            return workload
+        return workload.with_secrets(self.store(client, values, scope=scope, stage=stage))
+
+    # --- 2. submit ----------------------------------------------------------------------
+
+    def submit_flow(
+        self,
+        core: ClientCore,
+        workload: Workload | Sequence[Stage],
+        generation: int | str,
+        run_name: str | None = None,
+    ) -> Flow[SubmittedRun]:
+        submitted = yield from _submit.submit_workload(
+            core,
+            workload,
+            idempotency_token=self.key.idempotency_token(generation),
+            run_name=run_name,
+        )
+        self.run_id = submitted.run_id
+        self.run_page_url = submitted.run_page_url
+        for secrets in self.secrets:
+            try:
+                yield from _secrets.mark_submission_run(core, secrets, submitted.run_id)
+            except AirError as error:
+                self._warning(f"record run {submitted.run_id} next to its secret keys", error)
+        return submitted
+
+    def submit(
+        self,
+        client: AirClient,
+        workload: Workload | Sequence[Stage],
+        generation: int | str,
+        *,
+        run_name: str | None = None,
+    ) -> SubmittedRun:
+        """Submit generation ``generation`` (the same generation gives the same run back)
+        and mark the keys with its run."""
+        return _run_sync(client, self.submit_flow(client._core, workload, generation, run_name))
+
+    def attach(self, run_id: int, run_page_url: str = "") -> Submission:
+        """Follow a run submitted earlier (a reattaching retry, a workflow stage)."""
+        self.run_id = int(run_id)
+        self.run_page_url = run_page_url or self.run_page_url
+        return self
+
+    # --- 3. the outcome -----------------------------------------------------------------
+
+    def _run(self) -> int:
+        if self.run_id is None:
+            raise RuntimeError("the submission has no run yet")
+        return self.run_id
+
+    def outcome(
+        self, client: AirClient, state: RunState, task_key: str | None = None
+    ) -> RunOutcome:
+        """The outcome of the ended run (or of its task ``task_key``)."""
+        return _run_sync(client, outcome_flow(client._core, state, task_key, self.run_page_url))
+
+    async def aoutcome(
+        self, client: AsyncAirClient, state: RunState, task_key: str | None = None
+    ) -> RunOutcome:
+        return await _run_async(
+            client, outcome_flow(client._core, state, task_key, self.run_page_url)
+        )
+
+    # --- 4. finish or cancel ------------------------------------------------------------
+
+    def finish_flow(self, core: ClientCore, state: RunState | None = None) -> Flow[bool]:
+        if self.run_id is None or not self.scopes:
+            return True
+        run_id = self.run_id
+        try:
+            if state is None or state.run_id != run_id or not state.is_terminal:
+                state = yield from _runs.get_run(core, run_id)
+            if not state.is_terminal and state.tasks and all(t.is_terminal for t in state.tasks):
+                # Every task has ended: the run ends within moments.
+                with contextlib.suppress(RunTimeout):
+                    state = yield from _runs.wait(
+                        core,
+                        run_id,
+                        timeout=RUN_END_WAIT_S,
+                        poll_interval=_RUN_END_POLL_S,
+                        on_update=None,
+                    )
+        except AirError as error:
+            self._warning(f"tell whether run {run_id} has ended", error)
+            return False
+        if not state.is_terminal:
+            return False  # other tasks may still start containers; a later finish deletes
+        deleted = True
+        for secrets in self.secrets:
+            try:
+                count = yield from _secrets.delete_submission_secrets(core, secrets)
+            except AirError as error:
+                deleted = False
+                self._warning(
+                    f"delete the secret keys of run {run_id} from scope {secrets.scope} (the "
+                    "next run of the task retries)",
+                    error,
+                )
+                continue
+            if count:
+                self.log.info(
+                    f"deleted {count} secret keys of the ended run {run_id} from scope {secrets.scope}"
+                )
+        return deleted
+
+    def finish(self, client: AirClient, state: RunState | None = None) -> bool:
+        """Delete this submission's keys once its whole run has ended; True when nothing of
+        it is left (or nothing was written). ``state``: the run as last read, if known."""
+        return _run_sync(client, self.finish_flow(client._core, state))
+
+    async def afinish(self, client: AsyncAirClient, state: RunState | None = None) -> bool:
+        """``finish`` from async code (an Airflow trigger)."""
+        return await _run_async(client, self.finish_flow(client._core, state))
+
+    def cancel_flow(
+        self, core: ClientCore, wait_s: float, poll_interval: float
+    ) -> Flow[RunState | None]:
+        run_id = self._run()
+        yield from _runs.cancel(core, run_id)
+        if wait_s <= 0:
+            return None
+        try:
+            state = yield from _runs.wait(
+                core, run_id, timeout=wait_s, poll_interval=poll_interval, on_update=None
+            )
+        except RunTimeout:
+            return None
+        return state
+
+    def cancel(
+        self, client: AirClient, *, wait_s: float = 0.0, poll_interval: float = 1.0
+    ) -> RunState | None:
+        """Cancel the whole run; with ``wait_s``, wait that long for it to end and return
+        its final state (None when it is still ending)."""
+        return _run_sync(client, self.cancel_flow(client._core, wait_s, poll_interval))
+
+    async def acancel(
+        self, client: AsyncAirClient, *, wait_s: float = 0.0, poll_interval: float = 1.0
+    ) -> RunState | None:
+        return await _run_async(client, self.cancel_flow(client._core, wait_s, poll_interval))
+
+    # --- carrying it elsewhere ----------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": asdict(self.key),
+            "scopes": list(self.scopes),
+            "run_id": self.run_id,
+            "run_page_url": self.run_page_url,
+        }
+
+    @classmethod
+    def from_json(
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        log: SubmissionLog = SILENT,
+        redact: Callable[[str], str] = _keep,
+    ) -> Submission:
+        run_id = raw.get("run_id")
+        return cls(
+            key=SubmissionKey(**raw["key"]),
+            log=log,
+            redact=redact,
+            scopes=list(raw.get("scopes") or []),
+            run_id=None if run_id is None else int(run_id),
+            run_page_url=str(raw.get("run_page_url") or ""),
+        )
+
+
+__all__ = ["RunOutcome", "Submission", "SubmissionKey", "outcome_flow"]

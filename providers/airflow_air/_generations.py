@@ -1,0 +1,185 @@
+"""Which run a try of a task instance should own: generations and the task state store.
+
+Only imported from ``execute`` (it pulls in the core client).
+
+A task instance is one submission (``air_runtime.SubmissionKey("airflow", <deployment
+namespace>, dag_id, run_id, task_id, map_index)``; ``airflow_air._deployment``: without the
+namespace two deployments sharing a workspace would get each other's runs back). Its
+generation (docs/spec/workload.md §6) is ``"<clear>.<failure>"``:
+
+- ``clear`` is ``ti.max_tries - task.retries``. Airflow's ``clear_task_instances`` sets
+  ``max_tries = try_number + retries`` when a human clears a finished task, while automatic
+  retries only bump ``try_number``; so this number changes exactly when a human clears the task
+  (it is how Airflow itself finds a try's first try number, ``get_first_reschedule_date``).
+  ``dag_run.clear_number`` was not used: it counts clears of *any* task of the Dag run, so a
+  retry of this task after a sibling was cleared would wrongly start a second run.
+- ``failure`` starts at 0 for each clear generation and goes up by one each time the run of the
+  previous generation ended unsuccessfully, so a retry after a failed run starts a new run while
+  a retry after a worker crash gets the same token, hence the same run.
+
+Finding the previous run. Airflow 3.3's ``task_state_store`` (kept across the tries of one task
+instance) records ``{run_id, clear, failure}`` right after each submit. A retry reads it and
+reattaches when that run is still in flight or succeeded (``reattach``). If a worker died
+between the submit and that write, resubmitting with the same token returns the same run (the
+platform dedupes tokens forever), and if the run we get back already ended unsuccessfully
+*before this try started*, it belongs to an earlier try: the failure generation goes up and we
+submit again (``submit_generations``). Without a task state store the same token probing alone
+gives the same result, one submit request per earlier generation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from air_runtime import AirClient, Stage, Submission, SubmissionKey, Workload
+    from airflow_air._logs import TaskLog
+
+RUN_RECORD_KEY = "airflow_air.run"
+_MAX_FAILURE_GENERATIONS = 1000  # a guard against a logic error, not a real limit
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a try remembers about the run it owns (stored in the task state store)."""
+
+    run_id: int
+    run_page_url: str
+    clear_generation: int
+    failure_generation: int
+
+    @property
+    def generation(self) -> str:
+        return f"{self.clear_generation}.{self.failure_generation}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunRecord | None:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return cls(
+                run_id=int(raw["run_id"]),
+                run_page_url=str(raw.get("run_page_url") or ""),
+                clear_generation=int(raw["clear_generation"]),
+                failure_generation=int(raw["failure_generation"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class FirstGeneration:
+    """No run to reattach to: submit from this generation on."""
+
+    clear: int
+    failure: int
+
+
+def clear_generation(context: Context, task: BaseOperator) -> int:
+    ti = context["ti"]
+    max_tries = getattr(ti, "max_tries", None) or 0
+    return max(int(max_tries) - int(task.retries or 0), 0)
+
+
+def map_index_of(context: Context) -> int | None:
+    map_index = getattr(context["ti"], "map_index", -1)
+    return None if map_index is None or map_index < 0 else int(map_index)
+
+
+def submission_key(context: Context, task_id: str, namespace: str) -> SubmissionKey:
+    """The submission of this task instance (``task_id``: the submitting task of a workflow,
+    whose run its stages share)."""
+    from air_runtime import SubmissionKey
+
+    ti = context["ti"]
+    return SubmissionKey("airflow", namespace, ti.dag_id, ti.run_id, task_id, map_index_of(context))
+
+
+def _task_state_store(context: Context) -> Any:
+    try:
+        return context.get("task_state_store")
+    except Exception:  # older runtimes: no store, token probing alone
+        return None
+
+
+def reattach(
+    context: Context, task: BaseOperator, client: AirClient, *, log: TaskLog
+) -> RunRecord | FirstGeneration:
+    """The run an earlier try of this generation started, when it is still in flight or
+    succeeded; else the generation to submit first."""
+    from air_runtime import NotFound
+
+    clear = clear_generation(context, task)
+    store = _task_state_store(context)
+    previous = RunRecord.from_json(store.get(RUN_RECORD_KEY)) if store is not None else None
+    if previous is None:
+        return FirstGeneration(clear, 0)
+    if previous.clear_generation != clear:
+        log.info("The task was cleared since run %s; submitting a new run", previous.run_id)
+        return FirstGeneration(clear, 0)
+    try:
+        state = client.get_run(previous.run_id)
+    except NotFound:
+        state = None
+    if state is not None and (not state.is_terminal or state.is_success):
+        log.info(
+            "Reattaching to run %s started by an earlier try (%s): %s",
+            previous.run_id,
+            previous.run_page_url,
+            state.describe(),
+        )
+        return previous
+    ended = state.describe() if state is not None else "no longer exists"
+    log.info("Previous run %s %s; submitting a new run", previous.run_id, ended)
+    return FirstGeneration(clear, previous.failure_generation + 1)
+
+
+def submit_generations(
+    context: Context,
+    client: AirClient,
+    submission: Submission,
+    workload: Workload | Sequence[Stage],
+    first: FirstGeneration,
+    *,
+    log: TaskLog,
+    run_name: str | None = None,
+) -> RunRecord:
+    """Submit ``first`` and, while the run handed back is an earlier try's that already
+    failed, the next generations; record each run in the task state store."""
+    store = _task_state_store(context)
+    try_started_ms = int(time.time() * 1000)
+    failure = first.failure
+    for _ in range(_MAX_FAILURE_GENERATIONS):
+        generation = f"{first.clear}.{failure}"
+        submitted = submission.submit(client, workload, generation, run_name=run_name)
+        record = RunRecord(submitted.run_id, submitted.run_page_url, first.clear, failure)
+        if store is not None:
+            store.set(RUN_RECORD_KEY, record.to_json())
+        state = client.get_run(submitted.run_id)
+        started = state.start_time or try_started_ms
+        if state.is_terminal and not state.is_success and started < try_started_ms:
+            # Same token, an earlier try's run that already failed: next generation.
+            log.info(
+                "Run %s of an earlier try already ended %s; submitting a new run",
+                submitted.run_id,
+                state.describe(),
+            )
+            failure += 1
+            continue
+        reattached = started < try_started_ms
+        log.info(
+            "%s run %s: %s",
+            "Reattached to" if reattached else "Submitted",
+            submitted.run_id,
+            submitted.run_page_url,
+        )
+        return record
+    raise RuntimeError("too many failed generations")  # pragma: no cover

@@ -1,0 +1,170 @@
+"""Task log lines of a run while it is waited on: state changes and every node's log lines.
+
+Only imported from ``execute`` and the triggers (it pulls in the core client's types).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from air_runtime import AirClient, AsyncAirClient, RunOutcome, RunState
+    from airflow_air._task_run import TaskLog
+
+
+class StateLogger:
+    """Logs each state change once, with the platform's message ("waiting for GPU capacity")."""
+
+    def __init__(self, log: TaskLog, run_id: int, task_key: str | None = None) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.task_key = task_key
+        self._seen: tuple[Any, ...] | None = None
+
+    def __call__(self, state: RunState) -> None:
+        task = state.task(self.task_key) if self.task_key else None
+        key: tuple[Any, ...] = (state.life_cycle_state, state.result_state, state.state_message)
+        if task is not None:
+            key += (task.life_cycle_state, task.result_state, task.state_message)
+        if key == self._seen:
+            return
+        self._seen = key
+        text = f"Run {self.run_id}: {state.describe()}"
+        if task is not None:
+            stage = task.life_cycle_state + (f"/{task.result_state}" if task.result_state else "")
+            text += f"; stage {self.task_key}: {stage}"
+            if task.state_message and task.state_message != state.state_message:
+                text += f" ({task.state_message})"
+        if state.is_waiting_for_capacity:
+            text += " [waiting for GPU capacity]"
+        if state.unknown_state:
+            self.log.warning("%s (state unknown to this version; still waiting)", text)
+        else:
+            self.log.info("%s", text)
+
+
+def _log_record(log: TaskLog, record: Any) -> None:
+    """One node's record in the task log, each line labelled ``[<task> node N attempt A]``."""
+    for line in record.body.splitlines() or [""]:
+        log.info("[%s] %s", record.label, line)
+
+
+class LogStreamer:
+    """Copies every node's log lines of the run (or of one stage's task), every attempt,
+    into the task log while a synchronous wait polls the run."""
+
+    def __init__(
+        self, client: AirClient, run_id: int, log: TaskLog, task_key: str | None = None
+    ) -> None:
+        # Set when the wait has seen the run (stage) end: the follower then reads one last
+        # time instead of asking runs/get between reads.
+        self._ended = threading.Event()
+        self._thread = threading.Thread(
+            target=self._follow,
+            args=(client, run_id, task_key, log, self._ended),
+            name=f"air-logs-{run_id}",
+            daemon=True,
+        )
+
+    @staticmethod
+    def _follow(
+        client: AirClient,
+        run_id: int,
+        task_key: str | None,
+        log: TaskLog,
+        ended: threading.Event,
+    ) -> None:
+        try:
+            for record in client.iter_run_logs(
+                run_id, task_key=task_key, follow=True, until=ended.is_set
+            ):
+                _log_record(log, record)
+        except Exception as exc:  # logs are a convenience: never fail the task for them
+            log.info("Log streaming of run %s stopped: %s", run_id, exc)
+
+    def __enter__(self) -> LogStreamer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._ended.set()
+        self._thread.join(timeout=30)
+
+
+class _BoundedLogCopy:
+    """Writes whole node records into a log until ``max_lines`` would be passed, then one
+    line that says where the rest is."""
+
+    def __init__(self, log: TaskLog, run_id: int, task_key: str | None, max_lines: int) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.task_key = task_key
+        self.max_lines = max_lines
+        self.written = 0
+
+    def add(self, record: Any) -> bool:
+        """Log ``record``; False once the budget is spent (stop reading)."""
+        lines = record.body.count("\n") + 1
+        if self.written + lines > self.max_lines:
+            where = f" --task {self.task_key}" if self.task_key else ""
+            self.log.info(
+                "Log copy stopped after %d lines ([air] completed_log_lines): the rest "
+                "with `airo logs %s%s`",
+                self.written,
+                self.run_id,
+                where,
+            )
+            return False
+        _log_record(self.log, record)
+        self.written += lines
+        return True
+
+
+def copy_run_logs(
+    client: AirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    max_lines: int,
+) -> None:
+    """Every node's lines of an ended run (or stage), every attempt, into the task log at
+    once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
+    ``max_lines`` lines; the rest are left to ``airo logs``."""
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    try:
+        for record in client.iter_run_logs(run_id, task_key=task_key):
+            if not copy.add(record):
+                return
+    except Exception as exc:  # logs are a convenience: never fail the task for them
+        log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+async def acopy_run_logs(
+    client: AsyncAirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    max_lines: int,
+) -> None:
+    """``copy_run_logs`` from a trigger's event loop (a run finished in the triggerer)."""
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    try:
+        async for record in client.iter_run_logs(run_id, task_key=task_key):
+            if not copy.add(record):
+                return
+    except Exception as exc:  # logs are a convenience: never fail the task for them
+        log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+def success_text(outcome: RunOutcome) -> str:
+    """The task log's line for a run (stage) that succeeded."""
+    used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
+    if outcome.task_key:  # the other stages of the run may still be going
+        return (
+            f"Stage {outcome.task_key} of run {outcome.run_id} succeeded{used}: "
+            f"{outcome.run_page_url}"
+        )
+    return f"Run {outcome.run_id} succeeded{used}: {outcome.run_page_url}"

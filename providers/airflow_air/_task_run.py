@@ -1,0 +1,469 @@
+"""One try of an ``AirRunOperator``: the Airflow side of one ``air_runtime.Submission``.
+
+Only imported from ``execute`` (it pulls in the core client). The life of the submission
+(secret keys, submit, outcome, deleting the keys) is the core's; this module adds what is
+Airflow's, each step once and in order:
+
+1. the generation to own (``airflow_air._generations``: the task state store, token probing);
+2. the XComs and links of the run;
+3. the wait: in the worker (streaming every node's log lines into the task log) or in the
+   triggerer (``AirRunTrigger``), a run that has already ended being finished here without
+   deferring (a trigger firing at once is what Airflow 3.3 can mistake for a killed task);
+4. the outcome as Airflow shows it: the return value, the MLflow link, the GPU-hours XCom, or
+   the exception that fails (or times out) the task.
+
+The workflow group's submit task (``AirWorkflowSubmitOperator``) owns the run its stages
+share through the same ``TaskRun``, and each stage is an ``AirTaskRun`` waiting for its own
+task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
+from airflow_air._deployment import deployment_namespace
+from airflow_air._generations import (
+    FirstGeneration,
+    RunRecord,
+    reattach,
+    submission_key,
+    submit_generations,
+)
+from airflow_air.exceptions import AirConfigurationError
+from airflow_air.hooks import (
+    AirHook,
+    completed_log_lines,
+    default_poll_interval,
+    default_secret_scope,
+    defer_timeout_grace,
+    first_poll_delay,
+)
+from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page, return_value
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from air_runtime import AirClient, Redactor, RunState, Stage, Workload
+    from airflow_air.operators import AirRunOperator
+
+
+class TaskLog(Protocol):
+    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
+
+    def info(self, event: str, *args: Any) -> Any: ...
+
+    def warning(self, event: str, *args: Any) -> Any: ...
+
+
+@contextlib.contextmanager
+def configuration_errors_fail_fast(redact: Callable[[str], str] = str) -> Iterator[None]:
+    """The core's errors a retry cannot fix (``retryable`` False: an invalid workload, a
+    refused credential, a request the workspace rejects) become ``AirConfigurationError`` (an
+    AirflowFailException); a failed or timed-out run stays retryable (a retry submits a new
+    run). ``redact`` cleans the message (an image registration's reason may echo credentials)."""
+    try:
+        yield
+    except AirError as exc:
+        if exc.retryable or isinstance(exc, RunFailed | RunTimeout):
+            raise
+        raise AirConfigurationError(redact(str(exc))) from exc
+
+
+def try_deadline(task: BaseOperator, context: Context) -> float | None:
+    """Wall-clock end of ``execution_timeout`` counted from this try's start, for triggers."""
+    if task.execution_timeout is None:
+        return None
+    started = getattr(context.get("ti"), "start_date", None)
+    start = started.timestamp() if started is not None else time.time()
+    return start + task.execution_timeout.total_seconds()
+
+
+def first_poll_at() -> float:
+    """When a trigger created now may first ask the workspace (see ``airflow_air.triggers``)."""
+    return time.time() + max(first_poll_delay(), 0.0)
+
+
+def defer_timeout(deadline: float | None) -> timedelta | None:
+    """The deferral's timeout: the task's deadline plus ``[air] defer_timeout_grace``, the
+    extra time the triggerer gets before Airflow gives up on the trigger (the trigger
+    cancels the run at the deadline itself; past the grace ``resume_execution`` does)."""
+    if deadline is None:
+        return None
+    return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
+
+
+def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
+    """The scope ``secret_env`` values are written to (``secret_scope``: a rendered one)."""
+    return secret_scope or task.secret_scope or default_secret_scope()
+
+
+def redaction_references(task: AirRunOperator) -> dict[str, str]:
+    """The ``secret_env`` references whose values must not show in this task's messages:
+    its own and, for a workflow stage, those of the other stages of its run (their
+    workloads share one run, and a stage's log can print a sibling's secret)."""
+    references: dict[str, str] = {}
+    if task.workflow_submit_task_id is not None and task.has_dag():
+        for other in task.dag.tasks:
+            if (
+                other is not task
+                and getattr(other, "workflow_submit_task_id", None) == task.workflow_submit_task_id
+            ):
+                for name, ref in (getattr(other, "secret_env", None) or {}).items():
+                    if isinstance(ref, str) and "{{" not in ref:
+                        references[f"{other.task_id}.{name}"] = ref
+    references.update(task.secret_env or {})
+    return references
+
+
+def try_redactor(
+    task: AirRunOperator, client: AirClient | None = None, *, check: bool = False
+) -> Redactor:
+    """The workspace credentials and every value of ``redaction_references``, looked up
+    again, so a reattaching or resumed try that did not submit redacts them too. ``check``:
+    a try about to submit checks its own references first (a malformed one fails it)."""
+    from air_runtime import Redactor, credential_secrets
+    from airflow_air._secret_env import secret_values
+
+    strict = task.secret_env if check and not task.workflow_submit_task_id else None
+    values = secret_values(redaction_references(task), strict=strict)
+    if client is not None:
+        redactor = client.redactor.with_values(values)
+    else:
+        redactor = Redactor(values)
+        try:
+            access = AirHook(task.databricks_conn_id).workspace_access()
+            redactor.add(*credential_secrets(access.credentials))
+        except Exception:  # the connection is checked where it is used
+            pass
+    if redactor.ignored:
+        task.log.warning(
+            "%d secret_env value(s) are shorter than 4 characters: they are not "
+            "redacted from messages and logs (too short to tell from ordinary text)",
+            redactor.ignored,
+        )
+    return redactor
+
+
+class TaskRun:
+    """What every try that submits shares (an ``AirRunOperator``'s, the workflow group's
+    submit task's): its submission, in this deployment's namespace, and the run it owns."""
+
+    def __init__(
+        self, task: BaseOperator, context: Context, submit_task_id: str | None = None
+    ) -> None:
+        self.task = task
+        self.context = context
+        # The submission is the submitting task's (a workflow stage shares its group's).
+        self.submit_task_id = submit_task_id or task.task_id
+        self.log: TaskLog = task.log
+        self.submission: Submission | None = None
+
+    def redact(self, text: str) -> str:
+        return text
+
+    def open_submission(self) -> Submission:
+        key = submission_key(self.context, self.submit_task_id, deployment_namespace())
+        self.submission = Submission(key, log=self.log, redact=self.redact)
+        return self.submission
+
+    def own(
+        self,
+        client: AirClient,
+        prepare: Callable[[], Workload | Sequence[Stage]],
+        *,
+        run_name: str | None = None,
+    ) -> RunRecord:
+        """The run this try owns: an earlier try's (reattached), or a new generation's,
+        submitted with what ``prepare`` gives (secrets are resolved only when a run is
+        submitted)."""
+        submission = self.submission or self.open_submission()
+        found = reattach(self.context, self.task, client, log=self.log)
+        if isinstance(found, FirstGeneration):
+            found = submit_generations(
+                self.context, client, submission, prepare(), found, log=self.log, run_name=run_name
+            )
+        submission.attach(found.run_id, found.run_page_url)
+        push_run_xcoms(self.context, found.run_id, found.run_page_url)
+        return found
+
+
+class AirTaskRun(TaskRun):
+    """One try of ``task`` (an ``AirRunOperator``): own a run, wait for it (or for its stage),
+    and report how it ended."""
+
+    task: AirRunOperator
+
+    def __init__(self, task: AirRunOperator, context: Context) -> None:
+        super().__init__(task, context, task.workflow_submit_task_id)
+        self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
+        self.poll_interval = (
+            task.poll_interval if task.poll_interval is not None else default_poll_interval()
+        )
+
+    def redactor(self) -> Redactor:
+        if self.task._redactor is None:  # a resumed try: the first look at its secrets
+            self.task._redactor = try_redactor(self.task)
+        return self.task._redactor
+
+    def redact(self, text: str) -> str:
+        return self.redactor()(text)
+
+    # --- entry points -------------------------------------------------------------------
+
+    def execute(self) -> Any:
+        task = self.task
+        with (
+            configuration_errors_fail_fast(self.redact),
+            AirHook(task.databricks_conn_id).get_client() as client,
+        ):
+            self._open(client)
+            if self.stage is not None:
+                record = self._stage_run()
+            else:
+                workload = self._workload()
+                record = self.own(client, lambda: self._with_secrets(client, workload))
+            task._run_id = record.run_id
+            task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            if self.stage is not None:
+                task._lineage_result["task_key"] = self.stage
+            elif not task.wait_for_termination:
+                return {"run_id": record.run_id, "run_page_url": record.run_page_url}
+            return self._wait(client, record)
+
+    def resume(self, event: Mapping[str, Any] | None) -> Any:
+        """``execute_complete``: the trigger's event (a stored event of an earlier version
+        reads the same: ``RunOutcome.from_event``)."""
+        from airflow.sdk.exceptions import AirflowException
+
+        if not event:
+            raise AirflowException("the trigger ended without an event")
+        outcome = RunOutcome.from_event(event)
+        if outcome.status in ("success", "failed", "timeout"):
+            try:
+                with AirHook(self.task.databricks_conn_id).get_client() as client:
+                    if self.task._redactor is None:
+                        self.task._redactor = try_redactor(self.task, client)
+                    self.log = RedactingLog(self.task.log, self.task._redactor)
+                    self._copy_logs(client, outcome.run_id)
+            except Exception as exc:  # the logs are a convenience; the outcome is known
+                self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
+        return self._complete(outcome)
+
+    def cancel_deferred(self, why: str) -> None:
+        """Airflow ended this try's deferral without an event (``__fail__``: the trigger
+        timed out or crashed): cancel the run it deferred on, unless it has ended."""
+        from airflow_air.links import RUN_ID_KEY
+
+        try:  # pushed by this task instance right after the submit (a stage's too)
+            pulled = self.context["ti"].xcom_pull(task_ids=self.task.task_id, key=RUN_ID_KEY)
+            run_id = int(pulled) if pulled is not None else None
+        except Exception as exc:
+            self.task.log.warning("Could not find the run to cancel: %s", exc)
+            return
+        if run_id is None:
+            return
+        try:
+            with AirHook(self.task.databricks_conn_id).get_client() as client:
+                if client.get_run(run_id).is_terminal:
+                    return
+                submission = self.submission or self.open_submission()
+                submission.attach(run_id).cancel(client)
+            self.task.log.warning("Cancelled run %s: the deferral ended with %s", run_id, why)
+        except Exception as exc:
+            self.task.log.warning("Could not cancel run %s: %s", run_id, self.redact(str(exc)))
+
+    # --- 1. the run -------------------------------------------------------------------------
+
+    def _open(self, client: AirClient) -> None:
+        """This try's redaction (every secret value it may see), log and submission."""
+        task = self.task
+        if task._redactor is None:
+            task._redactor = try_redactor(task, client, check=True)
+        self.log = RedactingLog(task.log, task._redactor)
+        self.open_submission()
+
+    def _workload(self) -> Workload:
+        from airflow_air._openlineage import with_parent_job_env
+
+        return with_parent_job_env(self.task.load_workload(), self.context)
+
+    def _with_secrets(self, client: AirClient, workload: Workload) -> Workload:
+        """``secret_env`` values under keys of this submission alone; the workload gets
+        ``scope/key`` only."""
+        from airflow_air._secret_env import resolve_secret_env
+
+        if not self.task.secret_env:
+            return workload
+        assert self.submission is not None
+        values = resolve_secret_env(self.task.secret_env)
+        self.redactor().add(*values.values())
+        return self.submission.prepare(client, workload, values, scope=secret_scope_of(self.task))
+
+    def _stage_run(self) -> RunRecord:
+        """A workflow stage follows the run its group's submit task started."""
+        from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
+
+        ti = self.context["ti"]
+        submit_id = self.task.workflow_submit_task_id
+        run_id = ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
+        if run_id is None:
+            raise AirConfigurationError(
+                f"workflow task {submit_id!r} recorded no run_id; it must run (and succeed) "
+                f"before stage {self.task.task_id!r}"
+            )
+        url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
+        push_run_xcoms(self.context, int(run_id), url)
+        self.log.info("Stage %s of run %s: %s", self.stage, run_id, url)
+        return RunRecord(int(run_id), url, 0, 0)
+
+    # --- 3. the wait ------------------------------------------------------------------------
+
+    def _wait(self, client: AirClient, record: RunRecord) -> Any:
+        """Wait for the run (or stage): in the triggerer when deferrable, else in the worker."""
+        if self.task.deferrable:
+            state = client.get_run(record.run_id)
+            if state.has_ended(self.stage):
+                self.task.log.info(
+                    "Run %s%s has already ended; finishing without deferring",
+                    record.run_id,
+                    f" (stage {self.stage})" if self.stage else "",
+                )
+                self._copy_logs(client, record.run_id)
+                return self._complete(self._outcome(client, state, record), client, state)
+            self._defer(record)
+        return self._wait_in_worker(client, record)
+
+    def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
+        from airflow_air._logs import LogStreamer, StateLogger
+
+        streaming = (
+            LogStreamer(client, record.run_id, self.log, self.stage)
+            if self.task.stream_logs
+            else contextlib.nullcontext()
+        )
+        with streaming:
+            state = client.wait(
+                record.run_id,
+                poll_interval=self.poll_interval,
+                on_update=StateLogger(self.log, record.run_id, self.stage),
+                task_key=self.stage,
+            )
+        return self._complete(self._outcome(client, state, record), client, state)
+
+    def _defer(self, record: RunRecord) -> None:
+        from airflow_air.triggers import AirRunTrigger
+
+        task = self.task
+        deadline = try_deadline(task, self.context)
+        # A success may end the task in the triggerer (one worker run instead of two),
+        # which then deletes the submission's keys itself (``Submission.afinish``).
+        submission: dict[str, Any] | None = None
+        why_worker = task.worker_finish_reason(self.stage)
+        if why_worker is not None:
+            self.log.info("A success resumes in a worker: %s", why_worker)
+        elif task.secret_env:
+            own = self.submission or self.open_submission()
+            scope = secret_scope_of(task)
+            if scope not in own.scopes:  # a reattached try wrote nothing itself
+                own.scopes.append(scope)
+            submission = own.attach(record.run_id, record.run_page_url).to_json()
+        task.defer(
+            trigger=AirRunTrigger(
+                record.run_id,
+                run_page_url=record.run_page_url,
+                databricks_conn_id=task.databricks_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                cancel_on_kill=task.cancel_on_kill,
+                task_key=self.stage,
+                first_poll_at=first_poll_at(),
+                # References only: the triggerer looks the values up itself to redact them.
+                secret_env=redaction_references(task) or None,
+                finish_in_triggerer=why_worker is None,
+                push_return_value=bool(task.do_xcom_push),
+                submission=submission,
+                stream_logs=task.stream_logs,
+            ),
+            method_name="execute_complete",
+            timeout=defer_timeout(deadline),
+        )
+
+    def _copy_logs(self, client: AirClient, run_id: int) -> None:
+        """The nodes' lines of a run (stage) that ended while this task was not streaming
+        them: it waited in the triggerer, or found the run ended. The triggerer does not
+        follow logs itself: thousands of deferred tasks would each poll every node, where
+        the shared watcher sends a few coalesced status requests for all of them."""
+        if not self.task.stream_logs:
+            return
+        from airflow_air._logs import copy_run_logs
+
+        copy_run_logs(client, run_id, self.log, self.stage, max_lines=completed_log_lines())
+
+    # --- 4. the outcome ---------------------------------------------------------------------
+
+    def _outcome(self, client: AirClient, state: RunState, record: RunRecord) -> RunOutcome:
+        outcome = RunOutcome.read(client, state, self.stage)
+        return dataclasses.replace(
+            outcome, run_page_url=record.run_page_url or outcome.run_page_url
+        )
+
+    def _complete(
+        self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None
+    ) -> Any:
+        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+        from airflow_air.exceptions import AirRunFailedError
+        from airflow_air.links import GPU_HOURS_KEY
+
+        task, context = self.task, self.context
+        task._run_id = outcome.run_id
+        task._lineage_result = {**return_value(outcome), "mlflow_run_url": outcome.mlflow_run_url}
+        outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
+        remember_run_page(context, outcome.run_page_url)
+        push_mlflow_link(context, outcome.mlflow_run_url)
+        if outcome.gpu_hours is not None:
+            # Also when the run failed: the accelerators were held all the same.
+            context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
+        if task.secret_env and outcome.status in ("success", "failed"):
+            self._finish(outcome, client, state)
+        if outcome.status == "success":
+            from airflow_air._logs import success_text
+
+            task.log.info("%s", success_text(outcome))
+            return return_value(outcome)
+        if outcome.status == "failed":
+            raise AirRunFailedError(
+                outcome.message,
+                run_id=outcome.run_id,
+                result_state=outcome.result_state,
+                run_page_url=outcome.run_page_url,
+            )
+        if outcome.status == "timeout":
+            raise AirflowTaskTimeout(outcome.message)
+        raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    def _finish(
+        self, outcome: RunOutcome, client: AirClient | None, state: RunState | None
+    ) -> None:
+        """The run has ended (for a stage: once its whole run has): delete the keys its
+        ``secret_env`` values were written to. Best effort; never fails the task."""
+        try:
+            submission = self.submission or self.open_submission()
+            if secret_scope_of(self.task) not in submission.scopes:
+                submission.scopes.append(secret_scope_of(self.task))
+            submission.attach(outcome.run_id, outcome.run_page_url)
+            if client is not None:
+                submission.finish(client, state)
+                return
+            with AirHook(self.task.databricks_conn_id).get_client() as own:
+                submission.finish(own)
+        except Exception as exc:
+            self.task.log.warning(
+                "Could not delete the secret keys of run %s: %s", outcome.run_id, exc
+            )
