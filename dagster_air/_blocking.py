@@ -94,6 +94,26 @@ class BlockingChecks:
                 )
         return failed
 
+    def awaiting_end(self, state: RunState, reports: list[AttemptReports]) -> bool:
+        """A task reported a failed blocking check but ``state`` does not show it ended yet:
+        the watcher reports run-level changes, so the caller reads the run again to learn
+        the task's end (and cancel its downstream tasks) without waiting for the run's."""
+        if not self.blocking or state.is_terminal or state.run_id in self.cancelled:
+            return False
+        for report in reports:
+            task = self.tasks.get(report.task_key)
+            current = state.task(report.task_key) if task is not None else None
+            if task is None or current is None or current.is_terminal:
+                continue
+            if any(
+                not c.passed
+                and c.severity == dg.AssetCheckSeverity.ERROR
+                and dg.AssetCheckKey(task.asset_key, str(c.check_name)) in self.blocking
+                for c in report.checks
+            ):
+                return True
+        return False
+
     def update(
         self,
         cancel: Callable[[int], object] | None,

@@ -165,6 +165,26 @@ class StepRun:
                 self.redact,
             )
 
+    def _recheck_blocking(self, run_id: int) -> None:
+        """Read the run again while a failed blocking check waits for its task's end."""
+        state = self._last_state
+        if (
+            self.blocking is None
+            or self.pipes is None
+            or self._client is None
+            or state is None
+            or state.run_id != run_id
+            or not self.blocking.awaiting_end(state, self.pipes.reports())
+        ):
+            return
+        try:
+            fresh = self._client.get_run(run_id)
+        except AirError as error:
+            self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
+            return
+        self._last_state = fresh
+        self._follow_blocking(fresh)
+
     def _cancel_run(self, run_id: int) -> None:
         """Cancel one of the step's remote runs (every unfinished task of it is blocked)."""
         assert self._client is not None
@@ -246,6 +266,7 @@ class StepRun:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
+                    self._recheck_blocking(submitted.run_id)
                     continue
             yield from self._drain(events, submitted.run_id)
             yield from self._attempt_ends(state)

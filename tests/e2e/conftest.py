@@ -38,3 +38,26 @@ def local_workspace(tmp_path: Path) -> Iterator[LocalWorkspace]:
 def workspace_client(local_workspace: LocalWorkspace) -> Iterator[AirClient]:
     with AirClient(local_workspace.host, local_workspace.token) as client:
         yield client
+
+
+@pytest.fixture
+def rl_images(
+    tmp_path: Path, local_workspace: LocalWorkspace
+) -> Iterator[dict[str, dict[str, str]]]:
+    """The stand-in Docker Hub holding the RL pipeline's images and the workspace's stand-in
+    Artifact Registry: ``env`` for the deployment's processes (the Docker login, a cache of
+    their own), ``conf`` for a run of ``rl_pipeline`` (where it copies from and to)."""
+    from image_registries import image_registries, push_rl_images
+
+    with image_registries(tmp_path / "registries", local_workspace) as registries:
+        push_rl_images(registries, tmp_path / "build")
+        yield {
+            "env": {
+                "DOCKER_CONFIG": str(registries.docker_config.parent),
+                "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            },
+            "conf": {
+                "source_registry": registries.hub.host,
+                "artifact_registry_host": registries.artifact_registry.host,
+            },
+        }

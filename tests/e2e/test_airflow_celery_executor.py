@@ -26,7 +26,7 @@ REDIS_DB = 5
 
 
 def test_rl_pipeline_on_two_celery_workers(
-    tmp_path: Path, postgres: str, redis_url: str, local_workspace, workspace_client
+    tmp_path: Path, postgres: str, redis_url: str, local_workspace, workspace_client, rl_images
 ) -> None:
     import redis
 
@@ -39,6 +39,7 @@ def test_rl_pipeline_on_two_celery_workers(
         dag_folders={"project": REPO_ROOT / "dags", "e2e": E2E_DIR / "dags"},
         extra_env={
             **airflow_connection_env(local_workspace),
+            **rl_images["env"],
             "AIRFLOW__CELERY__BROKER_URL": f"{redis_url}/{REDIS_DB}",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{database}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
@@ -75,7 +76,7 @@ def test_rl_pipeline_on_two_celery_workers(
         )
         deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG])
 
-        rl_run = deployment.trigger("rl_pipeline")
+        rl_run = deployment.trigger("rl_pipeline", rl_images["conf"])
         fanout_run = deployment.trigger(FANOUT_DAG)
         observer = DeferralObserver(deployment, FANOUT_DAG, fanout_run)
         states = deployment.wait_for_runs(

@@ -27,13 +27,14 @@ FANOUT_WIDTH = 20
 
 
 def test_rl_pipeline_and_twenty_deferred_runs(
-    tmp_path: Path, postgres: str, local_workspace, workspace_client
+    tmp_path: Path, postgres: str, local_workspace, workspace_client, rl_images
 ) -> None:
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
         database_dsn=f"{postgres}/airo_airflow",
         dag_folders={"project": REPO_ROOT / "dags", "e2e": E2E_DIR / "dags"},
+        extra_env=rl_images["env"],
         parallelism=PARALLELISM,
     )
     try:
@@ -43,7 +44,7 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG])
 
         fanout_run = deployment.trigger(FANOUT_DAG)
-        rl_run = deployment.trigger("rl_pipeline")
+        rl_run = deployment.trigger("rl_pipeline", rl_images["conf"])
         observer = DeferralObserver(deployment, FANOUT_DAG, fanout_run)
         states = deployment.wait_for_runs(
             [(FANOUT_DAG, fanout_run), ("rl_pipeline", rl_run)], timeout=300, on_poll=observer.poll
