@@ -103,20 +103,46 @@ def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> st
     return secret_scope or task.secret_scope or default_secret_scope()
 
 
+def workflow_stages(task: AirRunOperator) -> list[AirRunOperator]:
+    """The stages of ``task``'s workflow run, ``task`` included (none for a plain task)."""
+    if task.workflow_submit_task_id is None or not task.has_dag():
+        return []
+    return [
+        other  # type: ignore[misc]
+        for other in task.dag.tasks
+        if getattr(other, "workflow_submit_task_id", None) == task.workflow_submit_task_id
+    ]
+
+
+def submission_scopes(task: AirRunOperator, context: Context) -> list[str]:
+    """The scopes the keys of ``task``'s submission are in. A workflow stage's are those of
+    every stage of its run: the submit task wrote them all under one submission, and
+    whichever stage task sees the whole run end deletes them (the last stage often has no
+    ``secret_env`` of its own)."""
+    stages = workflow_stages(task) or [task]
+    scopes: list[str] = []
+    for stage in stages:
+        if not stage.secret_env:
+            continue
+        scope = stage.secret_scope
+        if stage is not task and isinstance(scope, str) and "{{" in scope:
+            scope = stage.render_template(scope, context)  # rendered when the stage runs
+        scope = secret_scope_of(stage, scope)
+        if scope not in scopes:
+            scopes.append(scope)
+    return scopes
+
+
 def redaction_references(task: AirRunOperator) -> dict[str, str]:
     """The ``secret_env`` references whose values must not show in this task's messages:
     its own and, for a workflow stage, those of the other stages of its run (their
     workloads share one run, and a stage's log can print a sibling's secret)."""
     references: dict[str, str] = {}
-    if task.workflow_submit_task_id is not None and task.has_dag():
-        for other in task.dag.tasks:
-            if (
-                other is not task
-                and getattr(other, "workflow_submit_task_id", None) == task.workflow_submit_task_id
-            ):
-                for name, ref in (getattr(other, "secret_env", None) or {}).items():
-                    if isinstance(ref, str) and "{{" not in ref:
-                        references[f"{other.task_id}.{name}"] = ref
+    for other in workflow_stages(task):
+        if other is not task:
+            for name, ref in (other.secret_env or {}).items():
+                if isinstance(ref, str) and "{{" not in ref:
+                    references[f"{other.task_id}.{name}"] = ref
     references.update(task.secret_env or {})
     return references
 
@@ -367,11 +393,10 @@ class AirTaskRun(TaskRun):
         why_worker = task.worker_finish_reason(self.stage)
         if why_worker is not None:
             self.log.info("A success resumes in a worker: %s", why_worker)
-        elif task.secret_env:
+        elif scopes := submission_scopes(task, self.context):
             own = self.submission or self.open_submission()
-            scope = secret_scope_of(task)
-            if scope not in own.scopes:  # a reattached try wrote nothing itself
-                own.scopes.append(scope)
+            # a reattached try wrote nothing itself
+            own.scopes.extend(s for s in scopes if s not in own.scopes)
             submission = own.attach(record.run_id, record.run_page_url).to_json()
         task.defer(
             trigger=AirRunTrigger(
@@ -430,7 +455,7 @@ class AirTaskRun(TaskRun):
         if outcome.gpu_hours is not None:
             # Also when the run failed: the accelerators were held all the same.
             context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
-        if task.secret_env and outcome.status in ("success", "failed"):
+        if outcome.status in ("success", "failed"):
             self._finish(outcome, client, state)
         if outcome.status == "success":
             from airflow_air._logs import success_text
@@ -454,9 +479,11 @@ class AirTaskRun(TaskRun):
         """The run has ended (for a stage: once its whole run has): delete the keys its
         ``secret_env`` values were written to. Best effort; never fails the task."""
         try:
+            scopes = submission_scopes(self.task, self.context)
+            if not scopes:
+                return
             submission = self.submission or self.open_submission()
-            if secret_scope_of(self.task) not in submission.scopes:
-                submission.scopes.append(secret_scope_of(self.task))
+            submission.scopes.extend(s for s in scopes if s not in submission.scopes)
             submission.attach(outcome.run_id, outcome.run_page_url)
             if client is not None:
                 submission.finish(client, state)
