@@ -28,8 +28,16 @@ SECRET_KEY_CHARACTERS = "A-Za-z0-9_.-"
 SECRET_SCOPE_CHARACTERS = "A-Za-z0-9_.@-"
 MAX_SECRET_NAME_LENGTH = 128
 
+# An environment variable's name, in a workload and in the submit body.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The Jobs API's limit on a run's idempotency token.
+MAX_IDEMPOTENCY_TOKEN_LENGTH = 64
+
 __all__ = [
+    "ENV_NAME_RE",
     "GPUS_PER_NODE",
+    "MAX_IDEMPOTENCY_TOKEN_LENGTH",
     "MAX_SECRET_NAME_LENGTH",
     "MAX_TASK_KEY_LENGTH",
     "SECRET_KEY_CHARACTERS",

@@ -187,6 +187,14 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
     triggerer = next(p for p in deployment.processes if p.name == "triggerer")
     counters_0 = workspace_counters(workspace.host)
     sampler = TreeSampler(triggerer.popen.pid)
+    # Where the deployment's CPU goes (the scheduler's tree holds the LocalExecutor's workers
+    # and the task processes they start): what to cut to come closer to the floor.
+    services = {
+        p.name: TreeSampler(p.popen.pid, period=2.0)
+        for p in deployment.processes
+        if p.name != "triggerer"
+    }
+    services["workspace"] = TreeSampler(workspace.process.pid, period=2.0)
     started = time.monotonic()
     run_id = deployment.trigger(dag_id)  # not retried: a lost answer would start a 2nd run
     peak_deferred = 0
@@ -205,6 +213,8 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
             raise RuntimeError(f"{dag_id} did not finish within an hour")
     wall = time.monotonic() - started
     triggerer_use = sampler.stop()
+    service_cpu = {name: round(s.stop()["cpu_s"], 1) for name, s in services.items()}
+    service_cpu["triggerer"] = round(triggerer_use["cpu_s"], 1)
     counters_1 = workspace_counters(workspace.host)
     requests = {k: counters_1.get(k, 0) - counters_0.get(k, 0) for k in counters_1}
     requests = {k: v for k, v in requests.items() if v}
@@ -230,12 +240,15 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
         / waiting,
         "workspace_requests": requests,
         "workspace_requests_per_s": sum(requests.values()) / wall,
+        "cpu_s_by_service": service_cpu,
+        "cpu_ms_per_task_by_service": {k: round(1000 * v / n) for k, v in service_cpu.items()},
     }
     print(
         f"  P7 {dag_id} N={n}: {state} in {wall:.0f} s, tasks {dict(states)}, peak deferred "
         f"{peak_deferred}, {row['worker_runs_per_task']:.2f} worker runs per task, "
         f"triggerer {triggerer_use['cpu_s']:.1f} CPU s, peak RSS "
-        f"{triggerer_use['rss_peak_mb']:.0f} MB, {row['workspace_requests_per_s']:.2f} req/s",
+        f"{triggerer_use['rss_peak_mb']:.0f} MB, {row['workspace_requests_per_s']:.2f} req/s, "
+        f"CPU s by service {service_cpu}",
         flush=True,
     )
     return row

@@ -14,8 +14,8 @@ from typing import Any
 
 from air_runtime._errors import WorkloadError
 from air_runtime.plan import RUN_IF_VALUES
-from air_runtime.platform import TASK_KEY_RE
-from air_runtime.workload import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH, load_workload
+from air_runtime.platform import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH, TASK_KEY_RE
+from air_runtime.workload import load_workload
 
 Errors = list[dict[str, str]]
 _CODE = "INVALID_PARAMETER_VALUE"

@@ -23,8 +23,8 @@ from air_runtime.plan._models import (
 )
 from air_runtime.plan._workflow import check_stages
 from air_runtime.plan._writers import command_script, go_json, hyperparameters_yaml
+from air_runtime.platform import MAX_IDEMPOTENCY_TOKEN_LENGTH
 from air_runtime.workload import (
-    MAX_IDEMPOTENCY_TOKEN_LENGTH,
     DockerImage,
     Environment,
     SecretRef,

@@ -1,7 +1,6 @@
 """The workload: YAML loading, the validated model and every rule of docs/spec/workload.md §1-§3."""
 
-from air_runtime.workload._check_base import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH
-from air_runtime.workload._load import lint_workload, load_workload
+from air_runtime.platform import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH
 from air_runtime.workload._models import (
     GPUS_PER_NODE,
     PERMISSION_LEVELS,
@@ -14,9 +13,9 @@ from air_runtime.workload._models import (
     GitSource,
     Permission,
     SecretRef,
-    Workload,
 )
 from air_runtime.workload._schema import workload_json_schema
+from air_runtime.workload._workload import Workload, lint_workload, load_workload
 
 __all__ = [
     "ENV_NAME_RE",

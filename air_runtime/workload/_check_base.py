@@ -1,61 +1,26 @@
-"""The validator's shared part: the keys and patterns of docs/spec/workload.md §1-§3, the limits, and
-the machinery every section uses (problems with their source positions, typed reads)."""
+"""What every section of the workload checker shares: one ``Report`` of the problems found
+(each with its source position) and the typed reads (``Section``) each section reports through.
+
+Each block of the YAML has its own section module, its keys and patterns beside its rules, as
+the CLI keeps one file per block (``compute.go``, ``runconfig.go``); ``_rules.Checker`` composes
+them over one report, so the user sees every problem of the workload at once.
+"""
 
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from air_runtime._errors import Problem
 from air_runtime.platform import TASK_KEY_RE
-from air_runtime.workload._models import (
-    PRINCIPAL_FIELDS,
-)
 from air_runtime.workload._yaml import SourceMarks, child_path
 
-TOP_LEVEL_KEYS = (
-    "experiment_name", "compute", "environment", "command", "containers", "env_variables",
-    "secrets", "code_source", "max_retries", "timeout_minutes", "idempotency_token",
-    "parameters", "mlflow_run_name", "mlflow_experiment_directory", "mlflow_artifact_location",
-    "permissions", "usage_policy_name", "usage_policy_id",
-)  # fmt: skip
-COMPUTE_KEYS = ("accelerator_type", "num_accelerators", "pool_id", "priority_class")
-ENVIRONMENT_KEYS = ("version", "dependencies", "docker_image", "unity_catalog_image")
-DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
-CONTAINER_KEYS = ("name", "ranks", "unity_catalog_image", "command", "environment_variables")
-CODE_SOURCE_KEYS = ("root_path", "remote_volume", "include_paths", "git")
-GIT_KEYS = ("branch", "commit", "remote")
-PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
+# The Jobs API's task_key rule: experiment_name becomes the run's task key and
+# mlflow_run_name follows the same rule (runconfig.go taskKeyRe, validateExperimentName).
+NAME_RE = TASK_KEY_RE
 
-# The Jobs API's task_key: ASCII letters, digits, '_' and '-', at most 100 characters
-# (runconfig.go taskKeyRe, validateExperimentName). experiment_name becomes the run's task key;
-# mlflow_run_name follows the same rule; `air_runtime.plan` checks stage keys with it.
-NAME_RE = TASK_KEY_RE  # an experiment name becomes the run's task key
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# runconfig.go unityCatalogImageRe: structural only (no '.', ':' or whitespace inside a part);
-# whether the image exists is the workspace's to say.
-UC_IMAGE_RE = re.compile(r"^[^.:\s]+\.[^.:\s]+\.[^.:\s]+:[^:\s]+$")
-# runconfig.go gitRefRe: the branch name flows into git's arguments.
-GIT_REF_RE = re.compile(r"^[\w./-]+$")
-SECRET_TEMPLATE_RE = re.compile(r"^\{\{secrets/([^/{}\s]+)/([^/{}\s]+)\}\}$")
-VERSION_RE = re.compile(r"^databricks_ai_v(\d+)$")
-UUID_RE = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
 MAX_COMMAND_LINES = 1000
-MAX_IDEMPOTENCY_TOKEN_LENGTH = 64  # the Jobs API's limit
-# Far above any AI Runtime allocation: a guard against a typo (GPUs per node multiplied in
-# twice, a missing unit) that would otherwise build a submit body listing millions of ranks.
-MAX_NODES = 2048
-MAX_CONTAINER_NAME = 16
-
-_UC_PER_CONTAINER_HINT = (
-    "Docker images are not supported per container: publish the image to Unity Catalog and "
-    "set unity_catalog_image: <catalog>.<schema>.<image>:<tag>"
-)
 
 
 def _is_int(value: Any) -> bool:
@@ -92,15 +57,14 @@ def scalar_text(value: Any) -> str | None:
     return None
 
 
-class CheckerBase:
-    """Collects problems with their source locations while normalizing the mapping: the
-    shared machinery of every section's rules."""
+class Report:
+    """The problems found so far, each located in the source (or at the override that set
+    it); every section of one check adds to the same report."""
 
     def __init__(self, marks: SourceMarks | None = None) -> None:
         self.marks = marks or SourceMarks()
         self.problems: list[Problem] = []
 
-    # -- reporting -------------------------------------------------------------------------
     def add(
         self, path: str, message: str, hint: str | None = None, *, at_key: bool = False
     ) -> None:
@@ -121,7 +85,19 @@ class CheckerBase:
             cut = max(probe.rfind("."), probe.rfind("["))
             probe = probe[:cut] if cut > 0 else ""
 
-    # -- generic shapes --------------------------------------------------------------------
+
+class Section:
+    """One block's rules: typed reads of the raw mapping that report what is wrong into the
+    check's shared ``Report`` and return the normalized value (None when it is unusable)."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+
+    def add(
+        self, path: str, message: str, hint: str | None = None, *, at_key: bool = False
+    ) -> None:
+        self.report.add(path, message, hint, at_key=at_key)
+
     def mapping(
         self, value: Any, path: str, allowed: Iterable[str], what: str
     ) -> dict[str, Any] | None:
@@ -187,5 +163,3 @@ class CheckerBase:
             )
             return None
         return text
-
-    # -- the workload ----------------------------------------------------------------------

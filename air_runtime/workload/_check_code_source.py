@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    CODE_SOURCE_KEYS,
-    GIT_KEYS,
-    GIT_REF_RE,
-    _short,
-    _type_name,
-)
-from air_runtime.workload._check_containers import ContainerRules
+from air_runtime.workload._check_base import Section, _short, _type_name
+
+CODE_SOURCE_KEYS = ("root_path", "remote_volume", "include_paths", "git")
+GIT_KEYS = ("branch", "commit", "remote")
+# runconfig.go gitRefRe: the branch name flows into git's arguments.
+GIT_REF_RE = re.compile(r"^[\w./-]+$")
 
 
-class CodeSourceRules(ContainerRules):
+class CodeSourceRules(Section):
     def code_source(self, raw: Any) -> dict[str, Any] | None:
         """The forms runconfig.go takes: the fields directly under ``code_source``, with or
         without ``type: snapshot``, or nested under ``snapshot:`` (with ``type: snapshot``);
@@ -154,8 +153,10 @@ class CodeSourceRules(ContainerRules):
                 "remove git.remote",
             )
             return False
-        if remote is True or (isinstance(remote, str) and remote != "") or (
-            not isinstance(remote, bool | str) and remote is not None
+        if (
+            remote is True
+            or (isinstance(remote, str) and remote != "")
+            or (not isinstance(remote, bool | str) and remote is not None)
         ):
             self.add(
                 f"{path}.remote",

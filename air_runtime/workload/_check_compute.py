@@ -5,19 +5,16 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    COMPUTE_KEYS,
-    MAX_NODES,
-    _short,
-)
-from air_runtime.workload._check_environment import EnvironmentRules
-from air_runtime.workload._models import (
-    GPUS_PER_NODE,
-    PRIORITY_CLASSES,
-)
+from air_runtime.workload._check_base import Section, _short
+from air_runtime.workload._models import GPUS_PER_NODE, PRIORITY_CLASSES
+
+COMPUTE_KEYS = ("accelerator_type", "num_accelerators", "pool_id", "priority_class")
+# Far above any AI Runtime allocation: a guard against a typo (GPUs per node multiplied in
+# twice, a missing unit) that would otherwise build a submit body listing millions of ranks.
+MAX_NODES = 2048
 
 
-class ComputeRules(EnvironmentRules):
+class ComputeRules(Section):
     def compute(self, raw: Any, present: bool) -> dict[str, Any] | None:
         if not present:
             self.add(

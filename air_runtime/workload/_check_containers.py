@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    _UC_PER_CONTAINER_HINT,
-    CONTAINER_KEYS,
-    CONTAINER_NAME_RE,
-    MAX_CONTAINER_NAME,
-    SECRET_TEMPLATE_RE,
-    _is_int,
-    _short,
-    _type_name,
+from air_runtime.workload._check_base import Report, Section, _is_int, _short, _type_name
+from air_runtime.workload._check_environment import EnvironmentRules
+from air_runtime.workload._check_variables import VariableRules
+
+CONTAINER_KEYS = ("name", "ranks", "unity_catalog_image", "command", "environment_variables")
+CONTAINER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_CONTAINER_NAME = 16
+SECRET_TEMPLATE_RE = re.compile(r"^\{\{secrets/([^/{}\s]+)/([^/{}\s]+)\}\}$")
+_UC_PER_CONTAINER_HINT = (
+    "Docker images are not supported per container: publish the image to Unity Catalog and "
+    "set unity_catalog_image: <catalog>.<schema>.<image>:<tag>"
 )
-from air_runtime.workload._check_compute import ComputeRules
 
 
-class ContainerRules(ComputeRules):
+class ContainerRules(Section):
+    """A container's variables follow the top-level variable rules and its image the
+    environment's Unity Catalog rule: both sections are handed in, not inherited."""
+
+    def __init__(
+        self, report: Report, variables: VariableRules, environment: EnvironmentRules
+    ) -> None:
+        super().__init__(report)
+        self.variables = variables
+        self.environment = environment
+
     def containers(self, raw: Any, nodes: int | None) -> list[dict[str, Any]] | None:
         if not isinstance(raw, list):
             self.add(
@@ -106,7 +118,9 @@ class ContainerRules(ComputeRules):
                 + ("; " + _UC_PER_CONTAINER_HINT if "docker_image" in raw else ""),
             )
         else:
-            uc = self.uc_image(raw["unity_catalog_image"], f"{path}.unity_catalog_image")
+            uc = self.environment.uc_image(
+                raw["unity_catalog_image"], f"{path}.unity_catalog_image"
+            )
             if uc is not None:
                 out["unity_catalog_image"] = uc
         if "ranks" not in raw or raw["ranks"] is None:
@@ -158,7 +172,7 @@ class ContainerRules(ComputeRules):
                     )
             elif key != "variables":
                 self.unknown_key(path, str(key), ("files", "variables"))
-        variables = self.env_variables(raw.get("variables", {}), f"{path}.variables")
+        variables = self.variables.env_variables(raw.get("variables", {}), f"{path}.variables")
         plain: dict[str, str] = {}
         secrets: dict[str, dict[str, str]] = {}
         for name, value in variables.items():

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from air_runtime._docker_ref import DockerRefError, normalize_docker_ref
-from air_runtime.workload._check_base import (
-    DOCKER_IMAGE_KEYS,
-    ENVIRONMENT_KEYS,
-    UC_IMAGE_RE,
-    VERSION_RE,
-    _is_int,
-    _short,
-    _type_name,
-)
-from air_runtime.workload._check_variables import VariableRules
-from air_runtime.workload._models import (
-    default_environment_version,
-)
+from air_runtime.workload._check_base import Section, _is_int, _short, _type_name
+from air_runtime.workload._models import default_environment_version
+
+ENVIRONMENT_KEYS = ("version", "dependencies", "docker_image", "unity_catalog_image")
+DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
+VERSION_RE = re.compile(r"^databricks_ai_v(\d+)$")
+# runconfig.go unityCatalogImageRe: structural only (no '.', ':' or whitespace inside a part);
+# whether the image exists is the workspace's to say.
+UC_IMAGE_RE = re.compile(r"^[^.:\s]+\.[^.:\s]+\.[^.:\s]+:[^:\s]+$")
 
 
-class EnvironmentRules(VariableRules):
+class EnvironmentRules(Section):
     def environment(self, raw: Any, has_containers: bool) -> dict[str, Any] | None:
         if raw is None:
             return None

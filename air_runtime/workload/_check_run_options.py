@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    NAME_RE,
-    PERMISSION_KEYS,
-    UUID_RE,
-    _short,
-    _type_name,
-)
-from air_runtime.workload._check_code_source import CodeSourceRules
-from air_runtime.workload._models import (
-    PERMISSION_LEVELS,
-    PRINCIPAL_FIELDS,
+from air_runtime.workload._check_base import NAME_RE, Section, _short, _type_name
+from air_runtime.workload._models import PERMISSION_LEVELS, PRINCIPAL_FIELDS
+
+PERMISSION_KEYS = (*PRINCIPAL_FIELDS, "level")
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 
 # runconfig.go: 127, the server-side max_length of the policy name filter
 MAX_USAGE_POLICY_NAME = 127
 
 
-class RunOptionRules(CodeSourceRules):
+class RunOptionRules(Section):
     def mlflow(self, data: dict[str, Any], out: dict[str, Any]) -> None:
         if "mlflow_run_name" in data:
             name = self.string(data["mlflow_run_name"], "mlflow_run_name")

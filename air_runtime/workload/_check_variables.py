@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    ENV_NAME_RE,
-    CheckerBase,
-    _short,
-    _type_name,
-    scalar_text,
-)
+from air_runtime.platform import ENV_NAME_RE
+from air_runtime.workload._check_base import Section, _short, _type_name, scalar_text
 from air_runtime.workload._yaml import child_path
 
 
-class VariableRules(CheckerBase):
+class VariableRules(Section):
     def env_variables(self, raw: Any, path: str) -> dict[str, str]:
         if raw is None:
             return {}

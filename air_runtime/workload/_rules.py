@@ -9,22 +9,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    MAX_IDEMPOTENCY_TOKEN_LENGTH,
-    NAME_RE,
-    TOP_LEVEL_KEYS,
-    _short,
-    _type_name,
-)
+from air_runtime._errors import Problem
+from air_runtime.platform import GPUS_PER_NODE, MAX_IDEMPOTENCY_TOKEN_LENGTH
+from air_runtime.workload._check_base import NAME_RE, Report, Section, _short, _type_name
+from air_runtime.workload._check_code_source import CodeSourceRules
+from air_runtime.workload._check_compute import ComputeRules
+from air_runtime.workload._check_containers import ContainerRules
+from air_runtime.workload._check_environment import EnvironmentRules
 from air_runtime.workload._check_run_options import RunOptionRules
-from air_runtime.workload._models import (
-    GPUS_PER_NODE,
-)
+from air_runtime.workload._check_variables import VariableRules
+from air_runtime.workload._yaml import SourceMarks
+
+TOP_LEVEL_KEYS = (
+    "experiment_name", "compute", "environment", "command", "containers", "env_variables",
+    "secrets", "code_source", "max_retries", "timeout_minutes", "idempotency_token",
+    "parameters", "mlflow_run_name", "mlflow_experiment_directory", "mlflow_artifact_location",
+    "permissions", "usage_policy_name", "usage_policy_id",
+)  # fmt: skip
 
 
-class Checker(RunOptionRules):
-    """Every rule, section by section (one module per block of the YAML, as the CLI keeps
-    one file per block); ``workload`` walks the whole mapping."""
+class Checker(Section):
+    """Every rule: the top-level fields here, each block by its own section (one module per
+    block of the YAML, as the CLI keeps one file per block), all reporting into one
+    ``Report``; ``workload`` walks the whole mapping."""
+
+    def __init__(self, marks: SourceMarks | None = None) -> None:
+        super().__init__(Report(marks))
+        self.variables = VariableRules(self.report)
+        self.compute = ComputeRules(self.report)
+        self.environment = EnvironmentRules(self.report)
+        self.containers = ContainerRules(self.report, self.variables, self.environment)
+        self.code_source = CodeSourceRules(self.report)
+        self.run_options = RunOptionRules(self.report)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.report.problems
 
     def workload(self, raw: Any) -> dict[str, Any] | None:
         data = self.mapping(raw, "", TOP_LEVEL_KEYS, "the workload")
@@ -51,7 +71,7 @@ class Checker(RunOptionRules):
                         "replace spaces, dots and other characters with '_' or '-'",
                     )
 
-        compute = self.compute(data.get("compute"), "compute" in data)
+        compute = self.compute.compute(data.get("compute"), "compute" in data)
         if compute is not None:
             out["compute"] = compute
         nodes = (
@@ -62,15 +82,15 @@ class Checker(RunOptionRules):
 
         has_containers = "containers" in data and data["containers"] is not None
         environment = (
-            self.environment(data.get("environment"), has_containers)
+            self.environment.environment(data.get("environment"), has_containers)
             if "environment" in data
             else None
         )
         if environment is not None:
             out["environment"] = environment
 
-        env_vars = self.env_variables(data.get("env_variables", {}), "env_variables")
-        secrets = self.secrets(data.get("secrets", {}), "secrets")
+        env_vars = self.variables.env_variables(data.get("env_variables", {}), "env_variables")
+        secrets = self.variables.secrets(data.get("secrets", {}), "secrets")
         for name in sorted(set(env_vars) & set(secrets)):
             self.add(
                 f"secrets.{name}",
@@ -98,7 +118,7 @@ class Checker(RunOptionRules):
             if command is not None:
                 out["command"] = command
         if has_containers:
-            containers = self.containers(data["containers"], nodes)
+            containers = self.containers.containers(data["containers"], nodes)
             if containers is not None:
                 out["containers"] = containers
         elif "containers" in data:
@@ -109,7 +129,7 @@ class Checker(RunOptionRules):
             )
 
         if "code_source" in data:
-            code = self.code_source(data["code_source"])
+            code = self.code_source.code_source(data["code_source"])
             if code is not None:
                 out["code_source"] = code
         if "max_retries" in data:
@@ -146,10 +166,10 @@ class Checker(RunOptionRules):
                     f"parameters must be a mapping, got {_type_name(params)}",
                     "write parameters as 'name: value' lines",
                 )
-        self.mlflow(data, out)
+        self.run_options.mlflow(data, out)
         if "permissions" in data:
-            perms = self.permissions(data["permissions"])
+            perms = self.run_options.permissions(data["permissions"])
             if perms is not None:
                 out["permissions"] = perms
-        self.usage_policy(data, out)
+        self.run_options.usage_policy(data, out)
         return out

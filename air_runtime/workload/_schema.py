@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from air_runtime.workload._check_base import (
-    CONTAINER_NAME_RE,
-    ENV_NAME_RE,
-    GIT_REF_RE,
-    MAX_IDEMPOTENCY_TOKEN_LENGTH,
-    NAME_RE,
-    UC_IMAGE_RE,
-)
+from air_runtime.platform import ENV_NAME_RE, MAX_IDEMPOTENCY_TOKEN_LENGTH
+from air_runtime.workload._check_base import NAME_RE
+from air_runtime.workload._check_code_source import GIT_REF_RE
+from air_runtime.workload._check_containers import CONTAINER_NAME_RE
+from air_runtime.workload._check_environment import UC_IMAGE_RE
 from air_runtime.workload._models import GPUS_PER_NODE, PERMISSION_LEVELS, PRIORITY_CLASSES
 
 # The patterns are the validator's own (one rule, two readers).

@@ -312,7 +312,7 @@ class AirTaskRun(TaskRun):
         if task._redactor is None:
             task._redactor = try_redactor(task, client, check=True)
         self.log = RedactingLog(task.log, task._redactor)
-        self.open_submission()
+        task._submission = self.open_submission()
 
     def _workload(self) -> Workload:
         from airflow_air._openlineage import with_parent_job_env

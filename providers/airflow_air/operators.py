@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from air_runtime import AirClient, Redactor, Workload
+    from air_runtime import AirClient, Redactor, Submission, Workload
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _WORKLOAD_EXTENSIONS = (".yaml", ".yml")
@@ -124,6 +124,9 @@ class AirRunOperator(BaseOperator):
         self.workflow_submit_task_id: str | None = None
         self.workflow_task_key: str | None = None
         self._run_id: int | None = None
+        # This try's submission: it knows its run from the submit's answer on, before
+        # ``_run_id`` is set, so a kill in between still cancels the run.
+        self._submission: Submission | None = None
         # What this try knows of its run (the return value's fields), for OpenLineage.
         self._lineage_result: dict[str, Any] | None = None
         # The extra links' URLs of this try (airflow_air.links.remember_url).
@@ -313,16 +316,19 @@ class AirRunOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Cancel the run (the whole multi-task run for a workflow stage)."""
-        if not self.cancel_on_kill or self._run_id is None:
+        run_id = self._run_id
+        if run_id is None and self._submission is not None:
+            run_id = self._submission.run_id
+        if not self.cancel_on_kill or run_id is None:
             return
         from airflow_air.hooks import AirHook
 
         try:
             with AirHook(self.databricks_conn_id).get_client() as client:
-                client.cancel(self._run_id)
-            self.log.info("Cancelled run %s", self._run_id)
+                client.cancel(run_id)
+            self.log.info("Cancelled run %s", run_id)
         except Exception as exc:
-            self.log.warning("Could not cancel run %s: %s", self._run_id, self.redactor()(str(exc)))
+            self.log.warning("Could not cancel run %s: %s", run_id, self.redactor()(str(exc)))
 
 
 class AirRegisterImageOperator(BaseOperator):

@@ -96,11 +96,15 @@ def test_clear_starts_a_new_run(workspace, task_log):
 
 def test_sigterm_of_a_sync_task_cancels_its_run(workspace, dag_test_worker):
     dag = load_test_dag("air_test_sync")
+    earlier = _run_records(dag.dag_id)
     dag_test_worker.start(dag.dag_id, {"command": "sleep 120"})
     worker = dag_test_worker.popen
     try:
         _wait_until(lambda: _running_run(workspace) is not None, what="a RUNNING run")
         run_id = _running_run(workspace)
+        # The kill comes once the task knows its run (it records it right after the submit's
+        # answer); a kill during the submit request itself leaves the run to the retry.
+        _wait_until(lambda: _run_records(dag.dag_id) > earlier, what="the task's run record")
         worker.send_signal(signal.SIGTERM)  # what the supervisor sends a task being killed
         worker.wait(timeout=120)
     finally:

@@ -35,19 +35,39 @@ def _log_in(driver: Any, workspace: LocalWorkspace, path: str, token: str) -> No
     wait_until(driver, lambda d: d.find_elements(By.ID, "token"), "the login form")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    # The address changes when the next page starts loading; read it once it has loaded.
+    wait_until(
+        driver,
+        lambda d: (
+            (
+                "/login" not in d.current_url.removeprefix(workspace.host)
+                and d.execute_script("return document.readyState") == "complete"
+            )
+            or bool(d.find_elements(By.CSS_SELECTOR, "p.error"))
+        ),
+        "the page the login leads to",
+    )
 
 
+# Read in one script, not element by element: the live page replaces the nodes it updates,
+# and an element found by one WebDriver call can be gone by the next.
 def _text(driver: Any, selector: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return "\n".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, selector))
+    return str(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]),"
+            " e => e.innerText).join('\\n');",
+            selector,
+        )
+    )
 
 
 def _node_log(driver: Any, task_run_id: int, node: int) -> str:
-    from selenium.webdriver.common.by import By
-
-    found = driver.find_elements(By.CSS_SELECTOR, f'pre[data-node="{task_run_id}.{node}"]')
-    return str(found[0].get_attribute("textContent")) if found else ""
+    return str(
+        driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
+            f'pre[data-node="{task_run_id}.{node}"]',
+        )
+    )
 
 
 def test_log_in_and_read_a_two_container_run(

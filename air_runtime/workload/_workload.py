@@ -1,183 +1,128 @@
-"""``load_workload``: source (path, YAML text or mapping) + overrides -> ``Workload``."""
+"""``Workload``, the validated workload, and ``load_workload``, which makes one: source
+(path, YAML text or mapping) + overrides -> every rule applied, every problem reported at
+once. The model only fixes the shape and keeps the result immutable; whatever is derived
+from a workload (``with_overrides``, ``with_secrets``) goes through the loader again."""
 
 from __future__ import annotations
 
 import copy
 import os
-import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 from yaml.nodes import Node
 
 from air_runtime._errors import Problem, WorkloadError
 from air_runtime.workload._go_yaml import encode_go_yaml, go_yaml_dump, override_node, set_node
-from air_runtime.workload._models import Workload
-from air_runtime.workload._rules import Checker
-from air_runtime.workload._yaml import (
-    MAX_BYTES,
-    SourceMarks,
-    YamlLoadError,
-    decode_source,
-    is_literal_path,
-    load_yaml_text,
+from air_runtime.workload._models import (
+    CodeSource,
+    Compute,
+    Container,
+    Environment,
+    Permission,
+    SecretRef,
+    _Frozen,
 )
-
-_INDEX = re.compile(r"^(.*)\[(\d+)\]$")
-
-
-def _looks_like_path(source: str) -> bool:
-    if "\n" in source or len(source) > 4096:
-        return False
-    if source.endswith((".yaml", ".yml")):
-        return True
-    try:
-        return Path(source).is_file()
-    except (OSError, ValueError):
-        return False
+from air_runtime.workload._rules import Checker
+from air_runtime.workload._source import (
+    _apply_override,
+    _parse_overrides,
+    _read_source,
+    _split_path,
+)
+from air_runtime.workload._yaml import MAX_BYTES, YamlLoadError
 
 
-def _read_source(
-    source: str | os.PathLike[str] | Mapping[str, Any], base_dir: str | None
-) -> tuple[Any, SourceMarks, str | None, str | None, str]:
-    """(raw data, marks, text as submitted or None, base dir, label for messages)."""
-    if isinstance(source, Mapping):
-        try:
-            raw = copy.deepcopy(dict(source))
-        except Exception as exc:  # a mapping that cannot be copied is not a workload
-            raise WorkloadError([Problem("", f"cannot read the workload mapping: {exc}")]) from None
-        return raw, SourceMarks(), None, base_dir, "<mapping>"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        path = Path(os.fspath(source))
-        label = str(path)
-        try:
-            size = path.stat().st_size
-            if size > MAX_BYTES:
-                raise WorkloadError(
-                    [
-                        Problem(
-                            "",
-                            f"the workload is {size} bytes, over the 1 MiB limit",
-                            "keep the YAML small: move large data into code_source or a volume",
-                        )
-                    ],
-                    label,
-                )
-            data = path.read_bytes()
-        except OSError as exc:
-            raise WorkloadError(
-                [Problem("", f"cannot read {label}: {exc.strerror or exc}", "check the file path")],
-                label,
-            ) from None
-        try:
-            text = decode_source(data)
-            raw, marks = load_yaml_text(text)
-        except YamlLoadError as exc:  # name the file, as for every other problem
-            raise WorkloadError([exc.problem], label) from None
-        folder = base_dir if base_dir is not None else str(path.resolve().parent)
-        return raw, marks, text, folder, label
-    if isinstance(source, bytes):
-        text = decode_source(source)
-    elif isinstance(source, str):
-        text = source
-    else:
-        raise WorkloadError(
-            [
-                Problem(
-                    "",
-                    f"a workload must be a file path, YAML text or a mapping, got {type(source).__name__}",
-                )
-            ]
-        )
-    raw, marks = load_yaml_text(text)
-    return raw, marks, text, base_dir, "<text>"
+class Workload(_Frozen):
+    experiment_name: str
+    compute: Compute
+    environment: Environment = Field(default_factory=Environment)
+    command: str | None = None
+    containers: tuple[Container, ...] | None = None
+    env_variables: dict[str, str] = {}
+    secrets: dict[str, SecretRef] = {}
+    code_source: CodeSource | None = None
+    max_retries: int = 3
+    timeout_minutes: int | None = None
+    idempotency_token: str | None = None
+    parameters: dict[str, Any] = {}
+    mlflow_run_name: str | None = None
+    mlflow_experiment_directory: str | None = None
+    mlflow_artifact_location: str | None = None
+    permissions: tuple[Permission, ...] = ()
+    usage_policy_name: str | None = None
+    usage_policy_id: str | None = None
+    source_text: str = ""
+    base_dir: str | None = None
 
+    # the mapping that was validated (overrides applied), to derive new workloads from
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
 
-def _parse_overrides(
-    overrides: Mapping[str, Any] | Sequence[str] | None,
-) -> tuple[list[tuple[str, Any, str | None]], list[Problem]]:
-    """(key, value, the value's text when given as ``K=V``) of each override."""
-    if overrides is None:
-        return [], []
-    items: list[tuple[str, Any, str | None]] = []
-    problems: list[Problem] = []
-    if isinstance(overrides, Mapping):
-        return [(str(k), v, None) for k, v in overrides.items()], []
-    if isinstance(overrides, str):
-        overrides = [overrides]
-    for entry in overrides:
-        if not isinstance(entry, str) or "=" not in entry:
-            problems.append(
-                Problem(
-                    f"overrides.{entry}",
-                    f"override {entry!r} is not of the form KEY=VALUE",
-                    "e.g. compute.num_accelerators=16",
-                    override=str(entry),
-                )
-            )
-            continue
-        key, text = entry.split("=", 1)
-        key = key.strip()
-        if is_literal_path(key):
-            items.append((key, text, text))  # environment variables keep their text
-            continue
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            value = text
-        # any YAML, as runconfig_override.go parseOverrideNode: "[1, 2]" is a list
-        items.append((key, value, text))
-    return items, problems
+    @property
+    def gpus_per_node(self) -> int:
+        return self.compute.gpus_per_node
 
+    @property
+    def num_nodes(self) -> int:
+        return self.compute.num_nodes
 
-def _split_path(key: str) -> list[str | int] | None:
-    parts: list[str | int] = []
-    for segment in key.split("."):
-        indexes: list[int] = []
-        while (match := _INDEX.match(segment)) is not None:
-            segment, index = match.group(1), int(match.group(2))
-            indexes.insert(0, index)
-        if not segment and not (indexes and parts):
-            return None
-        if segment:
-            parts.append(int(segment) if segment.isdigit() and parts else segment)
-        parts.extend(indexes)
-    return parts or None
+    @property
+    def max_retries_given(self) -> bool:
+        """Whether the workload sets max_retries itself (the default is 3)."""
+        return "max_retries" in self._raw
 
+    def container(self, name: str) -> Container:
+        for container in self.containers or ():
+            if container.name == name:
+                return container
+        raise KeyError(f"no container named {name!r}")
 
-def _apply_override(raw: dict[str, Any], key: str, value: Any) -> str | None:
-    """Set ``key`` (dotted, ``a.b[1].c``) in ``raw``; the reason it cannot, or None."""
-    parts = _split_path(key)
-    if parts is None:
-        return f"override key {key!r} is not a dotted path"
-    target: Any = raw
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(target, dict):
-            part = str(part)
-            if last:
-                target[part] = value
-                return None
-            nxt = target.get(part)
-            if nxt is None:
-                if isinstance(parts[i + 1], int):
-                    return f"cannot set {key!r}: {part} is not a list"
-                nxt = target[part] = {}
-            target = nxt
-        elif isinstance(target, list) and isinstance(part, int):
-            if part >= len(target):
-                return f"index {part} is out of range in override {key!r} (the list has {len(target)} items)"
-            if last:
-                target[part] = value
-                return None
-            target = target[part]
-        else:
-            where = ".".join(str(p) for p in parts[:i]) or "the workload"
-            return f"cannot set {key!r}: {where} is not a mapping"
-    return None  # pragma: no cover
+    def container_env(self, name: str) -> tuple[dict[str, str], dict[str, SecretRef]]:
+        """Plain and secret variables of one container after the merge of docs/spec/workload.md §3."""
+        container = self.container(name)
+        own = set(container.env_variables) | set(container.secrets)
+        plain = {k: v for k, v in self.env_variables.items() if k not in own}
+        secret = {k: v for k, v in self.secrets.items() if k not in own}
+        plain.update(container.env_variables)
+        secret.update(container.secrets)
+        return dict(sorted(plain.items())), dict(sorted(secret.items()))
+
+    def raw_mapping(self) -> dict[str, Any]:
+        """A copy of the mapping this workload was validated from."""
+        return copy.deepcopy(self._raw)
+
+    def with_overrides(self, overrides: Mapping[str, Any] | Sequence[str]) -> Workload:
+        return load_workload(self.raw_mapping(), overrides, base_dir=self.base_dir)
+
+    def with_env_variables(self, values: Mapping[str, str]) -> Workload:
+        """Add plain environment variables the workload does not set itself (as a variable or
+        a secret, top-level or in a container): an orchestrator's additions never replace the
+        author's values. The plan builder writes them like any other (env_vars.json)."""
+        own = set(self.env_variables) | set(self.secrets)
+        for container in self.containers or ():
+            own |= set(container.env_variables) | set(container.secrets)
+        added = {k: str(v) for k, v in values.items() if k not in own}
+        if not added:
+            return self
+        raw = self.raw_mapping()
+        existing = raw.get("env_variables")
+        raw["env_variables"] = {**(existing if isinstance(existing, dict) else {}), **added}
+        return load_workload(raw, base_dir=self.base_dir)
+
+    def with_secrets(self, refs: Mapping[str, str]) -> Workload:
+        """Add ``NAME -> "scope/key"`` secrets; a plain variable of the same NAME is replaced."""
+        raw = self.raw_mapping()
+        env = raw.get("env_variables")
+        if isinstance(env, dict):
+            for name in refs:
+                env.pop(name, None)
+            if not env:
+                raw.pop("env_variables")
+        existing = raw.get("secrets")
+        secrets: dict[str, Any] = existing if isinstance(existing, dict) else {}
+        raw["secrets"] = {**secrets, **{k: str(v) for k, v in refs.items()}}
+        return load_workload(raw, base_dir=self.base_dir)
 
 
 def _to_models(
