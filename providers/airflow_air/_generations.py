@@ -103,6 +103,12 @@ def submission_key(context: Context, task_id: str, namespace: str) -> Submission
     return SubmissionKey("airflow", namespace, ti.dag_id, ti.run_id, task_id, map_index_of(context))
 
 
+def is_first_try(context: Context) -> bool:
+    """Whether no earlier try of this task instance can exist: try 1 (a clear or a retry
+    runs a higher try number), so there is no run to find and nothing to check about it."""
+    return int(getattr(context["ti"], "try_number", 0) or 0) == 1
+
+
 def _task_state_store(context: Context) -> Any:
     try:
         return context.get("task_state_store")
@@ -118,6 +124,8 @@ def reattach(
     from air_runtime import NotFound
 
     clear = clear_generation(context, task)
+    if is_first_try(context):
+        return FirstGeneration(clear, 0)
     store = _task_state_store(context)
     previous = RunRecord.from_json(store.get(RUN_RECORD_KEY)) if store is not None else None
     if previous is None:
@@ -151,18 +159,23 @@ def submit_generations(
     *,
     log: TaskLog,
     run_name: str | None = None,
-) -> RunRecord:
+) -> tuple[RunRecord, bool]:
     """Submit ``first`` and, while the run handed back is an earlier try's that already
-    failed, the next generations; record each run in the task state store."""
+    failed, the next generations; record each run in the task state store. The record's
+    second element: whether the run is this try's own (not an earlier try's, reattached)."""
     store = _task_state_store(context)
     try_started_ms = int(time.time() * 1000)
     failure = first.failure
+    first_try = is_first_try(context)
     for _ in range(_MAX_FAILURE_GENERATIONS):
         generation = f"{first.clear}.{failure}"
         submitted = submission.submit(client, workload, generation, run_name=run_name)
         record = RunRecord(submitted.run_id, submitted.run_page_url, first.clear, failure)
         if store is not None:
             store.set(RUN_RECORD_KEY, record.to_json())
+        if first_try:  # no earlier try could have made a run with this token
+            log.info("Submitted run %s: %s", submitted.run_id, submitted.run_page_url)
+            return record, True
         state = client.get_run(submitted.run_id)
         started = state.start_time or try_started_ms
         if state.is_terminal and not state.is_success and started < try_started_ms:
@@ -181,5 +194,5 @@ def submit_generations(
             submitted.run_id,
             submitted.run_page_url,
         )
-        return record
+        return record, not reattached
     raise RuntimeError("too many failed generations")  # pragma: no cover

@@ -189,6 +189,9 @@ class TaskRun:
         self.submit_task_id = submit_task_id or task.task_id
         self.log: TaskLog = task.log
         self.submission: Submission | None = None
+        # The run was submitted by this try (not an earlier try's, reattached): it has just
+        # started, so there is no point asking whether it has already ended.
+        self.own_run = False
 
     def redact(self, text: str) -> str:
         return text
@@ -211,12 +214,20 @@ class TaskRun:
         submission = self.submission or self.open_submission()
         found = reattach(self.context, self.task, client, log=self.log)
         if isinstance(found, FirstGeneration):
-            found = submit_generations(
+            found, self.own_run = submit_generations(
                 self.context, client, submission, prepare(), found, log=self.log, run_name=run_name
             )
         submission.attach(found.run_id, found.run_page_url)
-        push_run_xcoms(self.context, found.run_id, found.run_page_url)
+        push_run_xcoms(
+            self.context, found.run_id, found.run_page_url, ends_soon=self.worker_run_ends_soon
+        )
         return found
+
+    @property
+    def worker_run_ends_soon(self) -> bool:
+        """Whether this worker run ends right after the submit (so Airflow writes the
+        links' XComs within moments) rather than waiting for the run here."""
+        return False
 
 
 class AirTaskRun(TaskRun):
@@ -231,6 +242,11 @@ class AirTaskRun(TaskRun):
         self.poll_interval = (
             task.poll_interval if task.poll_interval is not None else default_poll_interval()
         )
+
+    @property
+    def worker_run_ends_soon(self) -> bool:
+        task = self.task
+        return bool(task.deferrable or not task.wait_for_termination)
 
     def redactor(self) -> Redactor:
         if self.task._redactor is None:  # a resumed try: the first look at its secrets
@@ -344,7 +360,7 @@ class AirTaskRun(TaskRun):
                 f"before stage {self.task.task_id!r}"
             )
         url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
-        push_run_xcoms(self.context, int(run_id), url)
+        push_run_xcoms(self.context, int(run_id), url, ends_soon=self.worker_run_ends_soon)
         self.log.info("Stage %s of run %s: %s", self.stage, run_id, url)
         return RunRecord(int(run_id), url, 0, 0)
 
@@ -353,8 +369,10 @@ class AirTaskRun(TaskRun):
     def _wait(self, client: AirClient, record: RunRecord) -> Any:
         """Wait for the run (or stage): in the triggerer when deferrable, else in the worker."""
         if self.task.deferrable:
-            state = client.get_run(record.run_id)
-            if state.has_ended(self.stage):
+            # A run this try has just submitted is waited on in the triggerer at once; one
+            # reattached (or a stage's) may have ended already.
+            state = None if self.own_run else client.get_run(record.run_id)
+            if state is not None and state.has_ended(self.stage):
                 self.task.log.info(
                     "Run %s%s has already ended; finishing without deferring",
                     record.run_id,

@@ -1,8 +1,10 @@
 """Extra links of the AI Runtime operators: the run page and the MLflow run.
 
-Airflow 3 shows a link from the XCom stored under the link's ``xcom_key``. The operators push
-that XCom themselves right after submitting, so the run page link works while the task is
-still running or deferred, not only once it finished.
+Airflow 3 shows a link from the XCom stored under the link's ``xcom_key``. Each link's key is
+the result XCom that holds its URL (``run_page_url``, ``mlflow_run_url``), so one XCom serves
+both the link and the users who pull it, and a try writes each URL once. The operators push
+the run page right after submitting, so the link works while the task is still running or
+deferred, not only once it finished.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class AirRunLink(BaseOperatorLink):
 
     name = "AI Runtime run"
 
+    @property
+    def xcom_key(self) -> str:
+        return RUN_PAGE_URL_KEY
+
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, RUN_PAGE_URL_KEY)
 
@@ -69,6 +75,10 @@ class AirMlflowRunLink(BaseOperatorLink):
 
     name = "MLflow run"
 
+    @property
+    def xcom_key(self) -> str:
+        return MLFLOW_URL_KEY
+
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, MLFLOW_URL_KEY)
 
@@ -76,15 +86,21 @@ class AirMlflowRunLink(BaseOperatorLink):
 # --- the XComs a try pushes -----------------------------------------------------------------
 
 
-def push_run_xcoms(context: Any, run_id: int, run_page_url: str) -> None:
-    """Make the run id and page visible at once (also as the live "AI Runtime run" link)."""
+def push_run_xcoms(
+    context: Any, run_id: int, run_page_url: str, *, ends_soon: bool = False
+) -> None:
+    """Make the run id and page visible at once (also as the live "AI Runtime run" link).
+
+    ``ends_soon``: this worker run ends within moments (it defers, or finishes a run that
+    has ended), and Airflow writes every link's URL when it does (``finalize``), the run
+    page included: writing it here as well would be a second request for the same value."""
     ti = context["ti"]
     ti.xcom_push(key=RUN_ID_KEY, value=run_id)
-    ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)
-    ti.xcom_push(key=AirRunLink().xcom_key, value=run_page_url)
+    if not ends_soon:
+        ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)  # also the link's (``xcom_key``)
     remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
-    # An empty MLflow link until the ids are known (the UI shows it disabled).
-    ti.xcom_push(key=MLFLOW_URL_KEY, value="")
+    # The MLflow link's XCom is written when the try ends (Airflow pushes every link's URL,
+    # "" while the ids are unknown, and the UI shows it disabled), not here.
 
 
 def remember_run_page(context: Any, run_page_url: str) -> None:
@@ -95,9 +111,7 @@ def remember_run_page(context: Any, run_page_url: str) -> None:
 def push_mlflow_link(context: Any, url: str | None) -> None:
     if not url:
         return
-    ti = context["ti"]
-    ti.xcom_push(key=MLFLOW_URL_KEY, value=url)
-    ti.xcom_push(key=AirMlflowRunLink().xcom_key, value=url)
+    context["ti"].xcom_push(key=MLFLOW_URL_KEY, value=url)  # also the link's (``xcom_key``)
     remember_url(context["task"], MLFLOW_URL_KEY, url)
 
 
@@ -124,12 +138,9 @@ def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dic
 
     xcoms: dict[str, Any] = {
         RUN_ID_KEY: outcome.run_id,
-        RUN_PAGE_URL_KEY: outcome.run_page_url,
-        AirRunLink().xcom_key: outcome.run_page_url,
+        RUN_PAGE_URL_KEY: outcome.run_page_url,  # the links' keys too
         MLFLOW_URL_KEY: outcome.mlflow_run_url or "",
     }
-    if outcome.mlflow_run_url:
-        xcoms[AirMlflowRunLink().xcom_key] = outcome.mlflow_run_url
     if outcome.gpu_hours is not None:
         xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
     if push_return_value:

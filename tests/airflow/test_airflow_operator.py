@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from airflow_air.links import AirMlflowRunLink, AirRunLink
 from airflow_runs import load_test_dag, task_states, xcom
 
 from air_runtime import AirClient
@@ -31,8 +32,10 @@ def test_success(workspace, task_log, dag_id):
     assert result["result_state"] == "SUCCESS"
     assert result["run_page_url"] == f"{workspace.host}/jobs/runs/{run_id}"
     assert xcom(dag_id, dag_run.run_id, "run", "run_page_url") == result["run_page_url"]
-    # The run page link is stored under the link's own key right after submit.
-    assert xcom(dag_id, dag_run.run_id, "run", "_link_AirRunLink") == result["run_page_url"]
+    # The run page link reads the run_page_url XCom itself: one XCom, written once per try.
+    assert AirRunLink().xcom_key == "run_page_url"
+    assert AirMlflowRunLink().xcom_key == "mlflow_run_url"
+    assert xcom(dag_id, dag_run.run_id, "run", "_link_AirRunLink") is None
     with _client(workspace) as client:
         assert client.get_run(run_id).result_state == "SUCCESS"
     assert workspace.admin.counters()["runs_created"] == 1
