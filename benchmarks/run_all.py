@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         if bench_id not in wanted or bench_id in failures:
             continue
         path = RESULTS / f"{bench_id.lower()}.json"
+        quick_path = RESULTS / f"{bench_id.lower()}_quick.json"
+        if args.quick and quick_path.exists():  # a module whose quick run keeps its own file
+            path = quick_path
         result = json.loads(path.read_text())
         target, measured = SUMMARIES[bench_id](result)
         rows.append(

@@ -111,6 +111,18 @@ def tls_context() -> ssl.SSLContext:
     return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 
 
+_PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def verify_for(host: str) -> ssl.SSLContext | bool:
+    """What the client verifies TLS with. Every request goes to the host itself, so a
+    plain-HTTP host (the local workspace) is never reached over TLS and needs no CA bundle;
+    unless a proxy from the environment (which could be an https one) carries its requests."""
+    if host.startswith("http://") and not any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return False
+    return tls_context()
+
+
 class AirClient(_BaseClient, SyncOperations):
     """Synchronous client. Thread-safe; use one per workspace and close it (or ``with``)."""
 
@@ -139,7 +151,7 @@ class AirClient(_BaseClient, SyncOperations):
             transport=transport,
             timeout=self._core.timeout,
             limits=self._limits(),
-            verify=tls_context(),
+            verify=verify_for(self._core.host),
         )
 
     # --- driver -------------------------------------------------------------------------
@@ -435,7 +447,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             transport=transport,
             timeout=self._core.timeout,
             limits=self._limits(),
-            verify=tls_context(),
+            verify=verify_for(self._core.host),
         )
 
     # --- driver -------------------------------------------------------------------------
