@@ -8,6 +8,8 @@ optional top-level `seed` for the random draws:
      "jobs/runs/submit": {"rate_429": 0.2, "retry_after_s": 1, "rate_5xx": 0.1,
                           "status_5xx": 503, "rate_drop": 0.05, "rate_response_lost": 0.3}}
 
+`latency_ms` waits before the request is handled, `answer_latency_ms` after (the request has
+taken effect, a submitted run exists, and the caller does not know yet).
 `rate_drop` closes the connection before answering; `rate_response_lost` (alias
 `submit_response_lost`) handles the request, then closes the connection without the answer.
 `rate_404` answers 404 ENDPOINT_NOT_FOUND, as a workspace where the call is not exposed does
@@ -40,6 +42,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 FAULT_FIELDS = {
     "latency_ms": float,
+    "answer_latency_ms": float,
     "rate_429": float,
     "retry_after_s": float,
     "rate_5xx": float,
@@ -271,6 +274,8 @@ class FaultInjector:
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status.append(int(message["status"]))
+                if settings.get("answer_latency_ms"):
+                    await asyncio.sleep(settings["answer_latency_ms"] / 1000)
             if not lost:
                 await send(message)
 

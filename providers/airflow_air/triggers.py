@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -282,8 +282,38 @@ class AirRunTrigger(BaseTrigger):
         if self.submission:
             submission = Submission.from_json(self.submission, log=log, redact=self.redact)
             await submission.afinish(client, state)
+        try:
+            await self._push_xcoms(xcoms)
+        except Exception as exc:  # the worker pushes them instead
+            self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
+            return None
         log.info("%s", success_text(outcome))
-        return TaskSuccessEvent(xcoms=xcoms)
+        return TaskSuccessEvent()
+
+    async def _push_xcoms(self, xcoms: Mapping[str, Any]) -> None:
+        """Write the XComs through the execution API, as a worker does, and not as the
+        event's ``xcoms``: Airflow 3.3 stores those JSON-encoded once more
+        (``TaskInstance.xcom_push`` -> ``XComModel.set(serialize=True)``), so a downstream
+        task would pull ``'{"run_id": ...}'``, a string, instead of the dict."""
+        from airflow.sdk.bases.xcom import BaseXCom
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import SetXCom
+
+        ti = self.task_instance
+        if ti is None:
+            raise RuntimeError("the trigger knows no task instance to leave XComs for")
+        map_index = getattr(ti, "map_index", -1)
+        for key, value in xcoms.items():
+            await task_runner.SUPERVISOR_COMMS.asend(
+                SetXCom(
+                    key=key,
+                    value=BaseXCom.serialize_value(value),
+                    dag_id=ti.dag_id,
+                    task_id=ti.task_id,
+                    run_id=ti.run_id,
+                    map_index=map_index if map_index is not None else -1,
+                )
+            )
 
     def _on_update(self) -> Callable[[RunState], None]:
         """Each state change into the triggerer's log (redacted), remembered for the

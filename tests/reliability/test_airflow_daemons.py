@@ -3,7 +3,8 @@
 processes are killed for real, driven only through Airflow's REST API.
 
 - R1 ``task_sigkill``: the task process of a deferrable AirRunOperator is SIGKILLed between
-  its submit and its deferral (a latency fault on runs/get holds that window open). The
+  its submit and its deferral (a fault holds the submit's answer back: the run exists, the
+  task does not know it yet). The
   supervisor fails the try, the scheduler retries it, and the retry must reattach to the
   run the killed try started: exactly one run per Dag run, never cancelled.
 - R2 ``marked_failed``: a user marks a running (worker-side) or deferred task failed; the
@@ -60,10 +61,11 @@ SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG = "daemon_task_sigkill", "daemon_deferred", 
 SECRETS_DAG = "daemon_secrets"
 HF_SECRET = "af-secret-" + secrets.token_hex(16)
 TASK = "run"
-# Latency of every runs/get while a submitting try is watched: the try calls it twice
-# between its submit and its deferral, so the kill window is at least 2 x this.
-HOLD_MS = 2000
+# How long the workspace holds its answer to the first try's submit (the run already made),
+# and to any runs/get: longer than the kill can come after the run exists, so every kill
+# lands in the window, whatever the machine's speed.
 KILL_WITHIN_S = 3.2
+HOLD_MS = int(KILL_WITHIN_S * 1000) + 6000
 # A triggerer that stopped heart-beating this long ago loses its triggers to another one.
 TRIGGERER_TAKEOVER_S = 12
 
@@ -186,8 +188,15 @@ def test_task_sigkill(deployment: AirflowDeployment, daemon_workspace, tally) ->
 
     def trial(n: int) -> None:
         t = Trial(deployment, ws, SIGKILL_DAG)
-        # Set before the task starts: however fast it submits, the window is held open.
-        ws.admin.set_faults({"jobs/runs/get": {"latency_ms": HOLD_MS}})
+        # Set before the task starts: however fast it submits, the window is held open (a
+        # first try reads no run after its submit, so the submit's own answer is held; the
+        # retry must get that run back, not make a second).
+        ws.admin.set_faults(
+            {
+                "jobs/runs/submit": {"answer_latency_ms": HOLD_MS},
+                "jobs/runs/get": {"latency_ms": HOLD_MS},
+            }
+        )
         try:
             # Some runs are still going when the retry reattaches, some have already ended.
             t.trigger(f"sleep {rng.uniform(1.0, 8.0):.1f}")
