@@ -159,10 +159,27 @@ async def _first_raw_event(trigger):
     return event
 
 
-def test_trigger_ends_a_successful_run_itself(workspace, task_log):
-    """A success is a TaskSuccessEvent with the XComs the worker would leave, the node's
-    lines in the trigger's log and the submission's secret keys deleted; the first-poll
-    delay does not hold it back (a task the trigger ends cannot meet the deferral race)."""
+class _TriggererChannel:
+    """The triggerer's supervisor channel as a trigger sees it (``SUPERVISOR_COMMS``): it
+    records what the trigger sends. The real one forwards ``SetXCom`` to the execution API,
+    as a worker's does (tests/e2e/test_airflow_trigger_ends.py runs that end to end)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    async def asend(self, message):
+        self.sent.append(message)
+
+
+def test_trigger_ends_a_successful_run_itself(workspace, task_log, monkeypatch):
+    """A success is a TaskSuccessEvent once the trigger has left the XComs the worker would
+    leave (written as a worker writes them), the node's lines in the trigger's log and the
+    submission's secret keys deleted; the first-poll delay does not hold it back (a task the
+    trigger ends cannot meet the deferral race)."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.serde import deserialize
     from airflow.triggers.base import TaskSuccessEvent
     from airflow_air.links import AirMlflowRunLink, AirRunLink
     from airflow_air.triggers import AirRunTrigger
@@ -188,10 +205,20 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log):
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_air.triggers.AirRunTrigger"
     trigger = AirRunTrigger(**kwargs)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="sweep", task_id="trial", run_id="manual__1", map_index=3
+    )
+    channel = _TriggererChannel()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
     event = asyncio.run(_first_raw_event(trigger))
 
     assert isinstance(event, TaskSuccessEvent), event
-    xcoms = dict(event.xcoms or {})
+    assert not event.xcoms  # Airflow 3.3 would store these JSON-encoded once more
+    set_xcoms = [m for m in channel.sent if m.type == "SetXCom"]
+    assert {(m.dag_id, m.task_id, m.run_id, m.map_index) for m in set_xcoms} == {
+        ("sweep", "trial", "manual__1", 3)
+    }
+    xcoms = {m.key: deserialize(m.value) for m in set_xcoms}
     url = f"{workspace.host.rstrip('/')}/jobs/runs/{run_id}"
     assert xcoms["run_id"] == run_id and xcoms["run_page_url"] == url
     assert xcoms[AirRunLink().xcom_key] == url
