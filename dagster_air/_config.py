@@ -47,20 +47,18 @@ class AirRunConfig(dg.Config):
         description="Raw dotted overrides for one stage: {stage_key: ['parameters.epochs=2']}.",
     )
 
-    def mapping_overrides(self) -> dict[str, Any]:
-        """The typed fields as dotted overrides (values keep their types)."""
-        result: dict[str, Any] = {}
+    def overrides_for(self, stage_key: str) -> tuple[dict[str, Any], list[str]]:
+        """The overrides of one stage: the typed fields as dotted overrides (values keep
+        their types), and the raw ``KEY=VALUE`` strings (every stage's, then the stage's)."""
+        typed: dict[str, Any] = {}
         if self.accelerators is not None:
-            result["compute.num_accelerators"] = self.accelerators
+            typed["compute.num_accelerators"] = self.accelerators
         if self.accelerator_type is not None:
-            result["compute.accelerator_type"] = self.accelerator_type
+            typed["compute.accelerator_type"] = self.accelerator_type
         if self.image is not None:
-            result["environment.docker_image.url"] = self.image
+            typed["environment.docker_image.url"] = self.image
         for name, value in self.env.items():
-            result[f"env_variables.{name}"] = value
+            typed[f"env_variables.{name}"] = value
         for name, value in self.parameters.items():
-            result[f"parameters.{name}"] = value
-        return result
-
-    def text_overrides(self, stage_key: str) -> list[str]:
-        return [*self.overrides, *self.stage_overrides.get(stage_key, [])]
+            typed[f"parameters.{name}"] = value
+        return typed, [*self.overrides, *self.stage_overrides.get(stage_key, [])]

@@ -26,7 +26,7 @@ from air_runtime import AirClient, AirError, RunFailed, RunOutcome, RunState, Su
 from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import terminal_failure_observation
-from ._pipes import StepPipes, earlier_attempt_observation
+from ._pipes import AttemptReports, StepPipes, earlier_attempt_observation, open_step_pipes
 from ._resource import AirWorkspace
 from ._step_submission import (
     OUTPUT_URI_KEY,
@@ -36,7 +36,7 @@ from ._step_submission import (
     StepSubmission,
 )
 from ._translator import META_PREFIX, DagsterAirTranslator
-from ._watch import watch_run
+from ._watch import watch_in_background
 
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
@@ -92,16 +92,12 @@ class StepRun:
         selected = step.selected
         if not selected:
             return
-        workloads = step.workloads()
-        if self.workspace.pipes:
-            self.pipes = StepPipes(self.context, step.num_nodes)
-        with (
-            self.pipes.open() if self.pipes is not None else contextlib.nullcontext(),
-            self.workspace.get_client() as client,
-        ):
-            self._client = client
+        with contextlib.ExitStack() as stack:
+            if self.workspace.pipes:
+                self.pipes = stack.enter_context(open_step_pipes(self.context))
+            self._client = client = stack.enter_context(self.workspace.get_client())
             try:
-                workloads = step.submit(client, workloads, self.pipes)
+                workloads = step.submit(client, self.pipes)
                 for run in step.runs:
                     assert run.submitted is not None
                     run.state = yield from self._wait(run.submitted)
@@ -250,14 +246,11 @@ class StepRun:
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed.
-        future = self.workspace.run_in_background(
-            watch_run(
-                self.workspace,
-                submitted.run_id,
-                events,
-                None,
-                follow_logs=self.workspace.stream_logs or self.pipes is not None,
-            )
+        future = watch_in_background(
+            self.workspace,
+            submitted.run_id,
+            events,
+            follow_logs=self.workspace.stream_logs or self.pipes is not None,
         )
         try:
             while True:
@@ -347,11 +340,12 @@ class StepRun:
                 metadata={"reason": "the workload did not report this check (dagster-pipes)"},
             )
 
-    def _earlier_attempts(self, state: RunState, submitted: SubmittedRun) -> Iterator[AirEvent]:
+    def _earlier_attempts(
+        self, earlier: Sequence[AttemptReports], submitted: SubmittedRun
+    ) -> Iterator[AirEvent]:
         """What retried attempts reported, as observations (the final attempt's reports are
         the materialization and the check results)."""
-        assert self.pipes is not None
-        for reports in self.pipes.final_reports(state)[1]:
+        for reports in earlier:
             loaded = self._stage_of_task(reports.task_key)
             if loaded is not None:
                 yield earlier_attempt_observation(
@@ -376,8 +370,9 @@ class StepRun:
         checks: list[dg.AssetCheckResult] = []
         if self.pipes is not None:
             self._follow_blocking(state)
-            yield from self._earlier_attempts(state, submitted)
-            reported, checks = self.pipes.reported(state)
+            reports = self.pipes.reported(state)
+            yield from self._earlier_attempts(reports.earlier, submitted)
+            reported, checks = reports.materializations, reports.checks
         blocked = self.blocking.blocked if self.blocking is not None else {}
         failed_asset = selected[0].asset_key
         failed_task = state.failed_task

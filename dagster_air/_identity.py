@@ -65,15 +65,22 @@ class StepIdentity:
             partition=partition,
         )
 
-    def submission(
-        self, context: dg.AssetExecutionContext, configured_namespace: str | None
-    ) -> tuple[SubmissionKey, int]:
-        """The step's submission and the generation this attempt submits."""
+    @classmethod
+    def submission_of(
+        cls, context: dg.AssetExecutionContext, configured_namespace: str | None
+    ) -> tuple[StepIdentity, SubmissionKey, int]:
+        """The step's identity, its submission and the generation this attempt submits."""
+        identity = cls.of(context)
         namespace = deployment_namespace(context.instance, configured_namespace)
         key = SubmissionKey(
-            "dagster", namespace, self.pipeline_id, self.run_id, self.step_key, self.partition
+            "dagster",
+            namespace,
+            identity.pipeline_id,
+            identity.run_id,
+            identity.step_key,
+            identity.partition,
         )
-        return key, self.generation(context)
+        return identity, key, identity.generation(context)
 
     def generation(self, context: dg.AssetExecutionContext) -> int:
         """1 + the highest generation whose remote run ended unsuccessfully in an earlier

@@ -41,3 +41,8 @@ def background_loop() -> BackgroundLoop:
         if _current is None or _current.pid != os.getpid():
             _current = BackgroundLoop()
         return _current
+
+
+def run_in_background(coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+    """Run a coroutine on this process's background event loop."""
+    return background_loop().submit(coroutine)

@@ -58,19 +58,19 @@ class PipesAirLogMessageReader(PipesMessageReader):
 
     def __init__(
         self,
-        expected_writers: int = 1,
+        expected_writers: int = 0,
         route: Callable[[str, int], PipesMessageHandler] | None = None,
     ) -> None:
         self._handler: PipesMessageHandler | None = None
-        self._expected_writers = max(1, expected_writers)
+        # Every rank may open Pipes: "closed" from rank 0 must not make rank 1's messages
+        # unexpected. Each task's context adds its nodes (``StepPipes.env_for``).
+        self.expected_writers = expected_writers
         self._route = route
         self.messages = 0
 
     @property
     def expected_writer_count(self) -> int:
-        # Every rank may open Pipes: "closed" from rank 0 must not make rank 1's messages
-        # unexpected.
-        return self._expected_writers
+        return max(1, self.expected_writers)
 
     @contextmanager
     def read_messages(self, handler: PipesMessageHandler) -> Iterator[PipesParams]:
@@ -142,6 +142,15 @@ def _merged_reports(task_key: str, attempt: int, results: Sequence[Any]) -> Atte
     return AttemptReports(task_key, attempt, materializations, checks)
 
 
+@dataclass(frozen=True)
+class StepReports:
+    """What a run's tasks reported through Pipes, once it ended."""
+
+    materializations: dict[dg.AssetKey, dg.MaterializeResult]  # of final attempts
+    checks: list[dg.AssetCheckResult]  # of final attempts
+    earlier: list[AttemptReports]  # of attempts a platform retry superseded
+
+
 class StepPipes:
     """The Pipes session of one step: per task environment variables before the submit,
     reported results per task attempt after the run.
@@ -151,9 +160,10 @@ class StepPipes:
     it (see :meth:`final_reports`); earlier attempts' reports become observations.
     """
 
-    def __init__(self, context: dg.AssetExecutionContext, expected_writers: int) -> None:
+    def __init__(self, context: dg.AssetExecutionContext) -> None:
         self.context = context
-        self.reader = PipesAirLogMessageReader(expected_writers, route=self._handler_of)
+        self.reader = PipesAirLogMessageReader(route=self._handler_of)
+        self._messages_params: PipesParams = {}  # once open (``open_step_pipes``)
         self.handler = PipesMessageHandler(context, self.reader)
         self._attempts: dict[tuple[str, int], PipesMessageHandler] = {}
 
@@ -165,17 +175,17 @@ class StepPipes:
             )
         return handler
 
-    @contextmanager
-    def open(self) -> Iterator[StepPipes]:
-        with self.handler.handle_messages() as params:
-            self._messages_params = params
-            yield self
-
     def env_for(
-        self, asset_key: dg.AssetKey, stage_key: str, partition: PartitionScope | None = None
+        self,
+        asset_key: dg.AssetKey,
+        stage_key: str,
+        nodes: int,
+        partition: PartitionScope | None = None,
     ) -> dict[str, str]:
-        """``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES`` for one task's workload: its
-        asset, and (a task of a partition range run) its own partition."""
+        """``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES`` for one task's workload (of
+        ``nodes`` nodes, each a writer): its asset, and (a task of a partition range run)
+        its own partition."""
+        self.reader.expected_writers += nodes
         data = build_external_execution_context_data(self.context, {"air_stage": stage_key})
         name = asset_key.to_user_string()
         data["asset_keys"] = [name]
@@ -217,18 +227,26 @@ class StepPipes:
             (final if reports.attempt >= last else earlier).append(reports)
         return final, earlier
 
-    def reported(
-        self, state: RunState
-    ) -> tuple[dict[dg.AssetKey, dg.MaterializeResult], list[dg.AssetCheckResult]]:
-        """Materializations reported per asset and the asset check results, of each task's
-        final attempt only."""
-        final, _ = self.final_reports(state)
+    def reported(self, state: RunState) -> StepReports:
+        """What the run reported: materializations per asset and the asset check results of
+        each task's final attempt, and what earlier attempts reported."""
+        final, earlier = self.final_reports(state)
         materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
         checks: list[dg.AssetCheckResult] = []
         for reports in final:
             materializations.update(reports.materializations)
             checks.extend(reports.checks)
-        return materializations, checks
+        return StepReports(materializations, checks, earlier)
+
+
+@contextmanager
+def open_step_pipes(context: dg.AssetExecutionContext) -> Iterator[StepPipes]:
+    """The step's Pipes session, open for the whole step (its messages' parameters are
+    known from here on)."""
+    pipes = StepPipes(context)
+    with pipes.handler.handle_messages() as params:
+        pipes._messages_params = params
+        yield pipes
 
 
 def earlier_attempt_observation(

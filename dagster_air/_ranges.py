@@ -163,7 +163,6 @@ class RangeStepSubmission(StepSubmission):
                 if extra:
                     workload = workload.with_overrides(extra)
             workloads[task.task_key] = workload
-        self.num_nodes = sum(w.num_nodes for w in workloads.values())
         return workloads
 
     # --- the submission ---------------------------------------------------------------------
@@ -189,9 +188,11 @@ class RangeStepSubmission(StepSubmission):
             )
         return plan
 
-    def _pipes_env(self, pipes: StepPipes, key: str) -> dict[str, str]:
+    def _pipes_env(self, pipes: StepPipes, key: str, nodes: int) -> dict[str, str]:
         task = self.tasks[key]
-        return pipes.env_for(task.loaded.asset_key, task.loaded.key, self._scope(task.partition))
+        return pipes.env_for(
+            task.loaded.asset_key, task.loaded.key, nodes, self._scope(task.partition)
+        )
 
     def _payload(self, run: RemoteRun, workloads: dict[str, Workload]) -> list[Stage]:
         tasks = [self.tasks[key] for key in run.task_keys]
@@ -262,8 +263,8 @@ class RangeStepRun(StepRun):
             assert run.submitted is not None and run.state is not None
             self._follow_blocking(run.state)
             if self.pipes is not None:
-                yield from self._earlier_attempts(run.state, run.submitted)
-                final, _ = self.pipes.final_reports(run.state)
+                final, earlier = self.pipes.final_reports(run.state)
+                yield from self._earlier_attempts(earlier, run.submitted)
                 for reports in final:
                     task = self._tasks.get(reports.task_key)
                     if task is not None:

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from concurrent.futures import Future
-from typing import Any, TypeVar
-
 import dagster as dg
 from pydantic import Field
 
 from air_runtime import AirClient, AsyncAirClient, Credentials, OAuthM2M, normalize_host
-
-from ._loop import background_loop
-
-T = TypeVar("T")
 
 USER_AGENT_EXTRA = f"dagster/{dg.__version__}"
 
@@ -117,12 +109,3 @@ class AirWorkspace(dg.ConfigurableResource):
             timeout=self.request_timeout,
             user_agent_extra=USER_AGENT_EXTRA,
         )
-
-    def run_in_background(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
-        """Run a coroutine on this process's background event loop.
-
-        Waiting happens there so that all assets of one process share one ``RunWatcher``
-        per workspace (one coalescing poller under ``request_budget``), while the step's
-        main thread stays free to receive Dagster's interrupt on run termination.
-        """
-        return background_loop().submit(coroutine)

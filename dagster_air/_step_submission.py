@@ -115,19 +115,21 @@ class StepSubmission:
     workspace: AirWorkspace
     config: AirRunConfig
     extra_overrides: Mapping[str, Any] | Sequence[str] | None = None
-    # Set while submitting: the redaction of what the step resolved, the remote runs (each
-    # with the core's submission behind it), and the generation this attempt submitted.
+    # Set while submitting: the redaction of what the step resolved and the remote runs
+    # (each with the core's submission behind it).
     redact: Redactor = field(default_factory=lambda: Redactor(()), init=False)
     runs: list[RemoteRun] = field(default_factory=list, init=False)
-    generation: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.selected = self.workflow.selected(self.context)
         self.stage_keys = ", ".join(s.key for s in self.selected)
-        self.identity = StepIdentity.of(self.context)
+        # Who submits (the step of this Dagster run, in this instance's namespace) and the
+        # generation this attempt submits.
+        self.identity, self.key, self.generation = StepIdentity.submission_of(
+            self.context, self.workspace.deployment_namespace
+        )
         # One stage selected of a one-stage workflow: a single-task run.
         self.single = len(self.selected) == 1 and not self.workflow.always_workflow
-        self.num_nodes = 0  # of the selected stages' workloads, once built
 
     # --- the workloads ----------------------------------------------------------------------
 
@@ -143,15 +145,15 @@ class StepSubmission:
             if upstream:
                 workload = workload.with_overrides(upstream)
             workloads[s.key] = workload
-        self.num_nodes = sum(w.num_nodes for w in workloads.values())
         return workloads
 
     def _apply_overrides(
         self, loaded: LoadedStage, partition: tuple[dict[str, Any], list[str]]
     ) -> Workload:
         workload = loaded.workload
-        typed = {**self.config.mapping_overrides(), **partition[0]}
-        text = [*partition[1], *self.config.text_overrides(loaded.key)]
+        config_typed, config_text = self.config.overrides_for(loaded.key)
+        typed = {**config_typed, **partition[0]}
+        text = [*partition[1], *config_text]
         try:
             for overrides in (typed, text, self.extra_overrides):
                 if overrides:
@@ -234,18 +236,14 @@ class StepSubmission:
 
     # --- the submission ---------------------------------------------------------------------
 
-    def submit(
-        self, client: AirClient, workloads: dict[str, Workload], pipes: StepPipes | None
-    ) -> dict[str, Workload]:
-        """Open the core's submission of each remote run of this step (in this Dagster
-        instance's namespace), write its secrets, add the Pipes environment and submit this
-        attempt's generation. An interrupt during a submit is held until the run id is known
+    def submit(self, client: AirClient, pipes: StepPipes | None) -> dict[str, Workload]:
+        """Build the workloads, open the core's submission of each remote run of this step,
+        write its secrets, add the Pipes environment and submit this attempt's generation.
+        An interrupt during a submit is held until the run id is known
         (``RemoteRun.submitted``), so the run can still be cancelled. Returns the workloads
         as submitted, secrets included (without the Pipes environment)."""
+        workloads = self.workloads()
         self.redact = client.redactor.with_values(())
-        key, self.generation = self.identity.submission(
-            self.context, self.workspace.deployment_namespace
-        )
         values = self._secret_values(client)
         self.runs = [
             RemoteRun(
@@ -253,7 +251,7 @@ class StepSubmission:
                 label,
                 task_keys,
             )
-            for run_key, label, task_keys in self._plan(key)
+            for run_key, label, task_keys in self._plan(self.key)
         ]
         stored: dict[str, Workload] = {}
         for run in self.runs:
@@ -318,15 +316,15 @@ class StepSubmission:
             key: workload.with_overrides(
                 {
                     f"env_variables.{name}": value
-                    for name, value in self._pipes_env(pipes, key).items()
+                    for name, value in self._pipes_env(pipes, key, workload.num_nodes).items()
                 }
             )
             for key, workload in workloads.items()
         }
 
-    def _pipes_env(self, pipes: StepPipes, key: str) -> dict[str, str]:
+    def _pipes_env(self, pipes: StepPipes, key: str, nodes: int) -> dict[str, str]:
         loaded = next(s for s in self.selected if s.key == key)
-        return pipes.env_for(loaded.asset_key, loaded.key)
+        return pipes.env_for(loaded.asset_key, loaded.key, nodes)
 
     def _payload(self, run: RemoteRun, workloads: dict[str, Workload]) -> Workload | list[Stage]:
         """What one remote run submits: the workload, or the stages of a multi-task run."""

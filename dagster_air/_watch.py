@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from air_runtime import AirError, RunState, RunWatcher
+
+from ._loop import run_in_background
 
 if TYPE_CHECKING:
     from ._resource import AirWorkspace
@@ -78,3 +81,16 @@ async def watch_run(
     finally:
         if follower is not None and not follower.done():
             follower.cancel()
+
+
+def watch_in_background(
+    workspace: AirWorkspace,
+    run_id: int,
+    events: queue.SimpleQueue[tuple[str, Any]],
+    follow_logs: bool,
+) -> Future[RunState]:
+    """``watch_run`` of every node on this process's background loop: all assets of one
+    process share one ``RunWatcher`` per workspace (one coalescing poller under
+    ``request_budget``), while the step's main thread stays free to receive Dagster's
+    interrupt on run termination."""
+    return run_in_background(watch_run(workspace, run_id, events, None, follow_logs))

@@ -30,7 +30,7 @@ gives the same result, one submit request per earlier generation.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -196,3 +196,24 @@ def submit_generations(
         )
         return record, not reattached
     raise RuntimeError("too many failed generations")  # pragma: no cover
+
+
+def own_run(
+    context: Context,
+    task: BaseOperator,
+    client: AirClient,
+    submission: Submission,
+    prepare: Callable[[], Workload | Sequence[Stage]],
+    *,
+    log: TaskLog,
+    run_name: str | None = None,
+) -> tuple[RunRecord, bool]:
+    """The run this try owns: an earlier try's (reattached), or a new generation's,
+    submitted with what ``prepare`` gives (so secrets are resolved only when a run is
+    submitted). The second element: whether this try submitted it."""
+    found = reattach(context, task, client, log=log)
+    if isinstance(found, RunRecord):
+        return found, False
+    return submit_generations(
+        context, client, submission, prepare(), found, log=log, run_name=run_name
+    )

@@ -92,6 +92,29 @@ class LogStreamer:
         self._thread.join(timeout=30)
 
 
+def wait_logging(
+    client: AirClient,
+    run_id: int,
+    log: TaskLog,
+    task_key: str | None = None,
+    *,
+    poll_interval: float,
+    stream: bool,
+) -> RunState:
+    """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
+    change and, with ``stream``, every node's lines as they come."""
+    import contextlib
+
+    streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
+    with streaming:
+        return client.wait(
+            run_id,
+            poll_interval=poll_interval,
+            on_update=StateLogger(log, run_id, task_key),
+            task_key=task_key,
+        )
+
+
 class _BoundedLogCopy:
     """Writes whole node records into a log until ``max_lines`` would be passed, then one
     line that says where the rest is."""

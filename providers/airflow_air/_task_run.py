@@ -28,13 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
 from airflow_air._deployment import deployment_namespace
-from airflow_air._generations import (
-    FirstGeneration,
-    RunRecord,
-    reattach,
-    submission_key,
-    submit_generations,
-)
+from airflow_air._generations import RunRecord, own_run, submission_key
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import (
     AirHook,
@@ -44,7 +38,7 @@ from airflow_air.hooks import (
     defer_timeout_grace,
     first_poll_delay,
 )
-from airflow_air.links import push_mlflow_link, push_run_xcoms, remember_run_page, return_value
+from airflow_air.links import push_outcome_xcoms, push_run_xcoms
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -212,11 +206,9 @@ class TaskRun:
         submitted with what ``prepare`` gives (secrets are resolved only when a run is
         submitted)."""
         submission = self.submission or self.open_submission()
-        found = reattach(self.context, self.task, client, log=self.log)
-        if isinstance(found, FirstGeneration):
-            found, self.own_run = submit_generations(
-                self.context, client, submission, prepare(), found, log=self.log, run_name=run_name
-            )
+        found, self.own_run = own_run(
+            self.context, self.task, client, submission, prepare, log=self.log, run_name=run_name
+        )
         submission.attach(found.run_id, found.run_page_url)
         push_run_xcoms(
             self.context, found.run_id, found.run_page_url, ends_soon=self.worker_run_ends_soon
@@ -384,20 +376,16 @@ class AirTaskRun(TaskRun):
         return self._wait_in_worker(client, record)
 
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
-        from airflow_air._logs import LogStreamer, StateLogger
+        from airflow_air._logs import wait_logging
 
-        streaming = (
-            LogStreamer(client, record.run_id, self.log, self.stage)
-            if self.task.stream_logs
-            else contextlib.nullcontext()
+        state = wait_logging(
+            client,
+            record.run_id,
+            self.log,
+            self.stage,
+            poll_interval=self.poll_interval,
+            stream=self.task.stream_logs,
         )
-        with streaming:
-            state = client.wait(
-                record.run_id,
-                poll_interval=self.poll_interval,
-                on_update=StateLogger(self.log, record.run_id, self.stage),
-                task_key=self.stage,
-            )
         return self._complete(self._outcome(client, state, record), client, state)
 
     def _defer(self, record: RunRecord) -> None:
@@ -462,24 +450,19 @@ class AirTaskRun(TaskRun):
         from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
         from airflow_air.exceptions import AirRunFailedError
-        from airflow_air.links import GPU_HOURS_KEY
 
-        task, context = self.task, self.context
+        task = self.task
         task._run_id = outcome.run_id
-        task._lineage_result = {**return_value(outcome), "mlflow_run_url": outcome.mlflow_run_url}
+        result = push_outcome_xcoms(self.context, outcome)
+        task._lineage_result = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        remember_run_page(context, outcome.run_page_url)
-        push_mlflow_link(context, outcome.mlflow_run_url)
-        if outcome.gpu_hours is not None:
-            # Also when the run failed: the accelerators were held all the same.
-            context["ti"].xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
         if outcome.status in ("success", "failed"):
             self._finish(outcome, client, state)
         if outcome.status == "success":
             from airflow_air._logs import success_text
 
             task.log.info("%s", success_text(outcome))
-            return return_value(outcome)
+            return result
         if outcome.status == "failed":
             raise AirRunFailedError(
                 outcome.message,

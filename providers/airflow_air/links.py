@@ -103,16 +103,20 @@ def push_run_xcoms(
     # "" while the ids are unknown, and the UI shows it disabled), not here.
 
 
-def remember_run_page(context: Any, run_page_url: str) -> None:
-    """A resumed (deferred) try's operator is new: it learns the run page from the event."""
-    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
+def push_outcome_xcoms(context: Any, outcome: RunOutcome) -> dict[str, Any]:
+    """The XComs of a try that saw its run (stage) end; returns the return value.
 
-
-def push_mlflow_link(context: Any, url: str | None) -> None:
-    if not url:
-        return
-    context["ti"].xcom_push(key=MLFLOW_URL_KEY, value=url)  # also the link's (``xcom_key``)
-    remember_url(context["task"], MLFLOW_URL_KEY, url)
+    A resumed (deferred) try's operator is new: it learns the run page from the outcome.
+    The GPU-hours are pushed also when the run failed: the accelerators were held all the
+    same."""
+    task, ti = context["task"], context["ti"]
+    remember_url(task, RUN_PAGE_URL_KEY, outcome.run_page_url)
+    if outcome.mlflow_run_url:
+        ti.xcom_push(key=MLFLOW_URL_KEY, value=outcome.mlflow_run_url)  # also the link's
+        remember_url(task, MLFLOW_URL_KEY, outcome.mlflow_run_url)
+    if outcome.gpu_hours is not None:
+        ti.xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
+    return return_value(outcome)
 
 
 def return_value(outcome: RunOutcome) -> dict[str, Any]:
@@ -132,8 +136,8 @@ def return_value(outcome: RunOutcome) -> dict[str, Any]:
 
 def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dict[str, Any]:
     """Every XCom a successful try leaves, for a trigger that ends the task itself
-    (``airflow_air.triggers``): what ``push_run_xcoms``, ``push_mlflow_link``, the GPU-hours
-    push and the return value leave when the task ends in a worker."""
+    (``airflow_air.triggers``): what ``push_run_xcoms`` and ``push_outcome_xcoms``
+    leave when the task ends in a worker."""
     from airflow.sdk.bases.xcom import BaseXCom
 
     xcoms: dict[str, Any] = {
