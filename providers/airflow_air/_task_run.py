@@ -278,6 +278,10 @@ class AirTaskRun(TaskRun):
         if not event:
             raise AirflowException("the trigger ended without an event")
         outcome = RunOutcome.from_event(event)
+        if event.get("submission"):  # the one the deferring try wrote keys for
+            self.submission = Submission.from_json(
+                event["submission"], log=self.log, redact=self.redact
+            )
         if outcome.status in ("success", "failed", "timeout"):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
@@ -395,11 +399,14 @@ class AirTaskRun(TaskRun):
         deadline = try_deadline(task, self.context)
         # A success may end the task in the triggerer (one worker run instead of two),
         # which then deletes the submission's keys itself (``Submission.afinish``).
+        # The submission goes with the trigger when it wrote secret keys: a trigger that ends
+        # the task deletes them, and a resume event hands it back to the worker that does, so
+        # the keys deleted are the ones this try wrote, whatever the namespace reads later.
         submission: dict[str, Any] | None = None
         why_worker = task.worker_finish_reason(self.stage)
         if why_worker is not None:
             self.log.info("A success resumes in a worker: %s", why_worker)
-        elif scopes := submission_scopes(task, self.context):
+        if scopes := submission_scopes(task, self.context):
             own = self.submission or self.open_submission()
             # a reattached try wrote nothing itself
             own.scopes.extend(s for s in scopes if s not in own.scopes)

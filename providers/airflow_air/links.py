@@ -103,19 +103,29 @@ def push_run_xcoms(
     # "" while the ids are unknown, and the UI shows it disabled), not here.
 
 
-def push_outcome_xcoms(context: Any, outcome: RunOutcome) -> dict[str, Any]:
-    """The XComs of a try that saw its run (stage) end; returns the return value.
+def outcome_xcoms(outcome: RunOutcome) -> dict[str, Any]:
+    """The XComs a try leaves once its run (stage) ended, beside the return value: the
+    MLflow run (also the link's ``xcom_key``) once its ids are known, and the GPU-hours, also
+    when the run failed (the accelerators were held all the same). The run id and page were
+    written when the run was submitted (``push_run_xcoms``; a deferring try's run page by
+    Airflow's end-of-try link write)."""
+    xcoms: dict[str, Any] = {}
+    if outcome.mlflow_run_url:
+        xcoms[MLFLOW_URL_KEY] = outcome.mlflow_run_url
+    if outcome.gpu_hours is not None:
+        xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
+    return xcoms
 
-    A resumed (deferred) try's operator is new: it learns the run page from the outcome.
-    The GPU-hours are pushed also when the run failed: the accelerators were held all the
-    same."""
+
+def push_outcome_xcoms(context: Any, outcome: RunOutcome) -> dict[str, Any]:
+    """Push ``outcome_xcoms`` from a worker; returns the return value. A resumed (deferred)
+    try's operator is new: it learns the links' URLs from the outcome."""
     task, ti = context["task"], context["ti"]
     remember_url(task, RUN_PAGE_URL_KEY, outcome.run_page_url)
-    if outcome.mlflow_run_url:
-        ti.xcom_push(key=MLFLOW_URL_KEY, value=outcome.mlflow_run_url)  # also the link's
-        remember_url(task, MLFLOW_URL_KEY, outcome.mlflow_run_url)
-    if outcome.gpu_hours is not None:
-        ti.xcom_push(key=GPU_HOURS_KEY, value=outcome.gpu_hours)
+    for key, value in outcome_xcoms(outcome).items():
+        ti.xcom_push(key=key, value=value)
+        if key == MLFLOW_URL_KEY:
+            remember_url(task, key, value)
     return return_value(outcome)
 
 
@@ -135,18 +145,12 @@ def return_value(outcome: RunOutcome) -> dict[str, Any]:
 
 
 def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dict[str, Any]:
-    """Every XCom a successful try leaves, for a trigger that ends the task itself
-    (``airflow_air.triggers``): what ``push_run_xcoms`` and ``push_outcome_xcoms``
-    leave when the task ends in a worker."""
+    """The XComs a trigger that ends the task itself leaves (``airflow_air.triggers``): what
+    ``push_outcome_xcoms`` and the return value leave when the task ends in a worker. The
+    try that deferred wrote the run id and page."""
     from airflow.sdk.bases.xcom import BaseXCom
 
-    xcoms: dict[str, Any] = {
-        RUN_ID_KEY: outcome.run_id,
-        RUN_PAGE_URL_KEY: outcome.run_page_url,  # the links' keys too
-        MLFLOW_URL_KEY: outcome.mlflow_run_url or "",
-    }
-    if outcome.gpu_hours is not None:
-        xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
+    xcoms = outcome_xcoms(outcome)
     if push_return_value:
         xcoms[BaseXCom.XCOM_RETURN_KEY] = return_value(outcome)
     return xcoms

@@ -117,8 +117,9 @@ class AirRunTrigger(BaseTrigger):
         instead of resuming it in a worker; set by the operator (see the module docstring).
     :param push_return_value: with ``finish_in_triggerer``, also leave the return value
         (the operator's ``do_xcom_push``).
-    :param submission: with ``finish_in_triggerer``, the task's ``air_runtime.Submission``
-        (``to_json``) whose secret keys are deleted once the run has succeeded.
+    :param submission: the task's ``air_runtime.Submission`` (``to_json``) when it wrote
+        secret keys: deleted here once the run has succeeded (``finish_in_triggerer``), else
+        handed back in the event to the worker that resumes and deletes them.
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
     """
 
@@ -250,6 +251,8 @@ class AirRunTrigger(BaseTrigger):
         event = outcome.to_event()
         if event.get("message"):
             event["message"] = self.redact(event["message"])
+        if self.submission:  # the worker that resumes deletes its keys
+            event["submission"] = self.submission
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)

@@ -220,10 +220,12 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log, monkeypatch):
     }
     xcoms = {m.key: deserialize(m.value) for m in set_xcoms}
     url = f"{workspace.host.rstrip('/')}/jobs/runs/{run_id}"
-    assert xcoms["run_id"] == run_id and xcoms["run_page_url"] == url
-    assert xcoms[AirRunLink().xcom_key] == url
+    # The try that deferred wrote the run id and page (the run link's XCom): not again.
+    assert AirRunLink().xcom_key == "run_page_url"
+    assert not {"run_id", "run_page_url"} & set(xcoms), xcoms
     result = xcoms["return_value"]
     assert result["run_id"] == run_id and result["result_state"] == "SUCCESS"
+    assert result["run_page_url"] == url
     assert result["gpu_hours"] == xcoms["gpu_hours"] and xcoms["gpu_hours"] > 0
     if result["mlflow_run_id"]:
         assert xcoms[AirMlflowRunLink().xcom_key] == xcoms["mlflow_run_url"]

@@ -75,3 +75,28 @@ def test_a_deferred_task_deletes_its_keys_after_the_trigger_fired(workspace, mon
     dag_run = dag.test(run_conf={"command": command})
     assert task_states(dag_run) == {"run": "success"}
     assert scope_keys(workspace, "air-tests-deferred") == []
+
+
+def test_a_resumed_task_deletes_the_keys_its_deferring_try_wrote(workspace, task_log, monkeypatch):
+    """The worker that resumes a deferred success deletes the keys the deferring try wrote,
+    even when the deployment namespace reads differently by then (two first tasks of a new
+    deployment racing to create it: the later write wins)."""
+    import airflow_air._task_run as task_run
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": HF_TOKEN}),
+    )
+    reads: list[str] = []
+
+    def namespace() -> str:
+        reads.append("first-writer" if not reads else "later-writer")
+        return reads[-1]
+
+    monkeypatch.setattr(task_run, "deployment_namespace", namespace)
+    dag = load_test_dag("air_test_secrets_resumed")
+    dag_run = dag.test(run_conf={"command": 'test -n "$HF_TOKEN" && sleep 2'})
+    assert task_states(dag_run) == {"run": "success"}
+    assert "A success resumes in a worker: finish_in_triggerer=False" in task_log.text()
+    assert reads[0] == "first-writer", reads  # the keys the deferring try wrote
+    assert scope_keys(workspace, "air-tests-resumed") == []

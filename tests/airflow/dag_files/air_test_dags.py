@@ -52,6 +52,13 @@ deferred_secret_dag = single_dag(
     secret_env={"HF_TOKEN": "conn:hf_test:password"},
     secret_scope="air-tests-deferred",
 )
+resumed_secret_dag = single_dag(
+    "air_test_secrets_resumed",
+    deferrable=True,
+    finish_in_triggerer=False,  # a success resumes in a worker, which deletes the keys
+    secret_env={"HF_TOKEN": "conn:hf_test:password"},
+    secret_scope="air-tests-resumed",
+)
 
 with (
     DAG(
