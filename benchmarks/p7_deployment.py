@@ -184,6 +184,57 @@ async def _workspace_runs(host: str) -> list[dict[str, Any]]:
                 return runs
 
 
+# Where a worker run's time goes, read off its task log: the marks Airflow's task runner
+# writes, and ours (the submit's answer).
+_PHASE_MARKS = (
+    ("start", lambda event: event.startswith("::group::Pre Execute")),
+    ("parsed", lambda event: event.startswith("Worker startup parse complete")),
+    ("executing", lambda event: event == "::endgroup::"),
+    ("submitted", lambda event: event.startswith("submitted run")),
+    ("post", lambda event: event.startswith("::group::Post Execute")),
+    ("end", lambda event: event == "::endgroup::"),
+)
+
+
+def worker_phases(task_logs: Path) -> dict[str, float]:
+    """Median seconds of each phase of a first try's worker run, over the task logs under
+    ``task_logs`` (one Dag run's): the Dag file's parse, templating, ``execute`` (to the
+    submit's answer, when it submits) and the end of the try (link XComs)."""
+    import json
+    import statistics
+    from datetime import datetime
+
+    spans: dict[str, list[float]] = {}
+    for log in task_logs.glob("task_id=*/**/attempt=1.log"):
+        marks: dict[str, float] = {}
+        pending = list(_PHASE_MARKS)
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                event = str(entry.get("event") or "")
+                at = datetime.fromisoformat(str(entry["timestamp"]).replace("Z", "+00:00"))
+            except (ValueError, KeyError, TypeError):
+                continue
+            for i, (name, matches) in enumerate(pending):
+                if matches(event):
+                    marks[name] = at.timestamp()
+                    del pending[: i + 1]  # marks come in order; "submitted" may be absent
+                    break
+        if {"start", "parsed", "executing", "post", "end"} <= marks.keys():
+            phases = {
+                "parse_s": marks["parsed"] - marks["start"],
+                "templating_s": marks["executing"] - marks["parsed"],
+                "execute_s": marks["post"] - marks["executing"],
+                "end_of_try_s": marks["end"] - marks["post"],
+                "logged_total_s": marks["end"] - marks["start"],
+            }
+            if "submitted" in marks:
+                phases["execute_to_submitted_s"] = marks["submitted"] - marks["executing"]
+            for name, value in phases.items():
+                spans.setdefault(name, []).append(value)
+    return {name: round(statistics.median(values), 3) for name, values in spans.items()}
+
+
 def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> dict[str, Any]:
     triggerer = next(p for p in deployment.processes if p.name == "triggerer")
     counters_0 = workspace_counters(workspace.host)
@@ -243,6 +294,9 @@ def _sweep(deployment: Any, workspace: BenchWorkspace, dag_id: str, n: int) -> d
         "workspace_requests_per_s": sum(requests.values()) / wall,
         "cpu_s_by_service": service_cpu,
         "cpu_ms_per_task_by_service": {k: round(1000 * v / n) for k, v in service_cpu.items()},
+        "worker_run_phases_median": worker_phases(
+            deployment.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+        ),
     }
     print(
         f"  P7 {dag_id} N={n}: {state} in {wall:.0f} s, tasks {dict(states)}, peak deferred "

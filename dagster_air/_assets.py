@@ -14,7 +14,7 @@ from air_runtime import WorkloadError
 from ._config import AirRunConfig
 from ._execution import AirEvent
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters
-from ._ranges import check_range_support, step_run
+from ._ranges import check_range_support, run_step
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
@@ -297,7 +297,7 @@ def build_air_assets(
     )
     def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
         workspace = getattr(context.resources, resource_key)
-        yield from step_run(context, workflow, workspace, config).execute()
+        yield from run_step(context, workflow, workspace, config)
 
     return _air_assets
 
@@ -335,9 +335,9 @@ class AirInvocation:
         the one the asset was defined with, as dagster-dbt's ``dbt.cli(...,
         dagster_dbt_translator=...)``.
         """
-        yield from step_run(
+        yield from run_step(
             self.context, self.workflow, self.workspace, self.config, overrides, translator
-        ).execute()
+        )
 
 
 def air_workload_asset(

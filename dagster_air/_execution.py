@@ -76,6 +76,11 @@ class StepRun:
         self.blocking: BlockingChecks | None = None
         self._last_state: RunState | None = None  # the newest state the wait saw
 
+    @classmethod
+    def run(cls, *args: Any, **kwargs: Any) -> Iterator[AirEvent]:
+        """Run one step (the arguments are the constructor's)."""
+        yield from cls(*args, **kwargs).execute()
+
     def redact(self, text: str) -> str:
         return self.step.redact(text)
 

@@ -422,11 +422,12 @@ class RangeStepRun(StepRun):
         )
 
 
-def step_run(
+def run_step(
     context: dg.AssetExecutionContext, workflow: AirWorkflow, *args: Any, **kwargs: Any
-) -> StepRun:
-    """The step run of this context: one over a partition range, or the plain one."""
+) -> Iterator[AirEvent]:
+    """Run this context's step: one over a partition range, or the plain one."""
     keys = range_keys(context)
     if keys is None:
-        return StepRun(context, workflow, *args, **kwargs)
-    return RangeStepRun(context, workflow, *args, keys=keys, **kwargs)
+        yield from StepRun.run(context, workflow, *args, **kwargs)
+    else:
+        yield from RangeStepRun.run(context, workflow, *args, keys=keys, **kwargs)
