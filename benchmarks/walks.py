@@ -6,11 +6,11 @@ Two walks, each against the local workspace:
 - **airflow**: one ``AirRunOperator`` task through ``execute`` under ``dag.test()``;
 - **dagster**: one step materializing an AI Runtime asset (``dg.materialize``).
 
-A *stop* is the first call of a function of the package from a frame in another of its files;
-a *return* is a stop in a file the walk had already entered. Repeated calls of the same
-function from the same file count once, so a loop over log lines is one stop. The hooks the
-orchestrator itself calls (``execute``, ``render_template``, a link's ``get_link``, the asset
-body) are listed as entries, not stops. Only the thread that runs the task or step is traced (the wait's background loop is
+The walk follows one hook the orchestrator calls (``AirRunOperator.execute``; the asset's
+body) until it returns. A *stop* is the first call of a function of the package from a frame
+in another of its files; a *return* is a stop in a file the walk had already entered.
+Repeated calls of the same function from the same file count once, so a loop over log lines
+is one stop. Only the thread that runs the task or step is traced (the wait's background loop is
 the core's). The goal of issue 24: each file entered once, in order (returns = 0).
 
     python -m benchmarks.walks [--show]
@@ -53,13 +53,22 @@ WORKLOAD = textwrap.dedent(
 class Walk:
     """Records the stops of the calling thread in the files under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, start: str) -> None:
         self.root = str(root) + os.sep
+        self.start = start  # the function of ``root`` the walk follows (its qualname)
         self.stops: list[tuple[str, str, bool]] = []  # (file, function, a return)
         self.entries: list[tuple[str, str]] = []  # hooks the orchestrator called
         self._seen: set[tuple[str, str, str]] = set()
         self._entered: set[str] = set()
         self._thread = threading.get_ident()
+
+    def _within_start(self, frame: FrameType | None) -> bool:
+        while frame is not None:
+            code = frame.f_code
+            if code.co_qualname == self.start and code.co_filename.startswith(self.root):
+                return True
+            frame = frame.f_back
+        return False
 
     def _ours(self, frame: FrameType | None) -> str | None:
         while frame is not None:
@@ -75,6 +84,8 @@ class Walk:
         path = frame.f_code.co_filename
         if not path.startswith(self.root):
             return
+        if not self._within_start(frame):
+            return
         here = path[len(self.root) :]
         caller = self._ours(frame.f_back)
         if caller == here or frame.f_code.co_name.startswith("<"):  # lambdas, comprehensions
@@ -84,7 +95,7 @@ class Walk:
         if edge in self._seen:
             return
         self._seen.add(edge)
-        if caller is None:  # the orchestrator calling a hook: where a walk starts, not a stop
+        if caller is None:  # the orchestrator calling the hook: where the walk starts
             self.entries.append((here, name))
         else:
             self.stops.append((here, name, here in self._entered))
@@ -150,7 +161,7 @@ def _airflow_walk(host: str, token: str, tmp: Path) -> dict[str, Any]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     dag = module.dag
-    walk = Walk(PACKAGES["airflow"])
+    walk = Walk(PACKAGES["airflow"], "AirRunOperator.execute")
     run = walk.run(dag.test)
     assert str(run.state) in {"success", "DagRunState.SUCCESS"}, run.state
     return walk.summary()
@@ -165,7 +176,7 @@ def _dagster_walk(host: str, token: str, tmp: Path) -> dict[str, Any]:
     workload.write_text(WORKLOAD)
     assets = build_air_assets(AirStage(key="walk", workload=str(workload)))
     resource = AirWorkspace(host=host, token=token, poll_interval=0.2)
-    walk = Walk(PACKAGES["dagster"])
+    walk = Walk(PACKAGES["dagster"], "build_air_assets.<locals>._air_assets")
     with dg.instance_for_test() as instance:
         result = walk.run(
             lambda: dg.materialize(
