@@ -16,10 +16,14 @@ both, and is:
 
 Triggers never need it: they wait on a run id the worker already resolved.
 
-Creation is race-safe in practice: the execution API only offers an upsert, so two first
-tasks starting together may both write a value. Each writer waits ``_SETTLE_S`` after its
-write and then uses what the database holds; a later writer can only be one that read "no
-value" before the first write landed, so all of them read the same final value.
+Creation: the execution API only offers an upsert, so two first tasks starting together may
+both write a value. Each writer waits ``_SETTLE_S`` after its write and then uses what the
+database holds; a later writer can only be one that read "no value" before the first write
+landed, so they read the same final value unless that writer took longer than ``_SETTLE_S``
+between its read and its write (a loaded machine). What must not change is a task
+instance's own namespace from one try to the next, and it does not: each try records the
+namespace it submitted under (the task state record, ``_generations``) and the next try
+keeps it, and a deferral hands the submission to the trigger and back.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ gives the same result, one submit request per earlier generation.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -52,6 +53,8 @@ class RunRecord:
     run_page_url: str
     clear_generation: int
     failure_generation: int
+    # The deployment namespace the task instance submitted under ("" in older records).
+    namespace: str = ""
 
     @property
     def generation(self) -> str:
@@ -70,6 +73,7 @@ class RunRecord:
                 run_page_url=str(raw.get("run_page_url") or ""),
                 clear_generation=int(raw["clear_generation"]),
                 failure_generation=int(raw["failure_generation"]),
+                namespace=str(raw.get("namespace") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -77,10 +81,12 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class FirstGeneration:
-    """No run to reattach to: submit from this generation on."""
+    """No run to reattach to: submit from this generation on (``namespace``: the one an
+    earlier try recorded, if any)."""
 
     clear: int
     failure: int
+    namespace: str = ""
 
 
 def clear_generation(context: Context, task: BaseOperator) -> int:
@@ -132,7 +138,7 @@ def reattach(
         return FirstGeneration(clear, 0)
     if previous.clear_generation != clear:
         log.info("The task was cleared since run %s; submitting a new run", previous.run_id)
-        return FirstGeneration(clear, 0)
+        return FirstGeneration(clear, 0, previous.namespace)
     try:
         state = client.get_run(previous.run_id)
     except NotFound:
@@ -147,7 +153,7 @@ def reattach(
         return previous
     ended = state.describe() if state is not None else "no longer exists"
     log.info("Previous run %s %s; submitting a new run", previous.run_id, ended)
-    return FirstGeneration(clear, previous.failure_generation + 1)
+    return FirstGeneration(clear, previous.failure_generation + 1, previous.namespace)
 
 
 def submit_generations(
@@ -170,7 +176,9 @@ def submit_generations(
     for _ in range(_MAX_FAILURE_GENERATIONS):
         generation = f"{first.clear}.{failure}"
         submitted = submission.submit(client, workload, generation, run_name=run_name)
-        record = RunRecord(submitted.run_id, submitted.run_page_url, first.clear, failure)
+        record = RunRecord(
+            submitted.run_id, submitted.run_page_url, first.clear, failure, submission.key.namespace
+        )
         if store is not None:
             store.set(RUN_RECORD_KEY, record.to_json())
         if first_try:  # no earlier try could have made a run with this token
@@ -212,6 +220,11 @@ def own_run(
     submitted with what ``prepare`` gives (so secrets are resolved only when a run is
     submitted). The second element: whether this try submitted it."""
     found = reattach(context, task, client, log=log)
+    if found.namespace and found.namespace != submission.key.namespace:
+        # Every try of a task instance keeps the namespace its first submit used: the first
+        # tasks of a new deployment may read another value before the namespace settles
+        # (``_deployment``), and the tokens and secret keys derive from it.
+        submission.key = dataclasses.replace(submission.key, namespace=found.namespace)
     if isinstance(found, RunRecord):
         return found, False
     return submit_generations(

@@ -100,3 +100,39 @@ def test_a_resumed_task_deletes_the_keys_its_deferring_try_wrote(workspace, task
     assert "A success resumes in a worker: finish_in_triggerer=False" in task_log.text()
     assert reads[0] == "first-writer", reads  # the keys the deferring try wrote
     assert scope_keys(workspace, "air-tests-resumed") == []
+
+
+def test_every_try_keeps_the_namespace_of_its_first_submit(workspace, task_log, monkeypatch):
+    """A retry after the worker died reattaches and deletes the keys its first try wrote,
+    under the namespace that try submitted with, even when the deployment namespace reads
+    differently by then (the first tasks of a new deployment racing to create it)."""
+    import airflow_air._task_run as task_run
+    from airflow_runs import run_next_try, set_state
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": HF_TOKEN}),
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", API_KEY)
+    namespace = {"value": "first-writer"}
+    monkeypatch.setattr(task_run, "deployment_namespace", lambda: namespace["value"])
+    wait = task_run.AirTaskRun._wait
+
+    def worker_dies(self, client, record):
+        raise RuntimeError("the worker died after the submit")
+
+    monkeypatch.setattr(task_run.AirTaskRun, "_wait", worker_dies)
+    dag = load_test_dag("air_test_secrets")
+    dag_run = dag.test(run_conf={"command": "sleep 2"})
+    assert task_states(dag_run) == {"run": "failed"}
+    assert scope_keys(workspace, "air-tests")  # the first try's keys, left behind
+
+    monkeypatch.setattr(task_run.AirTaskRun, "_wait", wait)
+    namespace["value"] = "later-writer"
+    set_state(dag.dag_id, dag_run.run_id, "run", "up_for_retry")
+    seen = len(task_log.events)
+    assert run_next_try(dag, dag_run.run_id, "run") == "success"
+    retry = "\n".join(str(event.get("event")) for event in task_log.events[seen:])
+    assert "Reattaching to run" in retry
+    assert workspace.admin.counters()["runs_created"] == 1
+    assert scope_keys(workspace, "air-tests") == []
