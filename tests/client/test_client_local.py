@@ -173,12 +173,13 @@ def test_lost_submit_responses_create_exactly_one_run(workspace_factory):
 
 
 def test_expired_oauth_token_is_refreshed_once(workspace_factory, recorder):
-    ws = workspace_factory(oauth_clients={"sp-1": "sp-secret"}, oauth_token_lifetime_s=1.0)
+    # Long enough that the first use after the grant is within it even on a loaded machine.
+    ws = workspace_factory(oauth_clients={"sp-1": "sp-secret"}, oauth_token_lifetime_s=3.0)
     credentials = OAuthM2M(ws.host, "sp-1", "sp-secret", transport=recorder)
     with AirClient(ws.host, credentials=credentials, transport=recorder) as client:
         assert client.whoami().user_name
         # Clock skew: the client still believes the token is valid, the server does not.
-        time.sleep(1.2)
+        time.sleep(3.2)  # the server's expiry is the event: nothing ends it sooner
         credentials._expires_at = time.monotonic() + 3600
         client.list_runs()
     tokens = recorder.to("/oidc/v1/token")
