@@ -179,7 +179,12 @@ def test_expired_oauth_token_is_refreshed_once(workspace_factory, recorder):
     with AirClient(ws.host, credentials=credentials, transport=recorder) as client:
         assert client.whoami().user_name
         # Clock skew: the client still believes the token is valid, the server does not.
-        time.sleep(3.2)  # the server's expiry is the event: nothing ends it sooner
+        # The event: the workspace refuses the token the client holds.
+        held = {"Authorization": recorder.to("scim/v2/Me")[-1].headers["authorization"]}
+        deadline = time.monotonic() + 60
+        while httpx.get(ws.host + "/api/2.0/preview/scim/v2/Me", headers=held).status_code == 200:
+            assert time.monotonic() < deadline, "the token never expired"
+            time.sleep(0.1)
         credentials._expires_at = time.monotonic() + 3600
         client.list_runs()
     tokens = recorder.to("/oidc/v1/token")
