@@ -5,6 +5,7 @@ Only imported from ``execute`` and the triggers (it pulls in the core client's t
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -103,8 +104,6 @@ def wait_logging(
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
     change and, with ``stream``, every node's lines as they come."""
-    import contextlib
-
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     with streaming:
         return client.wait(

@@ -397,20 +397,16 @@ class AirTaskRun(TaskRun):
 
         task = self.task
         deadline = try_deadline(task, self.context)
-        # A success may end the task in the triggerer (one worker run instead of two),
-        # which then deletes the submission's keys itself (``Submission.afinish``).
-        # The submission goes with the trigger when it wrote secret keys: a trigger that ends
-        # the task deletes them, and a resume event hands it back to the worker that does, so
-        # the keys deleted are the ones this try wrote, whatever the namespace reads later.
-        submission: dict[str, Any] | None = None
+        # A success may end the task in the triggerer (one worker run instead of two). The
+        # submission goes with the trigger when it has secret keys: a trigger that ends the
+        # task deletes them itself (``Submission.afinish``), and a resume event hands it back
+        # to the worker that does, so the keys deleted are the ones this try wrote, whatever
+        # the namespace reads later.
         why_worker = task.worker_finish_reason(self.stage)
         if why_worker is not None:
             self.log.info("A success resumes in a worker: %s", why_worker)
-        if scopes := submission_scopes(task, self.context):
-            own = self.submission or self.open_submission()
-            # a reattached try wrote nothing itself
-            own.scopes.extend(s for s in scopes if s not in own.scopes)
-            submission = own.attach(record.run_id, record.run_page_url).to_json()
+        with_keys = self._submission_with_keys(record.run_id, record.run_page_url)
+        submission = with_keys.to_json() if with_keys is not None else None
         task.defer(
             trigger=AirRunTrigger(
                 record.run_id,
@@ -481,18 +477,25 @@ class AirTaskRun(TaskRun):
             raise AirflowTaskTimeout(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
 
+    def _submission_with_keys(self, run_id: int, run_page_url: str) -> Submission | None:
+        """This try's submission of ``run_id`` with every scope its run's stages write secret
+        keys to (a reattached or resumed try wrote nothing itself); None when there are none."""
+        scopes = submission_scopes(self.task, self.context)
+        if not scopes:
+            return None
+        submission = self.submission or self.open_submission()
+        submission.scopes.extend(s for s in scopes if s not in submission.scopes)
+        return submission.attach(run_id, run_page_url)
+
     def _finish(
         self, outcome: RunOutcome, client: AirClient | None, state: RunState | None
     ) -> None:
         """The run has ended (for a stage: once its whole run has): delete the keys its
         ``secret_env`` values were written to. Best effort; never fails the task."""
         try:
-            scopes = submission_scopes(self.task, self.context)
-            if not scopes:
+            submission = self._submission_with_keys(outcome.run_id, outcome.run_page_url)
+            if submission is None:
                 return
-            submission = self.submission or self.open_submission()
-            submission.scopes.extend(s for s in scopes if s not in submission.scopes)
-            submission.attach(outcome.run_id, outcome.run_page_url)
             if client is not None:
                 submission.finish(client, state)
                 return
