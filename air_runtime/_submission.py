@@ -151,6 +151,17 @@ class RunOutcome:
     def succeeded(self) -> bool:
         return self.status == "success"
 
+    def summary(self) -> str:
+        """One line for a log: a success with its GPU-hours and run page; otherwise the
+        message (which says how the run failed)."""
+        if not self.succeeded:
+            return self.message or f"Run {self.run_id} ended: {self.status}"
+        used = f" ({self.gpu_hours:g} GPU-hours)" if self.gpu_hours is not None else ""
+        what = (
+            f"Stage {self.task_key} of run {self.run_id}" if self.task_key else f"Run {self.run_id}"
+        )
+        return f"{what} succeeded{used}: {self.run_page_url}"
+
     def to_event(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 

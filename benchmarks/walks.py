@@ -8,7 +8,9 @@ Two walks, each against the local workspace:
 
 The walk follows one hook the orchestrator calls (``AirRunOperator.execute``; the asset's
 body) until it returns. A *stop* is the first call of a function of the package from a frame
-in another of its files; a *return* is a stop in a file the walk had already entered.
+in another of its files; calls into one file that follow each other with no stop elsewhere
+between them are one stop (a hook built and asked for its client, ``AirHook(c).get_client()``,
+is one visit to ``hooks.py``); a *return* is a stop in a file the walk had already entered.
 Repeated calls of the same function from the same file count once, so a loop over log lines
 is one stop. Only the thread that runs the task or step is traced (the wait's background loop is
 the core's). The goal of issue 24: each file entered once, in order (returns = 0).
@@ -57,6 +59,7 @@ class Walk:
         self.root = str(root) + os.sep
         self.start = start  # the function of ``root`` the walk follows (its qualname)
         self.stops: list[tuple[str, str, bool]] = []  # (file, function, a return)
+        self.calls = 0  # first calls into another file, before consecutive ones are merged
         self.entries: list[tuple[str, str]] = []  # hooks the orchestrator called
         self._seen: set[tuple[str, str, str]] = set()
         self._entered: set[str] = set()
@@ -98,7 +101,11 @@ class Walk:
         if caller is None:  # the orchestrator calling the hook: where the walk starts
             self.entries.append((here, name))
         else:
-            self.stops.append((here, name, here in self._entered))
+            self.calls += 1
+            if self.stops and self.stops[-1][0] == here:  # the same visit goes on
+                self.stops[-1] = (here, f"{self.stops[-1][1]}, {name}", self.stops[-1][2])
+            else:
+                self.stops.append((here, name, here in self._entered))
         self._entered.add(here)
 
     def run(self, body: Callable[[], Any]) -> Any:
@@ -113,6 +120,7 @@ class Walk:
             "stops": len(self.stops),
             "returns": sum(1 for s in self.stops if s[2]),
             "files": len(self._entered),
+            "calls": self.calls,
             "entries": [f"{here}:{name}" for here, name in self.entries],
             "sequence": [
                 f"{here}:{name}" + (" (return)" if again else "")

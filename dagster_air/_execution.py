@@ -26,7 +26,7 @@ from air_runtime import AirClient, AirError, RunFailed, RunOutcome, RunState, Su
 from ._blocking import BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import terminal_failure_observation
-from ._pipes import AttemptReports, StepPipes, earlier_attempt_observation, open_step_pipes
+from ._pipes import AttemptReports, StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
 from ._step_submission import (
     OUTPUT_URI_KEY,
@@ -93,16 +93,15 @@ class StepRun:
         )
 
     def execute(self) -> Iterator[AirEvent]:
-        self.step = step = self._submission()
-        selected = step.selected
-        if not selected:
-            return
         with contextlib.ExitStack() as stack:
-            if self.workspace.pipes:
-                self.pipes = stack.enter_context(open_step_pipes(self.context))
             self._client = client = stack.enter_context(self.workspace.get_client())
+            self.step = step = self._submission()
+            selected = step.selected
+            if not selected:
+                return
             try:
-                workloads = step.submit(client, self.pipes)
+                workloads = step.submit(client, stack)  # the Pipes session stays on the stack
+                self.pipes = step.pipes
                 for run in step.runs:
                     assert run.submitted is not None
                     run.state = yield from self._wait(run.submitted)
@@ -155,13 +154,14 @@ class StepRun:
                 sys.stdout.flush()
 
     def _follow_blocking(self, state: RunState) -> None:
+        reports = self.pipes.reports() if self.pipes is not None else None
         if self.blocking is None:
             self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
-        if self.pipes is not None:
+        if reports is not None:
             self.blocking.update(
                 self._cancel_run if self._client is not None else None,
                 state,
-                self.pipes.reports(),
+                reports,
                 self.context.log,
                 self.redact,
             )
@@ -374,11 +374,15 @@ class StepRun:
         reported: dict[dg.AssetKey, dg.MaterializeResult] = {}
         checks: list[dg.AssetCheckResult] = []
         if self.pipes is not None:
-            self._follow_blocking(state)
             reports = self.pipes.reported(state)
+            self._follow_blocking(state)
             yield from self._earlier_attempts(reports.earlier, submitted)
             reported, checks = reports.materializations, reports.checks
         blocked = self.blocking.blocked if self.blocking is not None else {}
+        # Recorded on a failure (blocked checks, a failed run).
+        run_metadata = self.translator.get_run_metadata(
+            submitted.run_id, submitted.run_page_url, state
+        )
         failed_asset = selected[0].asset_key
         failed_task = state.failed_task
         materialized: set[dg.AssetKey] = set()
@@ -417,9 +421,6 @@ class StepRun:
                     data_version=from_pipes.data_version if from_pipes else None,
                 )
         yield from self._check_results(checks, materialized)
-        run_metadata = self.translator.get_run_metadata(
-            submitted.run_id, submitted.run_page_url, state
-        )
         if blocked:
             yield terminal_failure_observation(
                 self.context, failed_asset, submitted, state, generation

@@ -8,6 +8,7 @@ The life of the submission (secret keys, idempotency token, marking, deleting th
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from ._config import AirRunConfig
 from ._identity import StepIdentity
 from ._interrupts import deferred_interrupts
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters, partition_overrides
-from ._pipes import StepPipes
+from ._pipes import StepPipes, open_step_pipes
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage
@@ -81,6 +82,20 @@ class AirWorkflow:
         return [s for s in self.stages if s.asset_key in keys]
 
 
+def _with_env(
+    workloads: Mapping[str, Workload], env: Mapping[str, Mapping[str, str]]
+) -> dict[str, Workload]:
+    """``workloads`` with the variables ``env`` gives each (by workload key) added."""
+    return {
+        key: workload.with_overrides(
+            {f"env_variables.{name}": value for name, value in env[key].items()}
+        )
+        if env.get(key)
+        else workload
+        for key, workload in workloads.items()
+    }
+
+
 def config_failure(error: Exception | str, what: str) -> dg.Failure:
     return dg.Failure(description=f"{what}: {error}", allow_retries=False)
 
@@ -120,14 +135,13 @@ class StepSubmission:
     redact: Redactor = field(default_factory=lambda: Redactor(()), init=False)
     runs: list[RemoteRun] = field(default_factory=list, init=False)
 
+    # The step's Pipes session, opened by ``submit`` when the resource enables Pipes (its
+    # parameters go into every workload's environment; the step run reads its messages).
+    pipes: StepPipes | None = field(default=None, init=False)
+
     def __post_init__(self) -> None:
         self.selected = self.workflow.selected(self.context)
         self.stage_keys = ", ".join(s.key for s in self.selected)
-        # Who submits (the step of this Dagster run, in this instance's namespace) and the
-        # generation this attempt submits.
-        self.identity, self.key, self.generation = StepIdentity.submission_of(
-            self.context, self.workspace.deployment_namespace
-        )
         # One stage selected of a one-stage workflow: a single-task run.
         self.single = len(self.selected) == 1 and not self.workflow.always_workflow
 
@@ -236,15 +250,22 @@ class StepSubmission:
 
     # --- the submission ---------------------------------------------------------------------
 
-    def submit(self, client: AirClient, pipes: StepPipes | None) -> dict[str, Workload]:
-        """Build the workloads, open the core's submission of each remote run of this step,
-        write its secrets, add the Pipes environment and submit this attempt's generation.
-        An interrupt during a submit is held until the run id is known
+    def submit(self, client: AirClient, stack: contextlib.ExitStack) -> dict[str, Workload]:
+        """Name the submission, build the workloads, open the step's Pipes session (on
+        ``stack``: it stays open while the step waits), open the core's submission of each
+        remote run of this step, write its secrets, add the Pipes environment and submit this
+        attempt's generation. An interrupt during a submit is held until the run id is known
         (``RemoteRun.submitted``), so the run can still be cancelled. Returns the workloads
         as submitted, secrets included (without the Pipes environment)."""
+        # Who submits (the step of this Dagster run, in this instance's namespace) and the
+        # generation this attempt submits.
+        self.identity, self.key, self.generation = StepIdentity.submission_of(
+            self.context, self.workspace.deployment_namespace
+        )
         workloads = self.workloads()
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
+        pipes_env = self._open_pipes(stack, workloads)
         self.runs = [
             RemoteRun(
                 Submission(run_key, log=self.context.log, redact=lambda t: self.redact(t)),
@@ -258,9 +279,7 @@ class StepSubmission:
             mine = self._with_secrets(client, run.submission, values, run.task_keys, workloads)
             stored.update(mine)
             with deferred_interrupts():
-                run.submitted = self._submit(
-                    client, run, self._with_pipes(pipes, mine) if pipes is not None else mine
-                )
+                run.submitted = self._submit(client, run, _with_env(mine, pipes_env))
             self.context.log.info(
                 f"run {run.submitted.run_id} for {run.label}: "
                 f"{run.submitted.run_page_url} (generation {self.generation})"
@@ -310,15 +329,16 @@ class StepSubmission:
             ) from None
         return {key: w.with_secrets(refs) for key, w in mine.items()}
 
-    def _with_pipes(self, pipes: StepPipes, workloads: dict[str, Workload]) -> dict[str, Workload]:
-        """Each workload's Dagster Pipes context in its environment (see ``_pipes``)."""
+    def _open_pipes(
+        self, stack: contextlib.ExitStack, workloads: Mapping[str, Workload]
+    ) -> dict[str, dict[str, str]]:
+        """Open the step's Pipes session (when the resource enables Pipes) and give each
+        workload's Dagster Pipes context, the environment it adds (see ``_pipes``)."""
+        if not self.workspace.pipes:
+            return {}
+        self.pipes = pipes = stack.enter_context(open_step_pipes(self.context))
         return {
-            key: workload.with_overrides(
-                {
-                    f"env_variables.{name}": value
-                    for name, value in self._pipes_env(pipes, key, workload.num_nodes).items()
-                }
-            )
+            key: self._pipes_env(pipes, key, workload.num_nodes)
             for key, workload in workloads.items()
         }
 

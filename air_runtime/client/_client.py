@@ -66,8 +66,11 @@ class _BaseClient:
         retry: RetryPolicy | None = None,
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
+        poll_interval: float = 5.0,
     ) -> None:
         resolved_host, resolved_credentials = resolve_credentials(host, token, credentials)
+        # Seconds between a wait's status checks unless the wait names its own.
+        self.poll_interval = float(poll_interval)
         self._core = ClientCore(
             resolved_host,
             resolved_credentials,
@@ -137,6 +140,7 @@ class AirClient(_BaseClient, SyncOperations):
         transport: httpx.BaseTransport | None = None,
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
+        poll_interval: float = 5.0,
     ) -> None:
         super().__init__(
             host,
@@ -146,6 +150,7 @@ class AirClient(_BaseClient, SyncOperations):
             retry=retry,
             user_agent_extra=user_agent_extra,
             max_concurrent_uploads=max_concurrent_uploads,
+            poll_interval=poll_interval,
         )
         self._http = httpx.Client(
             transport=transport,
@@ -254,20 +259,21 @@ class AirClient(_BaseClient, SyncOperations):
         run_id: int,
         *,
         timeout: float | None = None,
-        poll_interval: float = 5.0,
+        poll_interval: float | None = None,
         on_update: Callable[[RunState], None] | None = None,
         task_key: str | None = None,
         deadline: float | None = None,
     ) -> RunState:
-        """Poll until the run ends, or with ``task_key`` until that task of it ends (a
-        workflow stage ends before its run); the state that shows the end. Past ``timeout``
+        """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
+        with ``task_key`` until that task of it ends (a workflow stage ends before its run);
+        the state that shows the end. Past ``timeout``
         (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on."""
         return self._run(
             _runs.wait(
                 self._core,
                 run_id,
                 timeout=timeout,
-                poll_interval=poll_interval,
+                poll_interval=self.poll_interval if poll_interval is None else poll_interval,
                 on_update=on_update,
                 task_key=task_key,
                 deadline=deadline,
@@ -433,6 +439,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         transport: httpx.AsyncBaseTransport | None = None,
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
+        poll_interval: float = 5.0,
     ) -> None:
         super().__init__(
             host,
@@ -442,6 +449,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             retry=retry,
             user_agent_extra=user_agent_extra,
             max_concurrent_uploads=max_concurrent_uploads,
+            poll_interval=poll_interval,
         )
         self._http = httpx.AsyncClient(
             transport=transport,
@@ -562,7 +570,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         run_id: int,
         *,
         timeout: float | None = None,
-        poll_interval: float = 5.0,
+        poll_interval: float | None = None,
         on_update: Callable[[RunState], None] | None = None,
         task_key: str | None = None,
         deadline: float | None = None,
@@ -572,7 +580,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 self._core,
                 run_id,
                 timeout=timeout,
-                poll_interval=poll_interval,
+                poll_interval=self.poll_interval if poll_interval is None else poll_interval,
                 on_update=on_update,
                 task_key=task_key,
                 deadline=deadline,

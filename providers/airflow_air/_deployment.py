@@ -30,6 +30,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from air_runtime import SubmissionKey
 
 VARIABLE_KEY = "airflow_air_deployment_namespace"
 _SETTLE_S = 1.0
@@ -54,3 +60,14 @@ def deployment_namespace() -> str:
     time.sleep(_SETTLE_S)
     value = Variable.get(VARIABLE_KEY, default=None)
     return str(value) if value else candidate
+
+
+def submission_key(context: Context, task_id: str) -> SubmissionKey:
+    """The submission of this task instance in this deployment (``task_id``: the submitting
+    task of a workflow, whose run its stages share)."""
+    from air_runtime import SubmissionKey
+
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    mapped = None if map_index is None or map_index < 0 else int(map_index)
+    return SubmissionKey("airflow", deployment_namespace(), ti.dag_id, ti.run_id, task_id, mapped)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
-    from air_runtime import AirClient, Stage, Submission, SubmissionKey, Workload
+    from air_runtime import AirClient, Stage, Submission, Workload
     from airflow_air._logs import TaskLog
 
 RUN_RECORD_KEY = "airflow_air.run"
@@ -93,20 +93,6 @@ def clear_generation(context: Context, task: BaseOperator) -> int:
     ti = context["ti"]
     max_tries = getattr(ti, "max_tries", None) or 0
     return max(int(max_tries) - int(task.retries or 0), 0)
-
-
-def map_index_of(context: Context) -> int | None:
-    map_index = getattr(context["ti"], "map_index", -1)
-    return None if map_index is None or map_index < 0 else int(map_index)
-
-
-def submission_key(context: Context, task_id: str, namespace: str) -> SubmissionKey:
-    """The submission of this task instance (``task_id``: the submitting task of a workflow,
-    whose run its stages share)."""
-    from air_runtime import SubmissionKey
-
-    ti = context["ti"]
-    return SubmissionKey("airflow", namespace, ti.dag_id, ti.run_id, task_id, map_index_of(context))
 
 
 def is_first_try(context: Context) -> bool:

@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from air_runtime import AirClient, AsyncAirClient, RunOutcome, RunState
+    from air_runtime import AirClient, AsyncAirClient, RunState
     from airflow_air._task_run import TaskLog
 
 
@@ -99,11 +99,12 @@ def wait_logging(
     log: TaskLog,
     task_key: str | None = None,
     *,
-    poll_interval: float,
+    poll_interval: float | None,
     stream: bool,
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
-    change and, with ``stream``, every node's lines as they come."""
+    change and, with ``stream``, every node's lines as they come (``poll_interval`` None:
+    the client's)."""
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     with streaming:
         return client.wait(
@@ -179,14 +180,3 @@ async def acopy_run_logs(
                 return
     except Exception as exc:  # logs are a convenience: never fail the task for them
         log.info("Could not copy the logs of run %s: %s", run_id, exc)
-
-
-def success_text(outcome: RunOutcome) -> str:
-    """The task log's line for a run (stage) that succeeded."""
-    used = f" ({outcome.gpu_hours:g} GPU-hours)" if outcome.gpu_hours is not None else ""
-    if outcome.task_key:  # the other stages of the run may still be going
-        return (
-            f"Stage {outcome.task_key} of run {outcome.run_id} succeeded{used}: "
-            f"{outcome.run_page_url}"
-        )
-    return f"Run {outcome.run_id} succeeded{used}: {outcome.run_page_url}"

@@ -27,18 +27,24 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
-from airflow_air._deployment import deployment_namespace
-from airflow_air._generations import RunRecord, own_run, submission_key
+from airflow_air._deployment import submission_key
+from airflow_air._generations import RunRecord, own_run
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import (
     AirHook,
     completed_log_lines,
-    default_poll_interval,
     default_secret_scope,
     defer_timeout_grace,
     first_poll_delay,
 )
-from airflow_air.links import push_outcome_xcoms, push_run_xcoms
+from airflow_air.links import (
+    LINK_URLS_ATTR,
+    MLFLOW_URL_KEY,
+    RUN_ID_KEY,
+    RUN_PAGE_URL_KEY,
+    outcome_xcoms,
+    return_value,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -191,7 +197,7 @@ class TaskRun:
         return text
 
     def open_submission(self) -> Submission:
-        key = submission_key(self.context, self.submit_task_id, deployment_namespace())
+        key = submission_key(self.context, self.submit_task_id)
         self.submission = Submission(key, log=self.log, redact=self.redact)
         return self.submission
 
@@ -210,10 +216,46 @@ class TaskRun:
             self.context, self.task, client, submission, prepare, log=self.log, run_name=run_name
         )
         submission.attach(found.run_id, found.run_page_url)
-        push_run_xcoms(
-            self.context, found.run_id, found.run_page_url, ends_soon=self.worker_run_ends_soon
-        )
+        self.push_run_xcoms(found.run_id, found.run_page_url)
         return found
+
+    # The XComs a try pushes (``airflow_air.links`` names them and says what they hold).
+
+    def push_run_xcoms(self, run_id: int, run_page_url: str) -> None:
+        """Make the run id and page visible at once (also as the live "AI Runtime run" link).
+        A worker run that ends within moments (it defers, or finishes a run that has ended)
+        leaves the page to Airflow, which writes every link's URL when it does (``finalize``):
+        writing it here as well would be a second request for the same value. The MLflow
+        link's XCom is written when the try ends ("" until then: the UI shows it disabled)."""
+        ti = self.context["ti"]
+        ti.xcom_push(key=RUN_ID_KEY, value=run_id)
+        if not self.worker_run_ends_soon:
+            ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)  # also the link's xcom_key
+        self.remember_url(RUN_PAGE_URL_KEY, run_page_url)
+
+    def push_outcome_xcoms(self, outcome: RunOutcome) -> dict[str, Any]:
+        """Push ``links.outcome_xcoms`` from a worker; returns the return value. A resumed
+        (deferred) try's operator is new: it learns the links' URLs from the outcome."""
+        xcoms, result = outcome_xcoms(outcome), return_value(outcome)
+        ti = self.context["ti"]
+        self.remember_url(RUN_PAGE_URL_KEY, outcome.run_page_url)
+        for key, value in xcoms.items():
+            ti.xcom_push(key=key, value=value)
+            if key == MLFLOW_URL_KEY:
+                self.remember_url(key, value)
+        return result
+
+    def remember_url(self, key: str, url: str) -> None:
+        """Keep a link's URL on the running operator as well as in XCom.
+
+        When a try ends, Airflow asks every extra link of the operator for its URL (to store
+        it for the UI). Read from XCom, a try that failed before it submitted anything (an
+        invalid workload, a missing connection) made Airflow log an "XCom not found" error
+        per link; read from the operator (``links``), there is simply no URL yet."""
+        urls = getattr(self.task, LINK_URLS_ATTR, None)
+        if isinstance(urls, dict):
+            # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
+            setattr(self.task, LINK_URLS_ATTR, {**urls, key: url})
 
     @property
     def worker_run_ends_soon(self) -> bool:
@@ -231,9 +273,7 @@ class AirTaskRun(TaskRun):
     def __init__(self, task: AirRunOperator, context: Context) -> None:
         super().__init__(task, context, task.workflow_submit_task_id)
         self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
-        self.poll_interval = (
-            task.poll_interval if task.poll_interval is not None else default_poll_interval()
-        )
+        self.poll_interval = task.poll_interval  # None: the client's (``[air]``)
 
     @property
     def worker_run_ends_soon(self) -> bool:
@@ -296,8 +336,6 @@ class AirTaskRun(TaskRun):
     def cancel_deferred(self, why: str) -> None:
         """Airflow ended this try's deferral without an event (``__fail__``: the trigger
         timed out or crashed): cancel the run it deferred on, unless it has ended."""
-        from airflow_air.links import RUN_ID_KEY
-
         try:  # pushed by this task instance right after the submit (a stage's too)
             pulled = self.context["ti"].xcom_pull(task_ids=self.task.task_id, key=RUN_ID_KEY)
             run_id = int(pulled) if pulled is not None else None
@@ -328,8 +366,9 @@ class AirTaskRun(TaskRun):
 
     def _workload(self) -> Workload:
         from airflow_air._openlineage import with_parent_job_env
+        from airflow_air._workload_source import load_task_workload
 
-        return with_parent_job_env(self.task.load_workload(), self.context)
+        return with_parent_job_env(load_task_workload(self.task), self.context)
 
     def _with_secrets(self, client: AirClient, workload: Workload) -> Workload:
         """``secret_env`` values under keys of this submission alone; the workload gets
@@ -345,8 +384,6 @@ class AirTaskRun(TaskRun):
 
     def _stage_run(self) -> RunRecord:
         """A workflow stage follows the run its group's submit task started."""
-        from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
-
         ti = self.context["ti"]
         submit_id = self.task.workflow_submit_task_id
         run_id = ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
@@ -356,7 +393,7 @@ class AirTaskRun(TaskRun):
                 f"before stage {self.task.task_id!r}"
             )
         url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
-        push_run_xcoms(self.context, int(run_id), url, ends_soon=self.worker_run_ends_soon)
+        self.push_run_xcoms(int(run_id), url)
         self.log.info("Stage %s of run %s: %s", self.stage, run_id, url)
         return RunRecord(int(run_id), url, 0, 0)
 
@@ -376,7 +413,7 @@ class AirTaskRun(TaskRun):
                 )
                 self._copy_logs(client, record.run_id)
                 return self._complete(self._outcome(client, state, record), client, state)
-            self._defer(record)
+            self._defer(record, client.poll_interval)
         return self._wait_in_worker(client, record)
 
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
@@ -392,7 +429,7 @@ class AirTaskRun(TaskRun):
         )
         return self._complete(self._outcome(client, state, record), client, state)
 
-    def _defer(self, record: RunRecord) -> None:
+    def _defer(self, record: RunRecord, default_poll_interval: float) -> None:
         from airflow_air.triggers import AirRunTrigger
 
         task = self.task
@@ -412,7 +449,9 @@ class AirTaskRun(TaskRun):
                 record.run_id,
                 run_page_url=record.run_page_url,
                 databricks_conn_id=task.databricks_conn_id,
-                poll_interval=self.poll_interval,
+                poll_interval=(
+                    default_poll_interval if self.poll_interval is None else self.poll_interval
+                ),
                 deadline=deadline,
                 cancel_on_kill=task.cancel_on_kill,
                 task_key=self.stage,
@@ -456,15 +495,13 @@ class AirTaskRun(TaskRun):
 
         task = self.task
         task._run_id = outcome.run_id
-        result = push_outcome_xcoms(self.context, outcome)
+        result = self.push_outcome_xcoms(outcome)
         task._lineage_result = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
         if outcome.status in ("success", "failed"):
             self._finish(outcome, client, state)
         if outcome.status == "success":
-            from airflow_air._logs import success_text
-
-            task.log.info("%s", success_text(outcome))
+            task.log.info("%s", outcome.summary())
             return result
         if outcome.status == "failed":
             raise AirRunFailedError(

@@ -248,6 +248,7 @@ class AirHook(BaseHook):
             credentials=access.credentials,
             timeout=self.timeout,
             user_agent_extra=user_agent_extra(),
+            poll_interval=default_poll_interval(),
         )
 
     def _async_client(self, access: WorkspaceAccess) -> AsyncAirClient:
@@ -258,6 +259,7 @@ class AirHook(BaseHook):
             credentials=access.credentials,
             timeout=self.timeout,
             user_agent_extra=user_agent_extra(),
+            poll_interval=default_poll_interval(),
         )
 
     async def aget_client(self) -> AsyncAirClient:

@@ -25,22 +25,10 @@ MLFLOW_URL_KEY = "mlflow_run_url"
 GPU_HOURS_KEY = "gpu_hours"  # not a link: an XCom pushed beside the run's, also on failure
 
 
-# The operator attribute holding the links' URLs of the try that runs (see ``remember_url``).
+# The operator attribute holding the links' URLs of the try that runs (written by
+# ``airflow_air._task_run.TaskRun.remember_url``: read from it, a try that failed before it
+# submitted anything has no URL yet, where XCom would log "XCom not found" per link).
 LINK_URLS_ATTR = "air_link_urls"
-
-
-def remember_url(operator: object, key: str, url: str) -> None:
-    """Keep a link's URL on the running operator as well as in XCom.
-
-    When a try ends, Airflow asks every extra link of the operator for its URL (to store it
-    for the UI). Read from XCom, a try that failed before it submitted anything (an invalid
-    workload, a missing connection) made Airflow log an "XCom not found" error per link; read
-    from the operator, there is simply no URL yet.
-    """
-    urls = getattr(operator, LINK_URLS_ATTR, None)
-    if isinstance(urls, dict):
-        # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
-        setattr(operator, LINK_URLS_ATTR, {**urls, key: url})
 
 
 def _url(operator: BaseOperator, ti_key: TaskInstanceKey, key: str) -> str:
@@ -86,28 +74,11 @@ class AirMlflowRunLink(BaseOperatorLink):
 # --- the XComs a try pushes -----------------------------------------------------------------
 
 
-def push_run_xcoms(
-    context: Any, run_id: int, run_page_url: str, *, ends_soon: bool = False
-) -> None:
-    """Make the run id and page visible at once (also as the live "AI Runtime run" link).
-
-    ``ends_soon``: this worker run ends within moments (it defers, or finishes a run that
-    has ended), and Airflow writes every link's URL when it does (``finalize``), the run
-    page included: writing it here as well would be a second request for the same value."""
-    ti = context["ti"]
-    ti.xcom_push(key=RUN_ID_KEY, value=run_id)
-    if not ends_soon:
-        ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)  # also the link's (``xcom_key``)
-    remember_url(context["task"], RUN_PAGE_URL_KEY, run_page_url)
-    # The MLflow link's XCom is written when the try ends (Airflow pushes every link's URL,
-    # "" while the ids are unknown, and the UI shows it disabled), not here.
-
-
 def outcome_xcoms(outcome: RunOutcome) -> dict[str, Any]:
     """The XComs a try leaves once its run (stage) ended, beside the return value: the
     MLflow run (also the link's ``xcom_key``) once its ids are known, and the GPU-hours, also
     when the run failed (the accelerators were held all the same). The run id and page were
-    written when the run was submitted (``push_run_xcoms``; a deferring try's run page by
+    written when the run was submitted (``TaskRun.push_run_xcoms``; a deferring try's run page by
     Airflow's end-of-try link write)."""
     xcoms: dict[str, Any] = {}
     if outcome.mlflow_run_url:
@@ -115,18 +86,6 @@ def outcome_xcoms(outcome: RunOutcome) -> dict[str, Any]:
     if outcome.gpu_hours is not None:
         xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
     return xcoms
-
-
-def push_outcome_xcoms(context: Any, outcome: RunOutcome) -> dict[str, Any]:
-    """Push ``outcome_xcoms`` from a worker; returns the return value. A resumed (deferred)
-    try's operator is new: it learns the links' URLs from the outcome."""
-    task, ti = context["task"], context["ti"]
-    remember_url(task, RUN_PAGE_URL_KEY, outcome.run_page_url)
-    for key, value in outcome_xcoms(outcome).items():
-        ti.xcom_push(key=key, value=value)
-        if key == MLFLOW_URL_KEY:
-            remember_url(task, key, value)
-    return return_value(outcome)
 
 
 def return_value(outcome: RunOutcome) -> dict[str, Any]:
@@ -146,7 +105,7 @@ def return_value(outcome: RunOutcome) -> dict[str, Any]:
 
 def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dict[str, Any]:
     """The XComs a trigger that ends the task itself leaves (``airflow_air.triggers``): what
-    ``push_outcome_xcoms`` and the return value leave when the task ends in a worker. The
+    ``TaskRun.push_outcome_xcoms`` and the return value leave when the task ends in a worker. The
     try that deferred wrote the run id and page."""
     from airflow.sdk.bases.xcom import BaseXCom
 

@@ -1,8 +1,9 @@
 """Operators that run Databricks AI Runtime workloads and register Docker images.
 
 Importing this module is what every Dag file using the provider pays at parse time, so it
-imports nothing beyond ``airflow.sdk`` and the small links module: the core client (httpx),
-the hook and the triggers are loaded inside ``execute``. Nothing is validated at parse time
+imports nothing beyond ``airflow.sdk`` and two small modules of its own (the links, where a
+workload comes from): the core client (httpx), the hook and the triggers are loaded inside
+``execute``. Nothing is validated at parse time
 either; an invalid workload fails the task, not the Dag import.
 """
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_air._workload_source import WORKLOAD_EXTENSIONS
 from airflow_air.links import AirMlflowRunLink, AirRunLink
 
 if TYPE_CHECKING:
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from air_runtime import AirClient, Redactor, Submission, Workload
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
-_WORKLOAD_EXTENSIONS = (".yaml", ".yml")
 _DEFAULT_XCOM_BACKEND = "airflow.sdk.execution_time.xcom.BaseXCom"
 # Airflow's next_method for a deferral that ended without an event (trigger timeout or crash).
 _TRIGGER_FAIL = "__fail__"
@@ -78,7 +79,7 @@ class AirRunOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("workload", "overrides", "secret_env", "secret_scope")
-    template_ext: Sequence[str] = _WORKLOAD_EXTENSIONS
+    template_ext: Sequence[str] = WORKLOAD_EXTENSIONS
     template_fields_renderers = {"workload": "yaml", "overrides": "json", "secret_env": "json"}
     ui_color = "#ffe8d6"
     operator_extra_links = (AirRunLink(), AirMlflowRunLink())
@@ -107,7 +108,7 @@ class AirRunOperator(BaseOperator):
         # code_source.root_path is relative to the file's folder.
         self.workload_file = (
             workload
-            if isinstance(workload, str) and workload.endswith(_WORKLOAD_EXTENSIONS)
+            if isinstance(workload, str) and workload.endswith(WORKLOAD_EXTENSIONS)
             else None
         )
         self.overrides = overrides
@@ -129,7 +130,7 @@ class AirRunOperator(BaseOperator):
         self._submission: Submission | None = None
         # What this try knows of its run (the return value's fields), for OpenLineage.
         self._lineage_result: dict[str, Any] | None = None
-        # The extra links' URLs of this try (airflow_air.links.remember_url).
+        # The extra links' URLs of this try (airflow_air._task_run.TaskRun.remember_url).
         self.air_link_urls: dict[str, str] = {}
         # This try's redactor (see redactor()); holds the resolved secret values, so it
         # is never a template field, never serialized and never pushed.
@@ -177,47 +178,24 @@ class AirRunOperator(BaseOperator):
     def workload_search_folders(self) -> list[str]:
         """Where a relative workload path is looked up: the Dag folder, then
         ``template_searchpath`` (Airflow's template loader)."""
-        roots: list[str] = []
-        dag = self.dag if self.has_dag() else None
-        if dag is not None:
-            roots.append(dag.folder)
-            searchpath = dag.template_searchpath or []
-            roots.extend([searchpath] if isinstance(searchpath, str) else searchpath)
-        return [str(root) for root in roots]
+        from airflow_air._workload_source import search_folders
+
+        return search_folders(self)
 
     def workload_path(self) -> str | None:
         """The absolute path of the workload file, or None for text/dicts (or not found)."""
-        path = self.workload_file
-        if not path:
-            return None
-        if os.path.isabs(path):
-            return path
-        for root in self.workload_search_folders():
-            candidate = os.path.join(root, path)
-            if os.path.isfile(candidate):
-                return os.path.abspath(candidate)
-        return None
+        from airflow_air._workload_source import workload_path
+
+        return workload_path(self)
 
     def load_workload(
         self, workload: Any = None, overrides: Mapping[str, Any] | Sequence[str] | None = None
     ) -> Workload:
         """Validate the rendered workload (raises the core's ``WorkloadError``). ``workload`` /
         ``overrides`` default to this operator's (rendered) fields."""
-        from air_runtime import load_workload
+        from airflow_air._workload_source import load_task_workload
 
-        source = self.workload if workload is None else workload
-        overrides = self.overrides if workload is None else overrides
-        path = self.workload_path()
-        base_dir = os.path.dirname(path) if path is not None else None
-        if isinstance(source, str) and source == self.workload_file:
-            # Templating did not replace the path (e.g. rendering skipped): load the file.
-            if path is not None:
-                source = path
-        elif isinstance(source, str) and source.endswith(_WORKLOAD_EXTENSIONS):
-            source = source + "\n"  # rendered text ending in ".yaml" must not look like a path
-        # Rendered text is named by its file in messages; text given inline by the task.
-        name = path or self.workload_file or f"{self.task_id}.workload"
-        return load_workload(source, overrides or None, base_dir=base_dir, source_name=name)
+        return load_task_workload(self, workload, overrides)
 
     def redactor(self, client: AirClient | None = None) -> Redactor:
         """This try's ``air_runtime.Redactor``: the workspace credentials and every value of

@@ -274,7 +274,7 @@ class AirRunTrigger(BaseTrigger):
             return None
 
         from air_runtime import RedactingLog, Submission
-        from airflow_air._logs import acopy_run_logs, success_text
+        from airflow_air._logs import acopy_run_logs
         from airflow_air.hooks import completed_log_lines
 
         log = RedactingLog(self.log, self.redact)
@@ -290,7 +290,7 @@ class AirRunTrigger(BaseTrigger):
         except Exception as exc:  # the worker pushes them instead
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
-        log.info("%s", success_text(outcome))
+        log.info("%s", outcome.summary())
         return TaskSuccessEvent()
 
     async def _push_xcoms(self, xcoms: Mapping[str, Any]) -> None:

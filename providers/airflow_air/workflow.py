@@ -122,7 +122,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
         super().__init__(**kwargs)
         self.databricks_conn_id = databricks_conn_id
         self._lineage_result: dict[str, Any] | None = None
-        # The extra link's URL of this try (airflow_air.links.remember_url).
+        # The extra link's URL of this try (airflow_air._task_run.TaskRun.remember_url).
         self.air_link_urls: dict[str, str] = {}
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

@@ -141,3 +141,41 @@ def test_first_poll_delay_outlasts_the_workers_heartbeat_by_default(monkeypatch)
     assert first_poll_delay() == 6.0
     monkeypatch.setenv("AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY", "2.5")
     assert first_poll_delay() == 2.5
+
+
+def test_the_hooks_clients_wait_at_the_configured_interval(monkeypatch):
+    """A task without ``poll_interval`` waits at ``[air] default_poll_interval``: the hook's
+    clients carry it (``AirClient.poll_interval``)."""
+    import asyncio
+
+    from airflow_air.hooks import AirHook
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AIR_INTERVAL",
+        json.dumps({"conn_type": "databricks", "host": "http://127.0.0.1:9", "password": "t"}),
+    )
+    monkeypatch.setenv("AIRFLOW__AIR__DEFAULT_POLL_INTERVAL", "0.25")
+    hook = AirHook("air_interval")
+    with hook.get_client() as client:
+        assert client.poll_interval == 0.25
+
+    async def async_interval() -> float:
+        async with await hook.aget_client() as client:
+            return client.poll_interval
+
+    assert asyncio.run(async_interval()) == 0.25
+
+
+@pytest.mark.parametrize(("map_index", "index"), [(-1, None), (None, None), (3, 3)])
+def test_a_task_instances_submission_is_named_in_its_deployment(monkeypatch, map_index, index):
+    from types import SimpleNamespace
+
+    from airflow_air._deployment import submission_key
+
+    from air_runtime import SubmissionKey
+
+    monkeypatch.setenv("AIRFLOW__AIR__DEPLOYMENT_NAMESPACE", "pinned-prod")
+    ti = SimpleNamespace(dag_id="sweep", run_id="manual__1", map_index=map_index)
+    assert submission_key({"ti": ti}, "trial") == SubmissionKey(  # type: ignore[arg-type]
+        "airflow", "pinned-prod", "sweep", "manual__1", "trial", index
+    )

@@ -81,7 +81,7 @@ def test_a_resumed_task_deletes_the_keys_its_deferring_try_wrote(workspace, task
     """The worker that resumes a deferred success deletes the keys the deferring try wrote,
     even when the deployment namespace reads differently by then (two first tasks of a new
     deployment racing to create it: the later write wins)."""
-    import airflow_air._task_run as task_run
+    import airflow_air._deployment as deployment
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_HF_TEST",
@@ -93,7 +93,7 @@ def test_a_resumed_task_deletes_the_keys_its_deferring_try_wrote(workspace, task
         reads.append("first-writer" if not reads else "later-writer")
         return reads[-1]
 
-    monkeypatch.setattr(task_run, "deployment_namespace", namespace)
+    monkeypatch.setattr(deployment, "deployment_namespace", namespace)
     dag = load_test_dag("air_test_secrets_resumed")
     dag_run = dag.test(run_conf={"command": 'test -n "$HF_TOKEN" && sleep 2'})
     assert task_states(dag_run) == {"run": "success"}
@@ -106,6 +106,7 @@ def test_every_try_keeps_the_namespace_of_its_first_submit(workspace, task_log, 
     """A retry after the worker died reattaches and deletes the keys its first try wrote,
     under the namespace that try submitted with, even when the deployment namespace reads
     differently by then (the first tasks of a new deployment racing to create it)."""
+    import airflow_air._deployment as deployment
     import airflow_air._task_run as task_run
     from airflow_runs import run_next_try, set_state
 
@@ -115,7 +116,7 @@ def test_every_try_keeps_the_namespace_of_its_first_submit(workspace, task_log, 
     )
     monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", API_KEY)
     namespace = {"value": "first-writer"}
-    monkeypatch.setattr(task_run, "deployment_namespace", lambda: namespace["value"])
+    monkeypatch.setattr(deployment, "deployment_namespace", lambda: namespace["value"])
     wait = task_run.AirTaskRun._wait
 
     def worker_dies(self, client, record):

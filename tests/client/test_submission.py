@@ -254,6 +254,22 @@ def test_the_outcome_event_form_is_stable():
     assert RunOutcome.from_event({**stored, "from_a_newer_version": 1}) == outcome
 
 
+def test_an_outcome_summary_is_one_line_for_a_log():
+    url = "https://ws/#job/1/run/12"
+    assert (
+        RunOutcome("success", 12, url, "SUCCESS", gpu_hours=0.5).summary()
+        == f"Run 12 succeeded (0.5 GPU-hours): {url}"
+    )
+    assert (
+        RunOutcome("success", 12, url, "SUCCESS", task_key="grpo").summary()
+        == f"Stage grpo of run 12 succeeded: {url}"
+    )
+    assert RunOutcome("failed", 12, url, "FAILED", message="Node 1 failed").summary() == (
+        "Node 1 failed"
+    )
+    assert RunOutcome("error", 12, url).summary() == "Run 12 ended: error"
+
+
 def test_the_key_derives_tokens_per_generation_and_secret_names():
     key = _key("scheduled__x")
     # The same tokens and key names as before the key existed: a retry after an upgrade
