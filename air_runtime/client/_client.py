@@ -7,9 +7,11 @@ concurrently (threads vs. tasks), running blocking work, asking credentials for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -158,6 +160,7 @@ class AirClient(_BaseClient, SyncOperations):
             limits=self._limits(),
             verify=verify_for(self._core.host),
         )
+        self._identity_ahead: threading.Thread | None = None  # see ``prefetch_identity``
 
     # --- driver -------------------------------------------------------------------------
 
@@ -180,7 +183,7 @@ class AirClient(_BaseClient, SyncOperations):
 
     def _gather(self, step: Gather) -> list[Any]:
         with ThreadPoolExecutor(max_workers=min(step.limit, len(step.flows))) as pool:
-            futures = [pool.submit(self._run, flow) for flow in step.flows]
+            futures = [pool.submit(self._drive, flow) for flow in step.flows]
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]  # type: ignore[misc]
@@ -205,6 +208,11 @@ class AirClient(_BaseClient, SyncOperations):
                 error = exc
 
     def _run(self, flow: Flow[T]) -> T:
+        if self._identity_ahead is not None:  # a flow may need the identity being asked for
+            self._identity_settled()
+        return self._drive(flow)
+
+    def _drive(self, flow: Flow[T]) -> T:
         steps = self._steps(flow)
         try:
             item = next(steps)
@@ -214,6 +222,28 @@ class AirClient(_BaseClient, SyncOperations):
         raise TypeError(f"flow emitted {item!r} but was run, not iterated")
 
     # --- operations ---------------------------------------------------------------------
+
+    def prefetch_identity(self) -> None:
+        """Start asking who the credentials belong to, in the background. It is a submit's
+        first request, and nothing else needs its answer: a caller with other work before
+        its submit (an Airflow task reading its deployment namespace) saves that round trip.
+        The client's next operation waits for this answer instead of asking again; a
+        failure is ignored here (the request is made again where it is needed, and fails
+        there with its error)."""
+        if self._core.identity is not None or self._identity_ahead is not None:
+            return
+        thread = threading.Thread(target=self._whoami_ahead, name="air-whoami", daemon=True)
+        self._identity_ahead = thread
+        thread.start()
+
+    def _whoami_ahead(self) -> None:
+        with contextlib.suppress(Exception):
+            self._drive(_identity.whoami(self._core))
+
+    def _identity_settled(self) -> None:
+        ahead, self._identity_ahead = self._identity_ahead, None
+        if ahead is not None:
+            ahead.join()
 
     def whoami(self) -> Identity:
         return self._run(_identity.whoami(self._core))
@@ -416,6 +446,7 @@ class AirClient(_BaseClient, SyncOperations):
     # --- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
+        self._identity_settled()
         self._http.close()
 
     def __enter__(self) -> AirClient:
@@ -457,6 +488,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             limits=self._limits(),
             verify=verify_for(self._core.host),
         )
+        self._identity_ahead: asyncio.Task[Identity] | None = None  # see ``prefetch_identity``
 
     # --- driver -------------------------------------------------------------------------
 
@@ -482,7 +514,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
 
         async def run_one(flow: Flow[Any]) -> Any:
             async with slots:
-                return await self._run(flow)
+                return await self._drive(flow)
 
         results = await asyncio.gather(*(run_one(f) for f in step.flows), return_exceptions=True)
         for result in results:
@@ -491,6 +523,11 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         return results
 
     async def _run(self, flow: Flow[T]) -> T:
+        if self._identity_ahead is not None:  # a flow may need the identity being asked for
+            await self._identity_settled()
+        return await self._drive(flow)
+
+    async def _drive(self, flow: Flow[T]) -> T:
         answer: Any = None
         error: BaseException | None = None
         while True:
@@ -525,6 +562,20 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 error = exc
 
     # --- operations ---------------------------------------------------------------------
+
+    def prefetch_identity(self) -> None:
+        """``AirClient.prefetch_identity``, as a task of the running event loop."""
+        if self._core.identity is not None or self._identity_ahead is not None:
+            return
+        self._identity_ahead = asyncio.get_running_loop().create_task(
+            self._drive(_identity.whoami(self._core))
+        )
+
+    async def _identity_settled(self) -> None:
+        ahead, self._identity_ahead = self._identity_ahead, None
+        if ahead is not None:
+            with contextlib.suppress(Exception):
+                await ahead
 
     async def whoami(self) -> Identity:
         return await self._run(_identity.whoami(self._core))
@@ -713,6 +764,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
     # --- lifecycle ----------------------------------------------------------------------
 
     async def aclose(self) -> None:
+        await self._identity_settled()
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncAirClient:

@@ -296,11 +296,14 @@ class AirTaskRun(TaskRun):
             configuration_errors_fail_fast(self.redact),
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
-            self._open(client)
             if self.stage is not None:
+                self._open(client)
                 record = self._stage_run()
             else:
-                workload = self._workload()
+                workload = self._workload()  # refused before any request to the workspace
+                # The submit's first request goes out while the deployment namespace is read.
+                client.prefetch_identity()
+                self._open(client)
                 record = self.own(client, lambda: self._with_secrets(client, workload))
             task._run_id = record.run_id
             task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}

@@ -345,3 +345,45 @@ def test_a_wait_sleeps_the_clients_poll_interval_unless_it_names_its_own(
         run = client.submit_workload(_workload("own-interval", command="sleep 1"))
         assert client.wait(run.run_id, poll_interval=0.3).is_success
         assert asked and all(0.27 <= s <= 0.33 for s in asked), asked
+
+
+def _me_requests(ws) -> int:
+    return sum(1 for e in ws.admin.request_log() if e["path"].endswith("/scim/v2/Me"))
+
+
+def test_an_identity_asked_ahead_is_asked_once(workspace_factory):
+    """``prefetch_identity`` sends the submit's first request early; the submit waits for
+    its answer instead of asking again (the same requests as without it)."""
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        client.prefetch_identity()
+        client.prefetch_identity()  # one in flight is enough
+        run = client.submit_workload(_workload("ahead"))
+        assert client.wait(run.run_id, poll_interval=0.2).is_success
+    assert _me_requests(ws) == 1
+
+
+def test_a_failed_identity_ahead_fails_the_submit_with_its_own_error(workspace_factory):
+    ws = workspace_factory()
+    with AirClient(ws.host, "not-a-token") as client:
+        client.prefetch_identity()
+        with pytest.raises(AuthError):
+            client.submit_workload(_workload("refused"))
+    assert _me_requests(ws) == 2  # asked ahead (ignored), asked again by the submit
+
+
+def test_the_async_client_asks_its_identity_ahead_once(workspace_factory):
+    import asyncio
+
+    from air_runtime import AsyncAirClient
+
+    ws = workspace_factory()
+
+    async def submit() -> int:
+        async with AsyncAirClient(ws.host, ws.token) as client:
+            client.prefetch_identity()
+            run = await client.submit_workload(_workload("ahead-async"))
+            return run.run_id
+
+    assert asyncio.run(submit()) > 0
+    assert _me_requests(ws) == 1
