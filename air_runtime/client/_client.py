@@ -7,7 +7,6 @@ concurrently (threads vs. tasks), running blocking work, asking credentials for 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import ssl
@@ -228,8 +227,8 @@ class AirClient(_BaseClient, SyncOperations):
         first request, and nothing else needs its answer: a caller with other work before
         its submit (an Airflow task reading its deployment namespace) saves that round trip.
         The client's next operation waits for this answer instead of asking again; a
-        failure is ignored here (the request is made again where it is needed, and fails
-        there with its error)."""
+        failure is raised by the next ``whoami`` (the submit's own), so a refused credential
+        still costs one request."""
         if self._core.identity is not None or self._identity_ahead is not None:
             return
         thread = threading.Thread(target=self._whoami_ahead, name="air-whoami", daemon=True)
@@ -237,8 +236,10 @@ class AirClient(_BaseClient, SyncOperations):
         thread.start()
 
     def _whoami_ahead(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self._drive(_identity.whoami(self._core))
+        except Exception as error:  # raised by the next whoami (``ClientCore.identity_error``)
+            self._core.identity_error = error
 
     def _identity_settled(self) -> None:
         ahead, self._identity_ahead = self._identity_ahead, None
@@ -488,7 +489,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             limits=self._limits(),
             verify=verify_for(self._core.host),
         )
-        self._identity_ahead: asyncio.Task[Identity] | None = None  # see ``prefetch_identity``
+        self._identity_ahead: asyncio.Task[None] | None = None  # see ``prefetch_identity``
 
     # --- driver -------------------------------------------------------------------------
 
@@ -567,15 +568,18 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         """``AirClient.prefetch_identity``, as a task of the running event loop."""
         if self._core.identity is not None or self._identity_ahead is not None:
             return
-        self._identity_ahead = asyncio.get_running_loop().create_task(
-            self._drive(_identity.whoami(self._core))
-        )
+        self._identity_ahead = asyncio.get_running_loop().create_task(self._whoami_ahead())
+
+    async def _whoami_ahead(self) -> None:
+        try:
+            await self._drive(_identity.whoami(self._core))
+        except Exception as error:  # raised by the next whoami (``ClientCore.identity_error``)
+            self._core.identity_error = error
 
     async def _identity_settled(self) -> None:
         ahead, self._identity_ahead = self._identity_ahead, None
         if ahead is not None:
-            with contextlib.suppress(Exception):
-                await ahead
+            await ahead
 
     async def whoami(self) -> Identity:
         return await self._run(_identity.whoami(self._core))

@@ -338,6 +338,9 @@ class ClientCore:
         self.max_concurrent_uploads = max(1, max_concurrent_uploads)
         self.rng = random.Random()
         self.identity: Identity | None = None
+        # What asking for the identity ahead (``prefetch_identity``) ended with, raised by the
+        # next ``whoami`` instead of asking again: a refused credential costs one request.
+        self.identity_error: Exception | None = None
         # Every credential value this client holds or sends, for error messages and for
         # orchestrators that build their own redactor on top (``Redactor.with_values``).
         self.redactor = Redactor(credential_secrets(credentials))

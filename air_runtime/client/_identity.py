@@ -11,6 +11,9 @@ from ._core import ClientCore, Flow, Identity
 def whoami(core: ClientCore) -> Flow[Identity]:
     if core.identity is not None:
         return core.identity
+    if core.identity_error is not None:  # the answer to the request made ahead
+        error, core.identity_error = core.identity_error, None
+        raise error
     response = yield from core.call("GET", "/api/2.0/preview/scim/v2/Me", raw=True)
     body = response.json()
     user_name = body.get("userName")

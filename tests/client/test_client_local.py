@@ -369,7 +369,14 @@ def test_a_failed_identity_ahead_fails_the_submit_with_its_own_error(workspace_f
         client.prefetch_identity()
         with pytest.raises(AuthError):
             client.submit_workload(_workload("refused"))
-    assert _me_requests(ws) == 2  # asked ahead (ignored), asked again by the submit
+    assert _me_requests(ws) == 1  # the answer to the request made ahead is the submit's
+    with AirClient(ws.host, "not-a-token") as client:  # asked again once that error is raised
+        client.prefetch_identity()
+        with pytest.raises(AuthError):
+            client.whoami()
+        with pytest.raises(AuthError):
+            client.whoami()
+    assert _me_requests(ws) == 3
 
 
 def test_the_async_client_asks_its_identity_ahead_once(workspace_factory):
