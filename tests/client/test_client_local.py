@@ -321,7 +321,7 @@ def test_scheme_less_host_of_a_plain_http_workspace_fails_at_once(workspace_fact
 
 
 def test_a_wait_sleeps_the_clients_poll_interval_unless_it_names_its_own(
-    workspace_factory, monkeypatch
+    workspace_factory, monkeypatch, tmp_path: Path
 ):
     """``AirClient(poll_interval=...)`` is every wait's default (the Airflow hook sets it
     from ``[air] default_poll_interval``); a wait's own ``poll_interval`` wins."""
@@ -329,20 +329,24 @@ def test_a_wait_sleeps_the_clients_poll_interval_unless_it_names_its_own(
 
     ws = workspace_factory()
     asked: list[float] = []
+    paused = tmp_path / "paused"
     sleep = time.sleep
 
     def recorded_sleep(seconds: float) -> None:  # what the wait asks for, slept briefly
         asked.append(seconds)
+        paused.touch()  # the run ends once the wait has paused at least once
         sleep(min(seconds, 0.05))
 
     monkeypatch.setattr(client_module.time, "sleep", recorded_sleep)
+    command = f"until [ -e {paused} ]; do sleep 0.05; done"
     with AirClient(ws.host, ws.token, poll_interval=0.7) as client:
         assert client.poll_interval == 0.7
-        run = client.submit_workload(_workload("interval", command="sleep 1"))
+        run = client.submit_workload(_workload("interval", command=command))
         assert client.wait(run.run_id).is_success
         assert asked and all(0.63 <= s <= 0.77 for s in asked), asked  # jittered by 10%
         asked.clear()
-        run = client.submit_workload(_workload("own-interval", command="sleep 1"))
+        paused.unlink()
+        run = client.submit_workload(_workload("own-interval", command=command))
         assert client.wait(run.run_id, poll_interval=0.3).is_success
         assert asked and all(0.27 <= s <= 0.33 for s in asked), asked
 
