@@ -273,7 +273,6 @@ class AirTaskRun(TaskRun):
     def __init__(self, task: AirRunOperator, context: Context) -> None:
         super().__init__(task, context, task.workflow_submit_task_id)
         self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
-        self.poll_interval = task.poll_interval  # None: the client's (``[air]``)
 
     @property
     def worker_run_ends_soon(self) -> bool:
@@ -427,7 +426,7 @@ class AirTaskRun(TaskRun):
             record.run_id,
             self.log,
             self.stage,
-            poll_interval=self.poll_interval,
+            poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
             stream=self.task.stream_logs,
         )
         return self._complete(self._outcome(client, state, record), client, state)
@@ -453,7 +452,7 @@ class AirTaskRun(TaskRun):
                 run_page_url=record.run_page_url,
                 databricks_conn_id=task.databricks_conn_id,
                 poll_interval=(
-                    default_poll_interval if self.poll_interval is None else self.poll_interval
+                    default_poll_interval if task.poll_interval is None else task.poll_interval
                 ),
                 deadline=deadline,
                 cancel_on_kill=task.cancel_on_kill,
