@@ -42,6 +42,7 @@ from airflow_air.links import (
     MLFLOW_URL_KEY,
     RUN_ID_KEY,
     RUN_PAGE_URL_KEY,
+    links_to_write,
     outcome_xcoms,
     return_value,
 )
@@ -192,6 +193,9 @@ class TaskRun:
         # The run was submitted by this try (not an earlier try's, reattached): it has just
         # started, so there is no point asking whether it has already ended.
         self.own_run = False
+        # The links whose XCom this try holds already (``links`` says who writes which).
+        self.links_written: set[str] = set()
+        self._offer_links({})
 
     def redact(self, text: str) -> str:
         return text
@@ -224,38 +228,45 @@ class TaskRun:
     def push_run_xcoms(self, run_id: int, run_page_url: str) -> None:
         """Make the run id and page visible at once (also as the live "AI Runtime run" link).
         A worker run that ends within moments (it defers, or finishes a run that has ended)
-        leaves the page to Airflow, which writes every link's URL when it does (``finalize``):
-        writing it here as well would be a second request for the same value. The MLflow
-        link's XCom is written when the try ends ("" until then: the UI shows it disabled)."""
+        leaves the page to Airflow's end-of-try link write: writing it here as well would be
+        a second request for the same value. The MLflow link's XCom is written once its URL
+        is known."""
         ti = self.context["ti"]
         ti.xcom_push(key=RUN_ID_KEY, value=run_id)
-        if not self.worker_run_ends_soon:
+        if self.worker_run_ends_soon:
+            self.remember_url(RUN_PAGE_URL_KEY, run_page_url)
+        else:
             ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)  # also the link's xcom_key
-        self.remember_url(RUN_PAGE_URL_KEY, run_page_url)
+            self.remember_url(RUN_PAGE_URL_KEY, run_page_url, written=True)
 
     def push_outcome_xcoms(self, outcome: RunOutcome) -> dict[str, Any]:
-        """Push ``links.outcome_xcoms`` from a worker; returns the return value. A resumed
-        (deferred) try's operator is new: it learns the links' URLs from the outcome."""
+        """Push ``links.outcome_xcoms`` from a worker; returns the return value."""
         xcoms, result = outcome_xcoms(outcome), return_value(outcome)
         ti = self.context["ti"]
         self.remember_url(RUN_PAGE_URL_KEY, outcome.run_page_url)
         for key, value in xcoms.items():
             ti.xcom_push(key=key, value=value)
             if key == MLFLOW_URL_KEY:
-                self.remember_url(key, value)
+                self.remember_url(key, value, written=True)
         return result
 
-    def remember_url(self, key: str, url: str) -> None:
-        """Keep a link's URL on the running operator as well as in XCom.
+    def remember_url(self, key: str, url: str, *, written: bool = False) -> None:
+        """A link's URL, for Airflow to write as the worker run ends, unless this try holds its
+        XCom already (``written``: pushed just now, or earlier in the try)."""
+        if written:
+            self.links_written.add(key)
+        # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
+        urls = {k: v for k, v in getattr(self.task, LINK_URLS_ATTR).items() if k != key}
+        if url and key not in self.links_written:
+            urls[key] = url
+        self._offer_links(urls)
 
-        When a try ends, Airflow asks every extra link of the operator for its URL (to store
-        it for the UI). Read from XCom, a try that failed before it submitted anything (an
-        invalid workload, a missing connection) made Airflow log an "XCom not found" error
-        per link; read from the operator (``links``), there is simply no URL yet."""
-        urls = getattr(self.task, LINK_URLS_ATTR, None)
-        if isinstance(urls, dict):
-            # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
-            setattr(self.task, LINK_URLS_ATTR, {**urls, key: url})
+    def _offer_links(self, urls: dict[str, str]) -> None:
+        """Keep on the running operator only the links Airflow should write when the worker
+        run ends (``links.links_to_write``)."""
+        setattr(self.task, LINK_URLS_ATTR, urls)
+        # An instance attribute of this try's copy: the Dag's links (serialized, shown) stay.
+        self.task.operator_extra_links = links_to_write(type(self.task).operator_extra_links, urls)
 
     @property
     def worker_run_ends_soon(self) -> bool:
@@ -319,6 +330,8 @@ class AirTaskRun(TaskRun):
 
         if not event:
             raise AirflowException("the trigger ended without an event")
+        # Airflow wrote the run page as the worker run that deferred ended.
+        self.links_written.add(RUN_PAGE_URL_KEY)
         outcome = RunOutcome.from_event(event)
         if event.get("submission"):  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(

@@ -2,13 +2,21 @@
 
 Airflow 3 shows a link from the XCom stored under the link's ``xcom_key``. Each link's key is
 the result XCom that holds its URL (``run_page_url``, ``mlflow_run_url``), so one XCom serves
-both the link and the users who pull it, and a try writes each URL once. The operators push
-the run page right after submitting, so the link works while the task is still running or
-deferred, not only once it finished.
+both the link and the users who pull it. The operators push the run page right after
+submitting, so the link works while the task is still running or deferred, not only once it
+finished.
+
+A try writes each link's XCom once, and only once its URL is known: when a worker run ends,
+Airflow writes the XCom of every link of ``operator_extra_links`` (``task_runner.finalize``),
+so the running operator keeps there only the links whose URL it has and no XCom holds yet
+(``links_to_write``). Otherwise a deferring try would write an empty MLflow link, a resumed
+one both links again, and a try that only cancels (Airflow's ``__fail__``) would blank the
+run page its deferring part had written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
@@ -25,9 +33,8 @@ MLFLOW_URL_KEY = "mlflow_run_url"
 GPU_HOURS_KEY = "gpu_hours"  # not a link: an XCom pushed beside the run's, also on failure
 
 
-# The operator attribute holding the links' URLs of the try that runs (written by
-# ``airflow_air._task_run.TaskRun.remember_url``: read from it, a try that failed before it
-# submitted anything has no URL yet, where XCom would log "XCom not found" per link).
+# The operator attribute holding the URLs the running try has for Airflow to write as the
+# worker run ends (kept by ``airflow_air._task_run.TaskRun.remember_url``).
 LINK_URLS_ATTR = "air_link_urls"
 
 
@@ -69,6 +76,19 @@ class AirMlflowRunLink(BaseOperatorLink):
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, MLFLOW_URL_KEY)
+
+
+def links_to_write(
+    links: Collection[BaseOperatorLink], urls: Mapping[str, str]
+) -> tuple[BaseOperatorLink, ...]:
+    """The links of ``links`` whose XCom Airflow should write when this worker run ends: ours
+    while ``urls`` (the running operator's ``LINK_URLS_ATTR``) has a URL for them; any other
+    link (a subclass's own) as it is."""
+    return tuple(
+        link
+        for link in links
+        if not isinstance(link, AirRunLink | AirMlflowRunLink) or urls.get(link.xcom_key)
+    )
 
 
 # --- the XComs a try pushes -----------------------------------------------------------------

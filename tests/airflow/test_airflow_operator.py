@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+from collections import Counter
+
 import pytest
 from airflow_air.links import AirMlflowRunLink, AirRunLink
 from airflow_runs import load_test_dag, task_states, xcom
@@ -50,6 +55,45 @@ def test_success(workspace, task_log, dag_id):
     else:
         assert "Pausing task as DEFERRED" in out
         assert f"Run {run_id}: TERMINATED/SUCCESS" in out
+
+
+def _xcom_writes(caplog, dag_id: str) -> Counter:
+    """How often each XCom of ``dag_id``'s task was written, read off httpx's log of the
+    execution API requests (every write is one ``POST /xcoms/<dag>/<run>/<task>/<key>``)."""
+    request = re.compile(rf"HTTP Request: POST \S+/xcoms/{dag_id}/\S+/run/(\w+) ")
+    return Counter(m.group(1) for m in map(request.search, caplog.messages) if m)
+
+
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+def test_a_try_writes_each_xcom_once(workspace, caplog, dag_id):
+    """Airflow writes every extra link's XCom when a worker run ends; a try writes each of
+    its XComs once all the same: a deferring worker run leaves no empty MLflow link, the one
+    that resumes writes neither link again."""
+    caplog.set_level(logging.INFO, logger="httpx")
+    dag = load_test_dag(dag_id)
+    dag_run = dag.test(run_conf={"command": _lasting(dag_id, "echo done")})
+    assert task_states(dag_run) == {"run": "success"}
+    writes = _xcom_writes(caplog, dag_id)
+    assert writes["run_id"] == writes["run_page_url"] == writes["return_value"] == 1, writes
+    assert set(writes.values()) == {1}, writes
+    for key in writes:
+        assert xcom(dag_id, dag_run.run_id, "run", key) not in (None, ""), key
+
+
+def test_a_try_that_submitted_nothing_writes_no_link(workspace, caplog, monkeypatch):
+    """A try refused before it submits (a revoked token) has no URL: no link XCom at all,
+    rather than an empty one per link."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DATABRICKS_DEFAULT",
+        json.dumps({"conn_type": "databricks", "host": workspace.host, "password": "dapi-revoked"}),
+    )
+    caplog.set_level(logging.INFO, logger="httpx")
+    dag = load_test_dag("air_test_sync")
+    dag_run = dag.test()
+    assert task_states(dag_run) == {"run": "failed"}
+    assert any("/scim/v2/Me" in m for m in caplog.messages)  # the requests are in the log
+    assert not _xcom_writes(caplog, "air_test_sync"), caplog.messages
+    assert workspace.admin.counters()["runs_created"] == 0
 
 
 @pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])

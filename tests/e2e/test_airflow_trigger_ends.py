@@ -123,6 +123,9 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         assert runs[("held", -1)] == 2, runs  # the submit, then the __fail__ resume
         log = task_log_text(deployment, "air_trigger_timeout", timeout_run, "held")
         assert f"Cancelled run {held_run}: the deferral ended with" in log, log[-3000:]
+        # The worker run that only cancelled left the run page its deferring part wrote.
+        page = deployment.xcom("air_trigger_timeout", timeout_run, "held", "run_page_url")
+        assert page.endswith(f"/jobs/runs/{held_run}"), page
     finally:
         deployment.stop()
 
