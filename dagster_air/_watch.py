@@ -47,7 +47,7 @@ async def _follow_logs(
         # Every task, attempt and node (or one node); the watcher's wait says when the run
         # ended, so the follower asks for the run only now and then (to learn of retries).
         async for record in watcher.client.iter_run_logs(
-            run_id, node=node, follow=True, until=ended.is_set
+            run_id, node=node, follow=True, until=ended
         ):
             for line in record.body.splitlines() or [""]:
                 events.put(("log", (record, line)))

@@ -7,6 +7,7 @@ concurrently (threads vs. tasks), running blocking work, asking credentials for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import ssl
@@ -169,7 +170,10 @@ class AirClient(_BaseClient, SyncOperations):
         if isinstance(step, AuthHeaders):
             return self._core.credentials.headers()
         if isinstance(step, Sleep):
-            time.sleep(step.seconds)
+            if isinstance(step.wake, threading.Event):
+                step.wake.wait(step.seconds)
+            else:
+                time.sleep(step.seconds)
             return None
         if isinstance(step, Gather):
             return self._gather(step)
@@ -326,10 +330,11 @@ class AirClient(_BaseClient, SyncOperations):
         *,
         node: int = 0,
         follow: bool = False,
-        until: Callable[[], bool] | None = None,
+        until: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
-        """One node's log records; ``follow`` keeps reading until the run ends (``until()``
-        turning true, when the caller already watches the run, saves a runs/get per read)."""
+        """One node's log records; ``follow`` keeps reading until the run ends (``until``,
+        set by a caller that already watches the run once it ended, saves a runs/get per
+        read and ends the pause before the last read)."""
         yield from self._steps(
             _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
         )
@@ -341,7 +346,7 @@ class AirClient(_BaseClient, SyncOperations):
         task_key: str | None = None,
         node: int | None = None,
         follow: bool = False,
-        until: Callable[[], bool] | None = None,
+        until: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
         """Every node's records of every attempt of every task of the run (or of the task
         ``task_key``, or only node ``node``), labelled (``record.label``); ``follow``
@@ -499,7 +504,11 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         if isinstance(step, AuthHeaders):
             return await self._core.credentials.aheaders()
         if isinstance(step, Sleep):
-            await asyncio.sleep(step.seconds)
+            if isinstance(step.wake, asyncio.Event):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(step.wake.wait(), step.seconds)
+            else:
+                await asyncio.sleep(step.seconds)
             return None
         if isinstance(step, Gather):
             return await self._gather(step)
@@ -657,7 +666,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         *,
         node: int = 0,
         follow: bool = False,
-        until: Callable[[], bool] | None = None,
+        until: asyncio.Event | None = None,
     ) -> AsyncIterator[LogRecord]:
         async for record in self._items(
             _runs.iter_logs(self._core, run_id, node=node, follow=follow, until=until)
@@ -671,7 +680,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         task_key: str | None = None,
         node: int | None = None,
         follow: bool = False,
-        until: Callable[[], bool] | None = None,
+        until: asyncio.Event | None = None,
     ) -> AsyncIterator[LogRecord]:
         async for record in self._items(
             _runs.iter_run_logs(

@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -51,7 +51,17 @@ class Transmit:
 
 @dataclass(slots=True)
 class Sleep:
+    """Pause for ``seconds``, or until ``wake`` is set (``EndSignal``: a ``threading.Event``
+    for the sync driver, an ``asyncio.Event`` for the async one)."""
+
     seconds: float
+    wake: EndSignal | None = None
+
+
+class EndSignal(Protocol):
+    """What a caller that already watches a run sets once it has seen the run end."""
+
+    def is_set(self) -> bool: ...
 
 
 class AuthHeaders:

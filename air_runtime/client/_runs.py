@@ -12,7 +12,7 @@ from typing import Any
 from .._errors import AirError, NotFound, PlatformError, RunFailed
 from .._polling import Pause, jittered, until_ended
 from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
-from ._core import ClientCore, Emit, Flow, LogRecord, Sleep
+from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -202,18 +202,25 @@ def _read_new(core: ClientCore, cursor: _LogCursor) -> Flow[list[tuple[int, str]
             return fresh
 
 
+def _waking(until: EndSignal | None) -> EndSignal | None:
+    """What ends a follower's pause: ``until`` being set, once. Set already (the caller saw
+    an end that runs/get does not show yet), pauses are whole again, never a busy loop."""
+    return until if until is not None and not until.is_set() else None
+
+
 def iter_logs(
     core: ClientCore,
     run_id: int,
     *,
     node: int,
     follow: bool,
-    until: Callable[[], bool] | None = None,
+    until: EndSignal | None = None,
 ) -> Flow[None]:
     """Emit each log record of one node of ``run_id`` (a run or a task run) once.
 
-    Following stops after one last read once the run has ended: ``until()`` says so when
-    given (a caller that already watches the run), else a runs/get between reads."""
+    Following stops after one last read once the run has ended: ``until`` says so when
+    given (set by a caller that already watches the run; the pause between reads ends
+    when it is), else a runs/get between reads."""
     cursor = _LogCursor(run_id, node)
     while True:
         records = yield from _read_new(core, cursor)
@@ -225,14 +232,14 @@ def iter_logs(
         if not follow:
             return
         if until is not None:
-            ended = until()
+            ended = until.is_set()
         else:
             state = yield from get_run(core, run_id)
             ended = state.is_terminal
         if ended:
             follow = False  # one last read picks up what was written before the end
             continue
-        yield Sleep(_jittered(FOLLOW_POLL_S, core))
+        yield Sleep(_jittered(FOLLOW_POLL_S, core), wake=_waking(until))
 
 
 # While following, runs/get is asked at most every this many reads when the caller says
@@ -285,7 +292,7 @@ def iter_run_logs(
     task_key: str | None,
     node: int | None,
     follow: bool,
-    until: Callable[[], bool] | None = None,
+    until: EndSignal | None = None,
     attempt: int | None = None,
     since_ns: int | None = None,
     tail: int | None = None,
@@ -296,9 +303,10 @@ def iter_run_logs(
     Nodes and attempts come from the run (each attempt's compute; a retry adds an attempt
     while following). Each read asks every open stream for what is new; a stream closes
     after one read past its attempt's end, and following ends after one read past the
-    run's end (past the task's, with ``task_key``). ``until()``, from a caller that already watches the run, spares most runs/get
-    calls: the run is then read only every few reads (to learn of retries) and once
-    ``until()`` turns true.
+    run's end (past the task's, with ``task_key``). ``until``, set by a caller that already
+    watches the run once it has seen the run end, spares most runs/get calls: the run is
+    then read only every few reads (to learn of retries), and at once when it is set (it
+    ends the pause between reads), so the last read follows the end without a pause.
 
     ``attempt`` keeps one attempt number (0-based, as the API counts); ``since_ns`` starts
     every stream at that time (``airo logs --minutes``), ``tail`` at its last records
@@ -339,9 +347,9 @@ def iter_run_logs(
         # Following one task ends with that task (the rest of its run may go on).
         if not follow or state.has_ended(task_key):
             return emitted
-        yield Sleep(_jittered(FOLLOW_POLL_S, core))
+        yield Sleep(_jittered(FOLLOW_POLL_S, core), wake=_waking(until))
         reads += 1
-        if until is None or reads % _STATE_EVERY_READS == 0 or until():
+        if until is None or reads % _STATE_EVERY_READS == 0 or until.is_set():
             state = yield from get_run(core, run_id)
 
 

@@ -77,9 +77,7 @@ class LogStreamer:
         ended: threading.Event,
     ) -> None:
         try:
-            for record in client.iter_run_logs(
-                run_id, task_key=task_key, follow=True, until=ended.is_set
-            ):
+            for record in client.iter_run_logs(run_id, task_key=task_key, follow=True, until=ended):
                 _log_record(log, record)
         except Exception as exc:  # logs are a convenience: never fail the task for them
             log.info("Log streaming of run %s stopped: %s", run_id, exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -39,6 +40,77 @@ async def test_async_twin_submits_waits_and_streams_logs(workspace_factory):
     assert lines == ["line 1", "line 2", "line 3"]  # followed live, each record once
 
 
+def _printed(client: AirClient, run_id: int, text: str) -> None:
+    """Returns once the run has logged ``text`` (read without following)."""
+    for _ in range(600):
+        if any(text in r.body for r in client.iter_run_logs(run_id)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never logged {text!r}")
+
+
+def _ended_by_cancel(client: AirClient, run_id: int) -> None:
+    client.cancel(run_id)
+    assert client.wait(run_id, poll_interval=0.1).is_terminal
+
+
+def test_a_follower_reads_the_end_at_once_when_the_caller_saw_it(workspace_factory, monkeypatch):
+    """``until`` ends the follower's pause: a task or step that has seen its run end gets
+    the last lines without waiting out a pause between reads (here an hour)."""
+    from air_runtime.client import _runs
+
+    monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        run = client.submit_workload(_workload("wake", "echo first; sleep 600"))
+        _printed(client, run.run_id, "first")
+        ended, read_once = threading.Event(), threading.Event()
+
+        def follow() -> None:
+            for _record in client.iter_run_logs(run.run_id, follow=True, until=ended):
+                read_once.set()
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        assert read_once.wait(60)  # the first read is done: the follower is in its pause
+        _ended_by_cancel(client, run.run_id)
+        ended.set()
+        follower.join(60)
+        assert not follower.is_alive(), "the follower slept its whole pause"
+
+
+def test_an_async_follower_reads_the_end_at_once_when_the_caller_saw_it(
+    workspace_factory, monkeypatch
+):
+    import asyncio
+
+    from air_runtime.client import _runs
+
+    monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)
+    ws = workspace_factory()
+    with AirClient(ws.host, ws.token) as client:
+        run = client.submit_workload(_workload("wake", "echo first; sleep 600"))
+        _printed(client, run.run_id, "first")
+
+        async def main() -> None:
+            ended, read_once = asyncio.Event(), asyncio.Event()
+            async with AsyncAirClient(ws.host, ws.token) as aclient:
+
+                async def follow() -> None:
+                    async for _record in aclient.iter_run_logs(
+                        run.run_id, follow=True, until=ended
+                    ):
+                        read_once.set()
+
+                follower = asyncio.create_task(follow())
+                await asyncio.wait_for(read_once.wait(), 60)
+                await asyncio.to_thread(_ended_by_cancel, client, run.run_id)
+                ended.set()
+                await asyncio.wait_for(follower, 60)  # not the hour's pause
+
+        asyncio.run(main())
+
+
 def test_following_logs_until_the_caller_saw_the_end_asks_no_run_state(workspace_factory):
     ws = workspace_factory()
     with AirClient(ws.host, ws.token) as client:
@@ -49,7 +121,7 @@ def test_following_logs_until_the_caller_saw_the_end_asks_no_run_state(workspace
         followed: list[str] = []
 
         def follow() -> None:
-            for record in client.iter_logs(run.run_id, follow=True, until=ended.is_set):
+            for record in client.iter_logs(run.run_id, follow=True, until=ended):
                 followed.append(record.body)
 
         before = ws.admin.counters()["requests"].get("jobs/runs/get", 0)
