@@ -15,10 +15,11 @@ from airflow_air._task_run import (
     configuration_errors_fail_fast,
     defer_timeout,
     first_poll_at,
+    poll_interval_of,
     try_deadline,
 )
 from airflow_air.exceptions import AirConfigurationError
-from airflow_air.hooks import AirHook, default_poll_interval
+from airflow_air.hooks import AirHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -30,10 +31,6 @@ class AirImageRegistration:
     def __init__(self, task: AirRegisterImageOperator, context: Context) -> None:
         self.task = task
         self.context = context
-
-    def _poll_interval(self) -> float:
-        task = self.task
-        return task.poll_interval if task.poll_interval is not None else default_poll_interval()
 
     def _connection_credential(self) -> DockerCredential | None:
         """The registry login of ``docker_conn_id`` (the core stores it as a secret)."""
@@ -118,14 +115,14 @@ class AirImageRegistration:
                             "message": f"registration FAILED: {reason}",
                         }
                     )
-                self._defer(image)
+                self._defer(image, poll_interval_of(task, client))
             done = client.wait_for_image(
-                image, timeout=task.timeout, poll_interval=self._poll_interval()
+                image, timeout=task.timeout, poll_interval=poll_interval_of(task, client)
             )
             task.log.info("%s is AVAILABLE (%s)", image, done.digest)
             return done.digest
 
-    def _defer(self, image: str) -> None:
+    def _defer(self, image: str, poll_interval: float) -> None:
         from airflow_air.triggers import AirImageTrigger
 
         task = self.task
@@ -137,7 +134,7 @@ class AirImageRegistration:
             trigger=AirImageTrigger(
                 image,
                 databricks_conn_id=task.databricks_conn_id,
-                poll_interval=self._poll_interval(),
+                poll_interval=poll_interval,
                 deadline=deadline,
                 first_poll_at=first_poll_at(),
             ),

@@ -85,6 +85,13 @@ def try_deadline(task: BaseOperator, context: Context) -> float | None:
     return start + task.execution_timeout.total_seconds()
 
 
+def poll_interval_of(task: BaseOperator, client: AirClient) -> float:
+    """Seconds between a wait's polls: the operator's ``poll_interval``, else the client's
+    (the hook sets it from ``[air] default_poll_interval``)."""
+    own = getattr(task, "poll_interval", None)
+    return float(own) if own is not None else client.poll_interval
+
+
 def first_poll_at() -> float:
     """When a trigger created now may first ask the workspace (see ``airflow_air.triggers``)."""
     return time.time() + max(first_poll_delay(), 0.0)
@@ -428,7 +435,7 @@ class AirTaskRun(TaskRun):
                 )
                 self._copy_logs(client, record.run_id)
                 return self._complete(self._outcome(client, state, record), client, state)
-            self._defer(record, client.poll_interval)
+            self._defer(record, poll_interval_of(self.task, client))
         return self._wait_in_worker(client, record)
 
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
@@ -444,7 +451,7 @@ class AirTaskRun(TaskRun):
         )
         return self._complete(self._outcome(client, state, record), client, state)
 
-    def _defer(self, record: RunRecord, default_poll_interval: float) -> None:
+    def _defer(self, record: RunRecord, poll_interval: float) -> None:
         from airflow_air.triggers import AirRunTrigger
 
         task = self.task
@@ -464,9 +471,7 @@ class AirTaskRun(TaskRun):
                 record.run_id,
                 run_page_url=record.run_page_url,
                 databricks_conn_id=task.databricks_conn_id,
-                poll_interval=(
-                    default_poll_interval if task.poll_interval is None else task.poll_interval
-                ),
+                poll_interval=poll_interval,
                 deadline=deadline,
                 cancel_on_kill=task.cancel_on_kill,
                 task_key=self.stage,

@@ -166,6 +166,28 @@ def test_the_hooks_clients_wait_at_the_configured_interval(monkeypatch):
     assert asyncio.run(async_interval()) == 0.25
 
 
+def test_an_operators_own_poll_interval_wins_over_the_hooks(monkeypatch):
+    """What a run's and an image registration's wait (in the worker or deferred) poll at."""
+    from airflow_air._task_run import poll_interval_of
+    from airflow_air.hooks import AirHook
+    from airflow_air.operators import AirRegisterImageOperator, AirRunOperator
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AIR_INTERVAL",
+        json.dumps({"conn_type": "databricks", "host": "http://127.0.0.1:9", "password": "t"}),
+    )
+    monkeypatch.setenv("AIRFLOW__AIR__DEFAULT_POLL_INTERVAL", "0.25")
+    tasks = [
+        AirRunOperator(task_id="run", workload={"command": "true"}),
+        AirRegisterImageOperator(task_id="image", image="python:3.11"),
+    ]
+    with AirHook("air_interval").get_client() as client:
+        for task in tasks:
+            assert poll_interval_of(task, client) == 0.25
+            task.poll_interval = 7.0
+            assert poll_interval_of(task, client) == 7.0
+
+
 @pytest.mark.parametrize(("map_index", "index"), [(-1, None), (None, None), (3, 3)])
 def test_a_task_instances_submission_is_named_in_its_deployment(monkeypatch, map_index, index):
     from types import SimpleNamespace
