@@ -42,7 +42,8 @@ from airflow_air.links import (
     MLFLOW_URL_KEY,
     RUN_ID_KEY,
     RUN_PAGE_URL_KEY,
-    links_to_write,
+    AirMlflowRunLink,
+    AirRunLink,
     outcome_xcoms,
     return_value,
 )
@@ -270,10 +271,14 @@ class TaskRun:
 
     def _offer_links(self, urls: dict[str, str]) -> None:
         """Keep on the running operator only the links Airflow should write when the worker
-        run ends (``links.links_to_write``)."""
+        run ends: ours while ``urls`` has their URL, any other (a subclass's own) as it is."""
         setattr(self.task, LINK_URLS_ATTR, urls)
         # An instance attribute of this try's copy: the Dag's links (serialized, shown) stay.
-        self.task.operator_extra_links = links_to_write(type(self.task).operator_extra_links, urls)
+        self.task.operator_extra_links = tuple(
+            link
+            for link in type(self.task).operator_extra_links
+            if not isinstance(link, AirRunLink | AirMlflowRunLink) or urls.get(link.xcom_key)
+        )
 
     @property
     def worker_run_ends_soon(self) -> bool:

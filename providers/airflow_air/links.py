@@ -9,14 +9,13 @@ finished.
 A try writes each link's XCom once, and only once its URL is known: when a worker run ends,
 Airflow writes the XCom of every link of ``operator_extra_links`` (``task_runner.finalize``),
 so the running operator keeps there only the links whose URL it has and no XCom holds yet
-(``links_to_write``). Otherwise a deferring try would write an empty MLflow link, a resumed
+(``airflow_air._task_run.TaskRun.remember_url``). Otherwise a deferring try would write an empty MLflow link, a resumed
 one both links again, and a try that only cancels (Airflow's ``__fail__``) would blank the
 run page its deferring part had written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
@@ -57,9 +56,7 @@ class AirRunLink(BaseOperatorLink):
 
     name = "AI Runtime run"
 
-    @property
-    def xcom_key(self) -> str:
-        return RUN_PAGE_URL_KEY
+    xcom_key = RUN_PAGE_URL_KEY  # the result XCom that holds the URL
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, RUN_PAGE_URL_KEY)
@@ -70,25 +67,10 @@ class AirMlflowRunLink(BaseOperatorLink):
 
     name = "MLflow run"
 
-    @property
-    def xcom_key(self) -> str:
-        return MLFLOW_URL_KEY
+    xcom_key = MLFLOW_URL_KEY  # the result XCom that holds the URL
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _url(operator, ti_key, MLFLOW_URL_KEY)
-
-
-def links_to_write(
-    links: Collection[BaseOperatorLink], urls: Mapping[str, str]
-) -> tuple[BaseOperatorLink, ...]:
-    """The links of ``links`` whose XCom Airflow should write when this worker run ends: ours
-    while ``urls`` (the running operator's ``LINK_URLS_ATTR``) has a URL for them; any other
-    link (a subclass's own) as it is."""
-    return tuple(
-        link
-        for link in links
-        if not isinstance(link, AirRunLink | AirMlflowRunLink) or urls.get(link.xcom_key)
-    )
 
 
 # --- the XComs a try pushes -----------------------------------------------------------------
