@@ -201,9 +201,7 @@ class TaskRun:
         # The run was submitted by this try (not an earlier try's, reattached): it has just
         # started, so there is no point asking whether it has already ended.
         self.own_run = False
-        # The links whose XCom this try holds already (``links`` says who writes which).
-        self.links_written: set[str] = set()
-        self._offer_links({})
+        self._offer_links({})  # no URL yet: Airflow writes none of our links
 
     def redact(self, text: str) -> str:
         return text
@@ -251,7 +249,6 @@ class TaskRun:
         """Push ``links.outcome_xcoms`` from a worker; returns the return value."""
         xcoms, result = outcome_xcoms(outcome), return_value(outcome)
         ti = self.context["ti"]
-        self.remember_url(RUN_PAGE_URL_KEY, outcome.run_page_url)
         for key, value in xcoms.items():
             ti.xcom_push(key=key, value=value)
             if key == MLFLOW_URL_KEY:
@@ -259,13 +256,12 @@ class TaskRun:
         return result
 
     def remember_url(self, key: str, url: str, *, written: bool = False) -> None:
-        """A link's URL, for Airflow to write as the worker run ends, unless this try holds its
-        XCom already (``written``: pushed just now, or earlier in the try)."""
-        if written:
-            self.links_written.add(key)
+        """A link's URL, for Airflow to write as the worker run ends, unless this try has
+        just pushed its XCom (``written``). A resumed try's operator is new: the run page its
+        deferring worker run left is not written again."""
         # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
         urls = {k: v for k, v in getattr(self.task, LINK_URLS_ATTR).items() if k != key}
-        if url and key not in self.links_written:
+        if url and not written:
             urls[key] = url
         self._offer_links(urls)
 
@@ -342,8 +338,6 @@ class AirTaskRun(TaskRun):
 
         if not event:
             raise AirflowException("the trigger ended without an event")
-        # Airflow wrote the run page as the worker run that deferred ended.
-        self.links_written.add(RUN_PAGE_URL_KEY)
         outcome = RunOutcome.from_event(event)
         if event.get("submission"):  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(

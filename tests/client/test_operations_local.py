@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -41,12 +40,11 @@ async def test_async_twin_submits_waits_and_streams_logs(workspace_factory):
 
 
 def _printed(client: AirClient, run_id: int, text: str) -> None:
-    """Returns once the run has logged ``text`` (read without following)."""
-    for _ in range(600):
-        if any(text in r.body for r in client.iter_run_logs(run_id)):
+    """Returns once the run has logged ``text`` (its logs followed until then)."""
+    for record in client.iter_run_logs(run_id, follow=True):
+        if text in record.body:
             return
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never logged {text!r}")
+    raise AssertionError(f"run {run_id} ended without logging {text!r}")
 
 
 def _ended_by_cancel(client: AirClient, run_id: int) -> None:
@@ -59,11 +57,11 @@ def test_a_follower_reads_the_end_at_once_when_the_caller_saw_it(workspace_facto
     the last lines without waiting out a pause between reads (here an hour)."""
     from air_runtime.client import _runs
 
-    monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)
     ws = workspace_factory()
     with AirClient(ws.host, ws.token) as client:
         run = client.submit_workload(_workload("wake", "echo first; sleep 600"))
         _printed(client, run.run_id, "first")
+        monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)  # from now on a pause is an hour
         ended, read_once = threading.Event(), threading.Event()
 
         def follow() -> None:
@@ -86,11 +84,11 @@ def test_an_async_follower_reads_the_end_at_once_when_the_caller_saw_it(
 
     from air_runtime.client import _runs
 
-    monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)
     ws = workspace_factory()
     with AirClient(ws.host, ws.token) as client:
         run = client.submit_workload(_workload("wake", "echo first; sleep 600"))
         _printed(client, run.run_id, "first")
+        monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)  # from now on a pause is an hour
 
         async def main() -> None:
             ended, read_once = asyncio.Event(), asyncio.Event()
