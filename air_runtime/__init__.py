@@ -1,8 +1,9 @@
 """air-orchestration's orchestrator-neutral core for Databricks AI Runtime.
 
 Workload validation, submission plans, states and errors load eagerly (they are cheap);
-the HTTP client, auth and watcher load on first use so that importing ``air_runtime`` from a
-DAG file does not pull in httpx.
+the HTTP client, auth, watcher, Docker references and templating load on first use so that
+importing ``air_runtime`` from a DAG file does not pull in httpx, and a task that submits
+does not pay for what it does not use.
 """
 
 from __future__ import annotations
@@ -10,13 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from air_runtime._docker_credentials import DockerCredential, find_docker_credentials
-from air_runtime._docker_ref import (
-    DockerRef,
-    DockerRefError,
-    normalize_docker_ref,
-    parse_docker_ref,
-)
 from air_runtime._errors import (
     AirError,
     AuthError,
@@ -33,12 +27,6 @@ from air_runtime._errors import (
 )
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
-from air_runtime._templates import (
-    has_template_placeholders,
-    render_workload_sample,
-    sample_template_context,
-    workload_template_environment,
-)
 from air_runtime.plan import (
     CodeSnapshot,
     Stage,
@@ -68,9 +56,21 @@ if TYPE_CHECKING:
     from air_runtime._auth import SdkConfigCredentials as SdkConfigCredentials
     from air_runtime._auth import StaticToken as StaticToken
     from air_runtime._auth import normalize_host as normalize_host
+    from air_runtime._docker_credentials import DockerCredential as DockerCredential
+    from air_runtime._docker_credentials import find_docker_credentials as find_docker_credentials
+    from air_runtime._docker_ref import DockerRef as DockerRef
+    from air_runtime._docker_ref import DockerRefError as DockerRefError
+    from air_runtime._docker_ref import normalize_docker_ref as normalize_docker_ref
+    from air_runtime._docker_ref import parse_docker_ref as parse_docker_ref
     from air_runtime._submission import RunOutcome as RunOutcome
     from air_runtime._submission import Submission as Submission
     from air_runtime._submission import SubmissionKey as SubmissionKey
+    from air_runtime._templates import has_template_placeholders as has_template_placeholders
+    from air_runtime._templates import render_workload_sample as render_workload_sample
+    from air_runtime._templates import sample_template_context as sample_template_context
+    from air_runtime._templates import (
+        workload_template_environment as workload_template_environment,
+    )
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
@@ -99,6 +99,16 @@ _LAZY = {
     "SdkConfigCredentials": "air_runtime._auth",
     "StaticToken": "air_runtime._auth",
     "normalize_host": "air_runtime._auth",
+    "DockerCredential": "air_runtime._docker_credentials",
+    "find_docker_credentials": "air_runtime._docker_credentials",
+    "DockerRef": "air_runtime._docker_ref",
+    "DockerRefError": "air_runtime._docker_ref",
+    "normalize_docker_ref": "air_runtime._docker_ref",
+    "parse_docker_ref": "air_runtime._docker_ref",
+    "has_template_placeholders": "air_runtime._templates",
+    "render_workload_sample": "air_runtime._templates",
+    "sample_template_context": "air_runtime._templates",
+    "workload_template_environment": "air_runtime._templates",
 }
 
 

@@ -23,7 +23,6 @@ import io
 import os
 import posixpath
 import subprocess
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -307,6 +306,8 @@ def _plain_archive(root: Path, includes: tuple[str, ...], in_git: bool) -> bytes
         while parent:
             folders.add(f"{prefix}/{parent}")
             parent = posixpath.dirname(parent)
+    import tarfile  # only a pack needs it (and not every process that submits)
+
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped,

@@ -2,6 +2,7 @@
 
 They differ only where I/O happens: sending a request, sleeping, running sub-flows
 concurrently (threads vs. tasks), running blocking work, asking credentials for headers.
+The image flows (``_images``) are imported where used: most clients never register one.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from .._auth import Credentials, resolve_credentials
-from .._docker_credentials import DockerCredential
 from .._redaction import Redactor
 from .._states import RunState
-from . import _identity, _images, _runs, _secrets, _submit
+from . import _identity, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
     ClientCore,
@@ -46,6 +46,7 @@ from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
 
 if TYPE_CHECKING:
+    from .._docker_credentials import DockerCredential
     from ..plan import Stage, SubmissionPlan
     from ..workload import Workload
 
@@ -418,6 +419,7 @@ class AirClient(_BaseClient, SyncOperations):
         Credentials: the secret ``credentials_scope``/``credentials_key``, else
         ``docker_credential`` (stored as a secret first), else what ``docker login`` left
         on this machine, else none."""
+        from . import _images
         return self._run(
             _images.register_image(
                 self._core,
@@ -430,23 +432,27 @@ class AirClient(_BaseClient, SyncOperations):
         )
 
     def get_image(self, ref: str) -> ImageRegistration | None:
+        from . import _images
         return self._run(_images.get_image(self._core, ref))
 
     def wait_for_image(
         self,
         ref: str,
         *,
-        timeout: float = _images.IMAGE_WAIT_TIMEOUT_S,
-        poll_interval: float = _images.IMAGE_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        poll_interval: float | None = None,
     ) -> ImageRegistration:
+        from . import _images
         return self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
     def check_image_access(self, ref: str) -> bool | None:
+        from . import _images
         return self._run(_images.check_image_access(self._core, ref))
 
     def ensure_images_registered(self, plan: SubmissionPlan) -> None:
+        from . import _images
         self._run(_images.ensure_images_registered(self._core, plan.docker_images))
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -743,6 +749,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         Credentials: the secret ``credentials_scope``/``credentials_key``, else
         ``docker_credential`` (stored as a secret first), else what ``docker login`` left
         on this machine, else none."""
+        from . import _images
         return await self._run(
             _images.register_image(
                 self._core,
@@ -755,23 +762,27 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         )
 
     async def get_image(self, ref: str) -> ImageRegistration | None:
+        from . import _images
         return await self._run(_images.get_image(self._core, ref))
 
     async def wait_for_image(
         self,
         ref: str,
         *,
-        timeout: float = _images.IMAGE_WAIT_TIMEOUT_S,
-        poll_interval: float = _images.IMAGE_POLL_INTERVAL_S,
+        timeout: float | None = None,
+        poll_interval: float | None = None,
     ) -> ImageRegistration:
+        from . import _images
         return await self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
     async def check_image_access(self, ref: str) -> bool | None:
+        from . import _images
         return await self._run(_images.check_image_access(self._core, ref))
 
     async def ensure_images_registered(self, plan: SubmissionPlan) -> None:
+        from . import _images
         await self._run(_images.ensure_images_registered(self._core, plan.docker_images))
 
     # --- lifecycle ----------------------------------------------------------------------

@@ -182,8 +182,14 @@ def _post_anonymous(core: ClientCore, url: str) -> Flow[ImageRegistration]:
 
 
 def wait_for_image(
-    core: ClientCore, reference: str, *, timeout: float, poll_interval: float
+    core: ClientCore,
+    reference: str,
+    *,
+    timeout: float | None = None,
+    poll_interval: float | None = None,
 ) -> Flow[ImageRegistration]:
+    timeout = IMAGE_WAIT_TIMEOUT_S if timeout is None else timeout
+    poll_interval = IMAGE_POLL_INTERVAL_S if poll_interval is None else poll_interval
     url = normal_image(reference)
     deadline = time.monotonic() + timeout
     while True:

@@ -29,7 +29,6 @@ from .._errors import (
 )
 from .._snapshot import PackedSnapshot, artifact_dir
 from .._states import mlflow_ids
-from . import _images
 from ._core import ClientCore, Flow, RetryPolicy, Sleep, SubmittedRun, gather, offload
 from ._identity import whoami
 from ._policies import resolve_usage_policy
@@ -285,7 +284,11 @@ def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
     # Images: `auto` ones must be registered (waited for while still importing); `latest`
     # ones are registered again and waited for.
     required = plan.required_images()
-    checks = [_images.prepare_images(core, required)] if required else []
+    checks = []
+    if required:
+        from ._images import prepare_images  # most submits name no image to prepare
+
+        checks = [prepare_images(core, required)]
     first = yield from gather(
         [*preflight, *policy, *snapshots, *checks, *folders],
         max(1, len(preflight) + len(policy) + len(snapshots) + len(checks) + len(folders)),

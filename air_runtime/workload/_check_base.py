@@ -8,7 +8,6 @@ them over one report, so the user sees every problem of the workload at once.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -123,6 +122,8 @@ class Section:
 
     def unknown_key(self, path: str, key: str, allowed: tuple[str, ...]) -> None:
         where = child_path(path, key)
+        import difflib  # only a refusal suggests
+
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}?" if close else f"valid keys here: {', '.join(allowed)}"
         self.add(where, f"unknown key {key!r} in {path or 'the workload'}", hint, at_key=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from air_runtime.workload._check_base import Section, _short
@@ -42,6 +41,8 @@ class ComputeRules(Section):
                     out["accelerator_type"] = acc
                     gpus = GPUS_PER_NODE[acc]
                 else:
+                    import difflib  # only a refusal suggests
+
                     close = difflib.get_close_matches(acc, list(GPUS_PER_NODE), n=1, cutoff=0.6)
                     hint = f"valid values: {valid}" + (
                         f" (did you mean {close[0]!r}?)" if close else ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from air_runtime._docker_ref import DockerRefError, normalize_docker_ref
 from air_runtime.workload._check_base import Section, _is_int, _short, _type_name
 from air_runtime.workload._models import default_environment_version
 
@@ -145,6 +144,8 @@ class EnvironmentRules(Section):
         else:
             url = self.string(data["url"], f"{path}.url")
             if url is not None:
+                from air_runtime._docker_ref import DockerRefError, normalize_docker_ref
+
                 try:
                     out["url"] = normalize_docker_ref(url)
                 except DockerRefError as exc:

@@ -48,13 +48,38 @@ def _printable(ch: str) -> bool:
     )
 
 
+class _CharPattern:
+    """A pattern over characters, with an ASCII form for ASCII text (nearly every value).
+
+    Compiling the Unicode forms costs every process that writes a workload ~12 ms (most of
+    it the class of ``_SPECIAL``); they are compiled only when a value needs them.
+    """
+
+    def __init__(self, ascii_only: str, full: str) -> None:
+        self._ascii = re.compile(ascii_only)
+        self._source = full
+        self._full: re.Pattern[str] | None = None
+
+    def search(self, value: str) -> re.Match[str] | None:
+        if value.isascii():
+            return self._ascii.search(value)
+        if self._full is None:
+            self._full = re.compile(self._source)
+        return self._full.search(value)
+
+
 # A character no style but double quotes can hold: not printable for libyaml
 # (``is_printable``), other than a tab (fine, as in go-yaml v3) and line breaks.
-_SPECIAL = re.compile("[^\t\n\r\x85\u2028\u2029\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd]")
-_SPACE_BREAK = re.compile("[ ][\r\n\x85\u2028\u2029]|[\r\n\x85\u2028\u2029][ ]")
-_ANY_BREAK = re.compile("[\r\n\x85\u2028\u2029]")
+_SPECIAL = _CharPattern(
+    "[^\t\n\r\x20-\x7e]",
+    "[^\t\n\r\x85\u2028\u2029\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd]",
+)
+_SPACE_BREAK = _CharPattern(
+    "[ ][\r\n]|[\r\n][ ]", "[ ][\r\n\x85\u2028\u2029]|[\r\n\x85\u2028\u2029][ ]"
+)
+_ANY_BREAK = _CharPattern("[\r\n]", "[\r\n\x85\u2028\u2029]")
 _PRINTABLE_ASCII = re.compile("[\x20-\x7e]+")
-_NON_NEWLINE_BREAK = re.compile("[\r\x85\u2028\u2029]")
+_NON_NEWLINE_BREAK = _CharPattern("[\r]", "[\r\x85\u2028\u2029]")
 
 
 def _special(value: str) -> bool:

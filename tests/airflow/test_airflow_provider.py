@@ -100,6 +100,27 @@ def test_importing_the_operators_module_stays_cheap():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow
+def test_a_submitting_try_imports_only_what_its_submit_needs():
+    """Every task process imports what its try runs: a workload with no image, no code
+    snapshot and no refused key loads neither the image flows, the Docker reference parser,
+    tar, difflib nor the templating helpers of the core."""
+    code = (
+        "import sys, airflow.sdk; import airflow_air._task_run; "
+        "from air_runtime import build_plan, load_workload; "
+        "w = load_workload({'experiment_name': 'e', 'command': 'python t.py', "
+        "'compute': {'accelerator_type': 'GPU_1xA10', 'num_accelerators': 1}}); "
+        "build_plan(w, user_name='u@example.com', idempotency_token='t'); "
+        "print(sorted(m for m in ('tarfile', 'difflib', 'air_runtime.client._images', "
+        "'air_runtime._docker_ref', 'air_runtime._docker_credentials', "
+        "'air_runtime._templates') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("conn", [{"extra": json.dumps({"token": "t"})}, {"password": "t"}])
 def test_hook_reads_databricks_connections(conn):
     from airflow.sdk import Connection

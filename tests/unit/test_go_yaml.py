@@ -62,3 +62,38 @@ def test_python_values_take_go_yamls_forms() -> None:
     assert go_yaml_dump({"b": "true", "a": 1e-05, "c": [1, {"d": None}], "e": "x\ny\n", "f": ""}) == (
         'b: "true"\na: 1e-05\nc:\n    - 1\n    - d: null\ne: |\n    x\n    y\nf: ""\n'
     )
+
+
+def test_ascii_forms_of_the_character_patterns_agree_with_the_unicode_ones() -> None:
+    """Each pattern answers ASCII text with its small form (the Unicode class costs ~10 ms to
+    compile in every process that writes a workload): both forms must agree."""
+    import random
+    import re
+
+    from air_runtime.workload import _go_yaml
+
+    patterns = [
+        _go_yaml._SPECIAL,
+        _go_yaml._SPACE_BREAK,
+        _go_yaml._ANY_BREAK,
+        _go_yaml._NON_NEWLINE_BREAK,
+    ]
+    ascii_chars = [chr(i) for i in range(128)]
+    other = [chr(i) for i in range(128, 0x300)] + list("\u2028\u2029\ufeff\ud7ff\ue000\ufffe")
+    rng = random.Random(7)
+    for pattern in patterns:
+        full = re.compile(pattern._source)
+        for _ in range(5000):
+            value = "".join(
+                rng.choice(ascii_chars if rng.random() < 0.8 else other)
+                for _ in range(rng.randint(0, 6))
+            )
+            assert (pattern.search(value) is None) == (full.search(value) is None), repr(value)
+
+
+def test_ascii_text_never_compiles_the_unicode_class() -> None:
+    from air_runtime.workload import _go_yaml
+
+    fresh = _go_yaml._CharPattern("[^a]", "[^a\u00e9]")
+    assert fresh.search("abc") is not None and fresh._full is None
+    assert fresh.search("a\u00e9") is None and fresh._full is not None
