@@ -9,7 +9,8 @@ worker gets the same one back). Its life:
    runs ended (the *sweep*), write this submission's orchestrator-held values under keys of
    its own, and rewrite the workload to carry ``scope/key`` references only;
 2. ``submit`` a generation (its idempotency token comes from the key), then mark the keys
-   with the run that reads them;
+   with the run that reads them; or ``plan`` it here and send the plan from elsewhere (an
+   Airflow trigger), which the token makes as safe to repeat as a submit;
 3. read the ``outcome`` of the run, or of one of its tasks (a workflow stage ends before its
    run does);
 4. ``finish``: delete the keys, but only once the *whole* run has ended (the platform reads
@@ -40,7 +41,7 @@ from .plan import make_idempotency_token
 
 if TYPE_CHECKING:
     from .client import AirClient, AsyncAirClient, SubmittedRun
-    from .plan import Stage
+    from .plan import Stage, SubmissionPlan
     from .workload import Workload
 
 T = TypeVar("T")
@@ -345,6 +346,30 @@ class Submission:
         """Submit generation ``generation`` (the same generation gives the same run back)
         and mark the keys with its run."""
         return _run_sync(client, self.submit_flow(client._core, workload, generation, run_name))
+
+    def plan(
+        self,
+        client: AirClient,
+        workload: Workload | Sequence[Stage],
+        generation: int | str,
+        *,
+        run_name: str | None = None,
+    ) -> SubmissionPlan:
+        """What ``submit`` would send for generation ``generation``, to be sent elsewhere
+        with ``client.submit(plan)`` (an Airflow trigger): the token is the generation's, so
+        sending it again, from anywhere, gives the same run back. Only for a submission that
+        stores no secret keys (nothing would mark them with the run)."""
+        if self.secrets:
+            raise RuntimeError("a submission with secret keys is submitted with submit()")
+        return _run_sync(
+            client,
+            _submit.plan_workload(
+                client._core,
+                workload,
+                idempotency_token=self.key.idempotency_token(generation),
+                run_name=run_name,
+            ),
+        )
 
     def attach(self, run_id: int, run_page_url: str = "") -> Submission:
         """Follow a run submitted earlier (a reattaching retry, a workflow stage)."""

@@ -116,7 +116,19 @@ def _p7(r: dict[str, Any]) -> tuple[str, str]:
         f"{fmt(air['triggerer_peak_rss_kb_per_waiting_task'], 2)} KB peak RSS per task (floor "
         f"{fmt(floor['triggerer_cpu_ms_per_task'], 2)} ms, "
         f"{fmt(floor['triggerer_peak_rss_kb_per_waiting_task'], 2)} KB); "
-        f"{fmt(air['workspace_requests_per_s'], 2)} req/s",
+        f"{fmt(air['workspace_requests_per_s'], 2)} req/s"
+        + _p7_planned(r.get("air_submit_in_triggerer"), floor),
+    )
+
+
+def _p7_planned(planned: dict[str, Any] | None, floor: dict[str, Any]) -> str:
+    """The same sweep with submit_in_triggerer (results from before it existed lack it)."""
+    if not planned:
+        return ""
+    return (
+        f"; with submit_in_triggerer {fmt(planned['wall_s'])} s "
+        f"({fmt(planned['wall_s'] / floor['wall_s'], 2)}x), "
+        f"{planned['remote_runs']['duplicates']} duplicates, {planned['remote_runs']['lost']} lost"
     )
 
 

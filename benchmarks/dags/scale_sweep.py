@@ -1,7 +1,8 @@
 """The DAGs of the deployment benchmark (P7): one sweep of N deferrable tasks each.
 
 ``air_sweep`` maps ``AirRunOperator`` over N trials, each a run that the local workspace (in
-simulate mode) holds for its own ``AIRO_SIMULATE`` running time; ``floor_sweep`` maps
+simulate mode) holds for its own ``AIRO_SIMULATE`` running time (``air_planned_sweep``: the
+same, each trial submitted by its trigger, ``submit_in_triggerer``); ``floor_sweep`` maps
 Airflow's own deferrable ``WaitSensor`` over the same durations, so its wall time is what the
 deployment needs for the same waiting with no remote runs at all; ``zero_worker_sweep`` is
 the same waiting with no worker at all: N ``DateTimeSensorAsync`` tasks that start and end in
@@ -39,25 +40,33 @@ def _dag(dag_id: str) -> DAG:
     )
 
 
-with _dag("air_sweep"):
-    AirRunOperator.partial(
-        task_id="trial",
-        workload={
-            "experiment_name": "air_sweep",
-            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
-            "max_retries": 0,
-            "command": "python train.py",
-        },
-        deferrable=True,
-    ).expand(
-        overrides=[
-            {
-                "experiment_name": f"air_sweep_{i:04d}",
-                "env_variables.AIRO_SIMULATE": f"pending_s=0,running_s={seconds:g}",
-            }
-            for i, seconds in enumerate(DURATIONS)
-        ]
-    )
+def _air_sweep(dag_id: str, **operator_kwargs: object) -> None:
+    """One deferrable AirRunOperator mapped over the trials, each run named <dag_id>_NNNN."""
+    with _dag(dag_id):
+        AirRunOperator.partial(
+            task_id="trial",
+            workload={
+                "experiment_name": dag_id,
+                "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                "max_retries": 0,
+                "command": "python train.py",
+            },
+            deferrable=True,
+            **operator_kwargs,
+        ).expand(
+            overrides=[
+                {
+                    "experiment_name": f"{dag_id}_{i:04d}",
+                    "env_variables.AIRO_SIMULATE": f"pending_s=0,running_s={seconds:g}",
+                }
+                for i, seconds in enumerate(DURATIONS)
+            ]
+        )
+
+
+_air_sweep("air_sweep")
+# The same trials, each submitted by its trigger.
+_air_sweep("air_planned_sweep", submit_in_triggerer=True)
 
 with _dag("floor_sweep"):
     # A plain number would be minutes to WaitSensor.

@@ -101,6 +101,14 @@ def is_first_try(context: Context) -> bool:
     return int(getattr(context["ti"], "try_number", 0) or 0) == 1
 
 
+def first_try_generation(context: Context, task: BaseOperator) -> str | None:
+    """The generation a first try submits (``<clear>.0``, as ``submit_generations`` names
+    it); None for a later try, which looks for an earlier try's run first (``reattach``)."""
+    if not is_first_try(context):
+        return None
+    return f"{clear_generation(context, task)}.0"
+
+
 def _task_state_store(context: Context) -> Any:
     try:
         return context.get("task_state_store")

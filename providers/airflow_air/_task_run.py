@@ -4,7 +4,9 @@ Only imported from ``execute`` (it pulls in the core client). The life of the su
 (secret keys, submit, outcome, deleting the keys) is the core's; this module adds what is
 Airflow's, each step once and in order:
 
-1. the generation to own (``airflow_air._generations``: the task state store, token probing);
+1. the generation to own (``airflow_air._generations``: the task state store, token probing),
+   or, for a first try that leaves its submit to the trigger (``submit_in_triggerer``), the
+   plan of its first generation;
 2. the XComs and links of the run;
 3. the wait: in the worker (streaming every node's log lines into the task log) or in the
    triggerer (``AirRunTrigger``), a run that has already ended being finished here without
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
 from airflow_air._deployment import submission_key
-from airflow_air._generations import RunRecord, own_run
+from airflow_air._generations import RunRecord, first_try_generation, own_run
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import (
     AirHook,
@@ -36,6 +38,7 @@ from airflow_air.hooks import (
     default_secret_scope,
     defer_timeout_grace,
     first_poll_delay,
+    submits_in_triggerer,
 )
 from airflow_air.links import (
     LINK_URLS_ATTR,
@@ -51,7 +54,7 @@ from airflow_air.links import (
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
-    from air_runtime import AirClient, Redactor, RunState, Stage, Workload
+    from air_runtime import AirClient, Redactor, RunState, Stage, SubmissionPlan, Workload
     from airflow_air.operators import AirRunOperator
 
 
@@ -322,6 +325,14 @@ class AirTaskRun(TaskRun):
                 # The submit's first request goes out while the deployment namespace is read.
                 client.prefetch_identity()
                 self._open(client)
+                plan, why = self._trigger_plan(client, workload)
+                if plan is not None:
+                    self.log.info(
+                        "Deferring before the submit: the triggerer submits run %s", plan.run_name
+                    )
+                    self._defer(poll_interval_of(task, client), plan=plan)
+                if why:
+                    self.log.info("Submitting in the worker: %s", why)
                 record = self.own(client, lambda: self._with_secrets(client, workload))
             task._run_id = record.run_id
             task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
@@ -339,6 +350,13 @@ class AirTaskRun(TaskRun):
         if not event:
             raise AirflowException("the trigger ended without an event")
         outcome = RunOutcome.from_event(event)
+        if not outcome.run_id:  # the trigger's submit made no run (submit_in_triggerer)
+            message = self.redact(outcome.message or "the trigger made no run")
+            if event.get("refused"):  # as a refusal in a worker: no retry can fix it
+                raise AirConfigurationError(message)
+            raise AirflowException(message)
+        if event.get("run_xcoms_pending"):  # the trigger submitted but could not write them
+            self.push_run_xcoms(outcome.run_id, outcome.run_page_url)
         if event.get("submission"):  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
@@ -363,10 +381,12 @@ class AirTaskRun(TaskRun):
         except Exception as exc:
             self.task.log.warning("Could not find the run to cancel: %s", exc)
             return
-        if run_id is None:
-            return
         try:
             with AirHook(self.task.databricks_conn_id).get_client() as client:
+                if run_id is None:
+                    run_id = self._trigger_submitted_run(client)
+                if run_id is None:
+                    return
                 if client.get_run(run_id).is_terminal:
                     return
                 submission = self.submission or self.open_submission()
@@ -375,7 +395,44 @@ class AirTaskRun(TaskRun):
         except Exception as exc:
             self.task.log.warning("Could not cancel run %s: %s", run_id, self.redact(str(exc)))
 
+    def _trigger_submitted_run(self, client: AirClient) -> int | None:
+        """The run of a try that left its submit to the trigger and knows no run id (the
+        trigger never wrote it): sending the same plan again returns that run, or makes it
+        now, so it is cancelled either way and no late submit can start it unseen."""
+        plan, _ = self._trigger_plan(client, self._workload())
+        if plan is None:
+            return None
+        submitted = client.submit(plan)
+        self.push_run_xcoms(submitted.run_id, submitted.run_page_url)
+        return submitted.run_id
+
     # --- 1. the run -------------------------------------------------------------------------
+
+    def _trigger_plan(
+        self, client: AirClient, workload: Workload
+    ) -> tuple[SubmissionPlan | None, str]:
+        """The first generation's plan when this try leaves the submit to the trigger
+        (``submit_in_triggerer``); else None and why not ("" when the option is off)."""
+        task = self.task
+        if not (
+            task.deferrable
+            and task.wait_for_termination
+            and self.stage is None
+            and submits_in_triggerer(task.submit_in_triggerer)
+        ):
+            return None, ""
+        generation = first_try_generation(self.context, task)
+        if generation is None:
+            return None, "a retry looks for the run of an earlier try first"
+        if task.secret_env:
+            return None, "its secret_env values are stored from the worker"
+        submission = self.submission or self.open_submission()
+        plan = submission.plan(client, workload, generation)
+        if plan.code_snapshots:
+            return None, "its code snapshot is packed on this machine"
+        if plan.required_images():
+            return None, "its Docker image is registered from this machine"
+        return plan, ""
 
     def _open(self, client: AirClient) -> None:
         """This try's redaction (every secret value it may see), log and submission."""
@@ -434,7 +491,7 @@ class AirTaskRun(TaskRun):
                 )
                 self._copy_logs(client, record.run_id)
                 return self._complete(self._outcome(client, state, record), client, state)
-            self._defer(record, poll_interval_of(self.task, client))
+            self._defer(poll_interval_of(self.task, client), record)
         return self._wait_in_worker(client, record)
 
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
@@ -450,7 +507,14 @@ class AirTaskRun(TaskRun):
         )
         return self._complete(self._outcome(client, state, record), client, state)
 
-    def _defer(self, record: RunRecord, poll_interval: float) -> None:
+    def _defer(
+        self,
+        poll_interval: float,
+        record: RunRecord | None = None,
+        *,
+        plan: SubmissionPlan | None = None,
+    ) -> None:
+        """Defer on ``record``'s run, or on ``plan``, which the trigger submits first."""
         from airflow_air.triggers import AirRunTrigger
 
         task = self.task
@@ -463,12 +527,16 @@ class AirTaskRun(TaskRun):
         why_worker = task.worker_finish_reason(self.stage)
         if why_worker is not None:
             self.log.info("A success resumes in a worker: %s", why_worker)
-        with_keys = self._submission_with_keys(record.run_id, record.run_page_url)
+        # A planned run stores no secret keys (``_trigger_plan``).
+        with_keys = (
+            self._submission_with_keys(record.run_id, record.run_page_url) if record else None
+        )
         submission = with_keys.to_json() if with_keys is not None else None
         task.defer(
             trigger=AirRunTrigger(
-                record.run_id,
-                run_page_url=record.run_page_url,
+                record.run_id if record is not None else None,
+                run_page_url=record.run_page_url if record is not None else "",
+                plan=plan.to_json() if plan is not None else None,
                 databricks_conn_id=task.databricks_conn_id,
                 poll_interval=poll_interval,
                 deadline=deadline,

@@ -51,6 +51,19 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "10",
                         "default": "5",
                     },
+                    "submit_in_triggerer": {
+                        "description": "Default of AirRunOperator's submit_in_triggerer: a "
+                        "deferrable task's first try defers before its submit, and the trigger "
+                        "submits the planned run (same idempotency token, so a restarted "
+                        "trigger gets the same run). The worker run of a sweep's trial then "
+                        "ends without a round trip to the workspace beyond the user lookup. "
+                        "Tasks with secret_env, a local code snapshot or a Docker image to "
+                        "register still submit in the worker.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                     "trigger_first_poll_delay": {
                         "description": "Seconds a deferred operator's trigger waits before its "
                         "first status request. Airflow 3.3 can fail a deferred task whose "

@@ -86,6 +86,15 @@ def completed_log_lines() -> int:
     return conf.getint("air", "completed_log_lines", fallback=10_000)
 
 
+def submits_in_triggerer(task_option: bool | None) -> bool:
+    """An operator's ``submit_in_triggerer``, else ``[air] submit_in_triggerer``."""
+    if task_option is not None:
+        return bool(task_option)
+    from airflow.sdk import conf
+
+    return conf.getboolean("air", "submit_in_triggerer", fallback=False)
+
+
 def default_secret_scope() -> str:
     from airflow.sdk import conf
 

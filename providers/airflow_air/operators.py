@@ -63,6 +63,15 @@ class AirRunOperator(BaseOperator):
         lines). Failures always resume in a worker. Kept in the worker when the task has
         ``outlets``, an ``on_success_callback``, ``multiple_outputs``, or the deployment has
         listeners or a custom XCom backend (``worker_finish_reason``).
+    :param submit_in_triggerer: when deferrable, let a first try defer right after planning
+        its run, and the trigger submit it (default ``[air] submit_in_triggerer``, False):
+        the worker run skips the submit's round trips to the workspace, which is most of a
+        sweep trial's worker time. The run is the same (the plan carries the generation's
+        idempotency token, so a restarted trigger gets the same run back); the ``run_id`` and
+        ``run_page_url`` XComs (and the live link) appear once the trigger has submitted; a
+        workload the workspace refuses fails the task without retries, as in a worker. A try
+        with ``secret_env``, a local code snapshot or a Docker image to register, a retry
+        and a workflow stage submit in the worker.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -97,6 +106,7 @@ class AirRunOperator(BaseOperator):
         wait_for_termination: bool = True,
         stream_logs: bool = True,
         finish_in_triggerer: bool = True,
+        submit_in_triggerer: bool | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -120,6 +130,7 @@ class AirRunOperator(BaseOperator):
         self.wait_for_termination = wait_for_termination
         self.stream_logs = stream_logs
         self.finish_in_triggerer = finish_in_triggerer
+        self.submit_in_triggerer = submit_in_triggerer  # None: [air] submit_in_triggerer
         self.databricks_conn_id = databricks_conn_id
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None

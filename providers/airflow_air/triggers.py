@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
+from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
 
 if TYPE_CHECKING:
     from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState
@@ -101,8 +102,12 @@ class AirRunTrigger(BaseTrigger):
     ``cancel_on_kill``) or ``error`` (the workspace could not be asked), plus ``run_id``,
     ``run_page_url``, ``result_state`` and the MLflow ids when known.
 
-    :param run_id: the run to wait for.
+    :param run_id: the run to wait for; None with ``plan``.
     :param run_page_url: its page, echoed in the event.
+    :param plan: an ``air_runtime.SubmissionPlan`` (``to_json``) to submit first, for an
+        operator's ``submit_in_triggerer``: its idempotency token makes the submit safe to
+        repeat (a restarted trigger submits again and gets the same run). The trigger then
+        writes the ``run_id`` and ``run_page_url`` XComs, as a worker does after its submit.
     :param databricks_conn_id: the ``databricks`` connection of the workspace.
     :param poll_interval: seconds between status refreshes (shared watcher interval).
     :param deadline: wall-clock time (``time.time()``) after which the wait ends with a
@@ -125,9 +130,10 @@ class AirRunTrigger(BaseTrigger):
 
     def __init__(
         self,
-        run_id: int,
+        run_id: int | None,
         *,
         run_page_url: str = "",
+        plan: dict[str, Any] | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 5.0,
         deadline: float | None = None,
@@ -141,8 +147,11 @@ class AirRunTrigger(BaseTrigger):
         stream_logs: bool = True,
     ) -> None:
         super().__init__()
-        self.run_id = int(run_id)
+        if run_id is None and not plan:
+            raise ValueError("AirRunTrigger needs a run_id or a plan to submit")
+        self.run_id = int(run_id) if run_id is not None else 0  # 0: not submitted yet
         self.run_page_url = run_page_url
+        self.plan = dict(plan) if plan else None
         self.databricks_conn_id = databricks_conn_id
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
@@ -156,13 +165,17 @@ class AirRunTrigger(BaseTrigger):
         self.stream_logs = bool(stream_logs)
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
+        # The plan's submit, shielded: a kill while it is in flight still learns the run.
+        self._submitting: asyncio.Future[Any] | None = None
+        self._run_xcoms_pending = False  # submitted here, the run's XComs not yet written
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "run_id": self.run_id,
+                "run_id": self.run_id or None,
                 "run_page_url": self.run_page_url,
+                "plan": self.plan,
                 "databricks_conn_id": self.databricks_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
@@ -196,11 +209,14 @@ class AirRunTrigger(BaseTrigger):
         # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
         inline = _under_in_process_runner()
         finish_here = self.finish_in_triggerer and self.task_key is None and not inline
+        refused = False
         try:
-            if not finish_here and not inline:
-                await _sleep_until(self.first_poll_at, self.deadline)
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)
+            if not self.run_id:
+                await self._submit(watcher.client, inline)
+            if not finish_here and not inline:
+                await _sleep_until(self.first_poll_at, self.deadline)
             state = await watcher.wait(
                 self.run_id,
                 deadline=self.deadline,
@@ -233,13 +249,12 @@ class AirRunTrigger(BaseTrigger):
                 "timeout", self.run_id, self.run_page_url, message, self.task_key
             )
         except (AirError, OSError) as exc:
+            what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
-                "error",
-                self.run_id,
-                self.run_page_url,
-                f"could not follow run {self.run_id}: {exc}",
-                self.task_key,
+                "error", self.run_id, self.run_page_url, f"could not {what}: {exc}", self.task_key
             )
+            # A workspace that refuses the submit fails the task as a worker's refusal would.
+            refused = not self.run_id and isinstance(exc, AirError) and not exc.retryable
         except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
             outcome = RunOutcome.unfinished(
                 "error",
@@ -249,6 +264,10 @@ class AirRunTrigger(BaseTrigger):
                 self.task_key,
             )
         event = outcome.to_event()
+        if refused:
+            event["refused"] = True
+        if self._run_xcoms_pending:  # the worker that resumes writes them
+            event["run_xcoms_pending"] = True
         if event.get("message"):
             event["message"] = self.redact(event["message"])
         if self.submission:  # the worker that resumes deletes its keys
@@ -256,6 +275,29 @@ class AirRunTrigger(BaseTrigger):
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)
+
+    async def _submit(self, client: AsyncAirClient, inline: bool) -> None:
+        """Submit the plan (shielded: a kill meanwhile waits for the run to cancel it), then
+        write the run's XComs as a worker does after its submit (under the in-process runner
+        the resumed task writes them)."""
+        from air_runtime import SubmissionPlan
+
+        assert self.plan is not None
+        if self._submitting is None:
+            self._submitting = asyncio.ensure_future(
+                client.submit(SubmissionPlan.from_json(self.plan))
+            )
+        submitted = await asyncio.shield(self._submitting)
+        self.run_id, self.run_page_url = submitted.run_id, submitted.run_page_url
+        self.log.info("Submitted run %s: %s", self.run_id, self.run_page_url)
+        if inline:
+            self._run_xcoms_pending = True
+            return
+        try:
+            await self._push_xcoms({RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url})
+        except Exception as exc:  # the task writes them when it ends (here or in a worker)
+            self.log.warning("Could not write the run's XComs: %s", self.redact(f"{exc!r}"))
+            self._run_xcoms_pending = True
 
     async def _end_task(
         self, client: AsyncAirClient, outcome: RunOutcome, state: RunState
@@ -269,6 +311,8 @@ class AirRunTrigger(BaseTrigger):
             from airflow_air.links import success_xcoms
 
             xcoms = success_xcoms(outcome, push_return_value=self.push_return_value)
+            if self._run_xcoms_pending:
+                xcoms = {RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url, **xcoms}
         except Exception as exc:  # never fail a run that succeeded
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
@@ -363,8 +407,19 @@ class AirRunTrigger(BaseTrigger):
         return f"; run {self.run_id} was cancelled"
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task (mark failed/success, clear): cancel the run."""
-        if self.cancel_on_kill:
+        """The user killed the deferred task (mark failed/success, clear): cancel the run
+        (one still being submitted once the submit has answered)."""
+        if not self.cancel_on_kill:
+            return
+        if not self.run_id and self._submitting is not None:
+            try:
+                submitted = await asyncio.wait_for(
+                    asyncio.shield(self._submitting), _ON_KILL_TIMEOUT_S
+                )
+                self.run_id = submitted.run_id
+            except Exception as exc:
+                self.log.warning("Could not learn the run to cancel: %s", self.redact(str(exc)))
+        if self.run_id:
             await self._cancel("the deferred task was killed")
 
     async def cleanup(self) -> None:

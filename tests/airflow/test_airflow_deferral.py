@@ -9,6 +9,9 @@ and a trigger's first request waits until ``first_poll_at``.
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
+import json
 import time
 
 import pytest
@@ -267,3 +270,78 @@ def test_inline_triggers_do_not_wait_for_the_first_poll_delay(workspace, task_lo
     dag_run = dag.test(run_conf={"command": "sleep 5; echo done"})
     assert task_states(dag_run) == {"run": "success"}
     assert DEFERRED in task_log.text()
+
+
+def _planned(workspace, command: str, map_index: int):
+    """The plan an operator with ``submit_in_triggerer`` hands its trigger: generation 0.0
+    of one task instance's submission."""
+    from air_runtime import Submission, SubmissionKey
+
+    workload = load_workload(
+        {
+            "experiment_name": "submit_in_triggerer",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": command,
+        }
+    )
+    submission = Submission(
+        SubmissionKey("airflow", "ns", "sweep", "manual__2", "trial", map_index)
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        return submission.plan(client, workload, "0.0")
+
+
+def test_a_trigger_submits_its_plan_once_however_often_it_starts(workspace, monkeypatch):
+    """``submit_in_triggerer``: the trigger submits the plan, writes the run id and page
+    right after (as a worker after its submit), and ends the task; a trigger rebuilt from the
+    same kwargs (a restarted triggerer) submits again and gets the same run back."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.serde import deserialize
+    from airflow.triggers.base import TaskSuccessEvent
+    from airflow_air.triggers import AirRunTrigger
+
+    plan = _planned(workspace, 'echo "planned here, submitted there"', 5)
+    _, kwargs = AirRunTrigger(
+        None, plan=plan.to_json(), poll_interval=0.1, finish_in_triggerer=True
+    ).serialize()
+    assert kwargs["run_id"] is None and json.loads(json.dumps(kwargs)) == kwargs
+    ids = []
+    for _ in range(2):
+        trigger = AirRunTrigger(**kwargs)
+        trigger.task_instance = SimpleNamespace(
+            dag_id="sweep", task_id="trial", run_id="manual__2", map_index=5
+        )
+        channel = _TriggererChannel()
+        monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+        event = asyncio.run(_first_raw_event(trigger))
+        assert isinstance(event, TaskSuccessEvent), event
+        xcoms = [(m.key, deserialize(m.value)) for m in channel.sent if m.type == "SetXCom"]
+        run_id = dict(xcoms)["run_id"]
+        url = f"{workspace.host.rstrip('/')}/jobs/runs/{run_id}"
+        # The run's XComs first (the live link while the task is deferred), each once.
+        assert xcoms[:2] == [("run_id", run_id), ("run_page_url", url)], xcoms
+        assert [k for k, _ in xcoms].count("run_id") == 1
+        assert dict(xcoms)["return_value"]["run_id"] == run_id
+        ids.append(run_id)
+    assert ids[0] == ids[1]
+    assert workspace.admin.counters()["runs_created"] == 1
+
+
+def test_a_plan_the_workspace_refuses_is_an_event_without_a_run(workspace, monkeypatch):
+    """The workspace's own validation refuses the trigger's submit: one ``error`` event
+    marked ``refused`` (the task fails without retries, as a refusal in a worker), no run."""
+    from airflow_air.triggers import AirRunTrigger
+
+    plan = _planned(workspace, "echo never", 6)
+    body = copy.deepcopy(plan.preflight_bodies[0])
+    body["task"]["deployments"][0]["compute"]["accelerator_type"] = "GPU_9xZ"  # no such GPU
+    refused = dataclasses.replace(plan, preflight_bodies=(body,))
+    trigger = AirRunTrigger(None, plan=refused.to_json(), poll_interval=0.1)
+    event = asyncio.run(_first_raw_event(trigger))
+    assert event.payload["status"] == "error" and event.payload["refused"] is True, event
+    assert not event.payload["run_id"]
+    assert "submit the planned run" in event.payload["message"]
+    assert workspace.admin.counters()["runs_created"] == 0

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from airflow_air.links import AirMlflowRunLink, AirRunLink
-from airflow_runs import load_test_dag, task_states, xcom
+from airflow_runs import load_test_dag, run_next_try, set_state, task_states, xcom
 
 from air_runtime import AirClient
 
@@ -25,7 +25,10 @@ def _lasting(dag_id: str, command: str) -> str:
     return f"sleep 2; {command}" if dag_id == "air_test_deferred" else command
 
 
-@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+SUBMIT_IN_TRIGGERER = "air_test_submit_in_triggerer"
+
+
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred", SUBMIT_IN_TRIGGERER])
 def test_success(workspace, task_log, dag_id):
     dag = load_test_dag(dag_id)
     dag_run = dag.test(run_conf={"command": _lasting(dag_id, 'echo "hello from rank $POD_RANK"')})
@@ -55,6 +58,41 @@ def test_success(workspace, task_log, dag_id):
     else:
         assert "Pausing task as DEFERRED" in out
         assert f"Run {run_id}: TERMINATED/SUCCESS" in out
+    submitted_by_trigger = "Deferring before the submit: the triggerer submits run" in out
+    assert submitted_by_trigger == (dag_id == SUBMIT_IN_TRIGGERER), out
+
+
+def test_a_run_the_trigger_submitted_is_the_one_a_retry_finds(workspace, task_log):
+    """The plan a deferring try hands its trigger carries the token the worker's own submit
+    uses (generation 0.0 of the task instance), and the trigger writes no task-state record:
+    a retry (worker path) finds the trigger's run by that token, not a second run."""
+    dag = load_test_dag(SUBMIT_IN_TRIGGERER)
+    dag_run = dag.test(run_conf={"command": "echo planned"})
+    assert task_states(dag_run) == {"run": "success"}
+    run_id = xcom(SUBMIT_IN_TRIGGERER, dag_run.run_id, "run", "run_id")
+    set_state(dag.dag_id, dag_run.run_id, "run", "up_for_retry")
+    seen = len(task_log.events)
+    assert run_next_try(dag, dag_run.run_id, "run") == "success"
+    retry = "\n".join(" ".join(f"{k}={v}" for k, v in e.items()) for e in task_log.events[seen:])
+    assert f"Reattached to run {run_id}" in retry, retry
+    assert "Submitting in the worker: a retry looks for the run of an earlier try first" in retry
+    assert xcom(dag.dag_id, dag_run.run_id, "run")["run_id"] == run_id
+    assert workspace.admin.counters()["runs_created"] == 1
+
+
+def test_a_try_with_secret_env_submits_in_the_worker_all_the_same(workspace, task_log, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HF_TEST",
+        json.dumps({"conn_type": "generic", "login": "hf", "password": "hf-secret-value-4711"}),
+    )
+    dag_run = load_test_dag("air_test_submit_in_triggerer_secrets").test(
+        run_conf={"command": "sleep 2; echo ok"}
+    )
+    assert task_states(dag_run) == {"run": "success"}
+    out = task_log.text()
+    assert "Submitting in the worker: its secret_env values are stored from the worker" in out
+    assert "Deferring before the submit" not in out
+    assert "hf-secret-value-4711" not in out
 
 
 def _xcom_writes(caplog, dag_id: str) -> Counter:
@@ -64,7 +102,7 @@ def _xcom_writes(caplog, dag_id: str) -> Counter:
     return Counter(m.group(1) for m in map(request.search, caplog.messages) if m)
 
 
-@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred", SUBMIT_IN_TRIGGERER])
 def test_a_try_writes_each_xcom_once(workspace, caplog, dag_id):
     """Airflow writes every extra link's XCom when a worker run ends; a try writes each of
     its XComs once all the same: a deferring worker run leaves no empty MLflow link, the one
@@ -96,7 +134,7 @@ def test_a_try_that_submitted_nothing_writes_no_link(workspace, caplog, monkeypa
     assert workspace.admin.counters()["runs_created"] == 0
 
 
-@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred"])
+@pytest.mark.parametrize("dag_id", ["air_test_sync", "air_test_deferred", SUBMIT_IN_TRIGGERER])
 def test_failure_carries_the_platform_message(workspace, task_log, dag_id):
     dag = load_test_dag(dag_id)
     dag_run = dag.test(
@@ -105,7 +143,7 @@ def test_failure_carries_the_platform_message(workspace, task_log, dag_id):
     assert task_states(dag_run) == {"run": "failed"}
     run_id = xcom(dag_id, dag_run.run_id, "run", "run_id")
     out = task_log.text()
-    assert ("Pausing task as DEFERRED" in out) == (dag_id == "air_test_deferred")
+    assert ("Pausing task as DEFERRED" in out) == (dag_id != "air_test_sync")
     assert "AirRunFailedError" in out
     assert f"Run {run_id}" in out and "ended FAILED" in out
     assert "Script failed with exit code 3" in out

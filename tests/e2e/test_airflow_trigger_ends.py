@@ -1,7 +1,8 @@
 """Deferred tasks on a real scheduler + triggerer (LocalExecutor, PostgreSQL): a success the
 trigger ends itself (one worker run) leaves what a success resumed in a worker leaves; a
 failure still resumes in a worker with the rich error; a deferral that Airflow times out
-while the triggerer is down cancels the run."""
+while the triggerer is down cancels the run. The same with ``submit_in_triggerer`` (the
+trigger submits the planned run)."""
 
 from __future__ import annotations
 
@@ -50,12 +51,26 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         deployment.migrate()
         deployment.start()
         add_airflow_connections(deployment, local_workspace)
-        deployment.wait_for_dags(["air_finish", "air_finish_failure", "air_trigger_timeout"])
+        deployment.wait_for_dags(
+            [
+                "air_finish",
+                "air_finish_failure",
+                "air_trigger_timeout",
+                "air_submit_in_triggerer",
+                "air_trigger_timeout_planned",
+            ]
+        )
 
         finish_run = deployment.trigger("air_finish")
         failure_run = deployment.trigger("air_finish_failure")
+        planned_run = deployment.trigger("air_submit_in_triggerer")
         states = deployment.wait_for_runs(
-            [("air_finish", finish_run), ("air_finish_failure", failure_run)], timeout=300
+            [
+                ("air_finish", finish_run),
+                ("air_finish_failure", failure_run),
+                ("air_submit_in_triggerer", planned_run),
+            ],
+            timeout=300,
         )
         assert states[("air_finish", finish_run)]["state"] == "success", deployment.diagnose(
             [("air_finish", finish_run)]
@@ -96,6 +111,25 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         left = [s.key for s in workspace_client.list_secrets("airflow-air")]
         assert not [k for k in left if ".ends_in_" in k], left
 
+        # -- submitted by its trigger: one worker run, which sent no submit; the same XComs
+        # and links as the run the worker submitted, written by the triggerer
+        planned = ("air_submit_in_triggerer", planned_run)
+        assert states[planned]["state"] == "success", deployment.diagnose([planned])
+        planned_remote = check_air_task_instances(deployment, *planned, workspace_client)
+        assert set(planned_remote) == {"submitted_by_trigger"}
+        assert deployment.worker_runs(*planned)[("submitted_by_trigger", -1)] == 1
+        assert deployment.xcom_keys(*planned, "submitted_by_trigger") == keys["ends_in_triggerer"]
+        assert set(deployment.extra_links(*planned, "submitted_by_trigger")) == set(
+            links["ends_in_triggerer"]
+        )
+        result = deployment.xcom(*planned, "submitted_by_trigger", "return_value")
+        assert result["run_id"] == planned_remote["submitted_by_trigger"], result
+        assert set(result) == set(results["ends_in_triggerer"])
+        log = task_log_text(deployment, *planned, "submitted_by_trigger")
+        assert "Deferring before the submit: the triggerer submits run" in log, log[-3000:]
+        assert f"Submitted run {result['run_id']}" in log, log[-3000:]
+        assert "[submitted_by_trigger node 0 attempt 1] last line of" in log, log[-3000:]
+
         # -- a failure resumes in a worker and raises the rich error there
         failed = deployment.task_instance("air_finish_failure", failure_run, "fails")
         assert failed["state"] == "failed", failed
@@ -108,14 +142,20 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         # The triggerer is down before the task defers, so only Airflow's timeout can end it.
         deployment.kill_service("triggerer")
         timeout_run = deployment.trigger("air_trigger_timeout")
-        _wait_for(
-            "the held task failed",
-            lambda: (
-                deployment.task_instance("air_trigger_timeout", timeout_run, "held")["state"]
-                == "failed"
-            ),
-            deployment,
-        )
+        # A planned run was never submitted: the task that cancels submits it (same token,
+        # so a trigger still submitting would get the same run) and cancels it.
+        planned_timeout = deployment.trigger("air_trigger_timeout_planned")
+        for dag_id, dag_run in (
+            ("air_trigger_timeout", timeout_run),
+            ("air_trigger_timeout_planned", planned_timeout),
+        ):
+            _wait_for(
+                f"the held task of {dag_id} failed",
+                lambda d=dag_id, r=dag_run: (
+                    deployment.task_instance(d, r, "held")["state"] == "failed"
+                ),
+                deployment,
+            )
         held_run = int(deployment.xcom("air_trigger_timeout", timeout_run, "held", "run_id"))
         state = workspace_client.get_run(held_run)
         assert state.is_terminal and state.result_state == "CANCELED", state
@@ -126,6 +166,13 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         # The worker run that only cancelled left the run page its deferring part wrote.
         page = deployment.xcom("air_trigger_timeout", timeout_run, "held", "run_page_url")
         assert page.endswith(f"/jobs/runs/{held_run}"), page
+        log = task_log_text(deployment, "air_trigger_timeout_planned", planned_timeout, "held")
+        every, _ = workspace_client.list_runs(active_only=False, limit=25)
+        planned_runs = [r for r in every if r.run_name == "held_planned"]
+        assert len(planned_runs) == 1, planned_runs
+        state = workspace_client.get_run(planned_runs[0].run_id)
+        assert state.is_terminal and state.result_state == "CANCELED", state
+        assert f"Cancelled run {state.run_id}: the deferral ended with" in log, log[-3000:]
     finally:
         deployment.stop()
 

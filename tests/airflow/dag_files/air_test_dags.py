@@ -34,6 +34,17 @@ def single_dag(dag_id: str, **operator_kwargs) -> DAG:
 
 sync_dag = single_dag("air_test_sync", deferrable=False)
 deferred_dag = single_dag("air_test_deferred", deferrable=True)
+# The first try defers before its submit; the trigger submits the planned run.
+trigger_submit_dag = single_dag(
+    "air_test_submit_in_triggerer", deferrable=True, submit_in_triggerer=True
+)
+trigger_submit_secret_dag = single_dag(
+    "air_test_submit_in_triggerer_secrets",
+    deferrable=True,
+    submit_in_triggerer=True,
+    secret_env={"HF_TOKEN": "conn:hf_test:password"},
+    secret_scope="air-tests-trigger-submit",
+)
 timeout_dag = single_dag(
     "air_test_deferred_timeout", deferrable=True, execution_timeout=timedelta(seconds=15)
 )

@@ -5,6 +5,9 @@ resumed in a worker (``finish_in_triggerer=False``), to compare what each leaves
 ``air_finish_failure``: a run that fails resumes in a worker for the rich error.
 ``air_trigger_timeout``: a long run whose deferral Airflow times out while the triggerer is
 down; the task must cancel the run.
+``air_submit_in_triggerer``: the short run of ``air_finish`` submitted by its trigger
+(``submit_in_triggerer``); ``air_trigger_timeout_planned``: the long one, whose trigger never
+runs, so no run exists when Airflow times the deferral out.
 """
 
 from __future__ import annotations
@@ -53,4 +56,27 @@ with DAG("air_trigger_timeout", schedule=None, start_date=START, catchup=False, 
         workload=_workload("held", "sleep 900\n"),
         execution_timeout=timedelta(seconds=20),
         deferrable=True,
+    )
+
+with DAG("air_submit_in_triggerer", schedule=None, start_date=START, catchup=False, tags=["e2e"]):
+    AirRunOperator(
+        task_id="submitted_by_trigger",
+        workload=_workload(
+            "submitted_by_trigger",
+            'sleep 12\necho "first line of submitted_by_trigger"\n'
+            'echo "last line of submitted_by_trigger"\n',
+        ),
+        deferrable=True,
+        submit_in_triggerer=True,
+    )
+
+with DAG(
+    "air_trigger_timeout_planned", schedule=None, start_date=START, catchup=False, tags=["e2e"]
+):
+    AirRunOperator(
+        task_id="held",
+        workload=_workload("held_planned", "sleep 900\n"),
+        execution_timeout=timedelta(seconds=20),
+        deferrable=True,
+        submit_in_triggerer=True,
     )
