@@ -29,6 +29,7 @@ def test_provider_info_matches_airflow_schema():
         "completed_log_lines",
         "default_secret_scope",
         "deployment_namespace",
+        "submit_in_triggerer",
     }
 
 
