@@ -20,7 +20,16 @@ import dagster as dg
 
 from air_runtime import AirError, RunState
 
-from ._pipes import AttemptReports
+
+@dataclass(frozen=True)
+class AttemptReports:
+    """What one attempt of one task reported through Pipes: materializations (several reports of one
+    asset merged, later keys winning) and asset check results."""
+
+    task_key: str
+    attempt: int  # the platform's attempt_number (0 for the first)
+    materializations: dict[dg.AssetKey, dg.MaterializeResult]
+    checks: list[dg.AssetCheckResult]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,12 @@
 records. This module turns the run into Dagster events: state changes and node log lines
 while it waits, one observation per ended attempt, then the materializations and check
 results, or the failure.
+
+Dagster Pipes: the channel is the run's own log stream. Each rank prints its messages to
+its stdout (``_step_submission`` gives every workload its Pipes environment); the step reads
+them back while it follows the logs and hands them to Dagster's ``PipesMessageHandler``, one
+per task attempt. A line longer than the platform's log record limit (64 KiB on the local
+workspace) is cut into several records and is not a message: keep reported metadata small.
 """
 
 from __future__ import annotations
@@ -12,24 +18,29 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import queue
 import re
 import sys
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from dagster import PipesMessageHandler, PipesMessageReader
 from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster_pipes import PipesParams
 
 from air_runtime import AirClient, AirError, RunFailed, RunOutcome, RunState, SubmittedRun, Workload
 
-from ._blocking import BlockingChecks, RunTask, blocking_check_keys
+from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import terminal_failure_observation
-from ._pipes import AttemptReports, StepPipes, earlier_attempt_observation
 from ._resource import AirWorkspace
 from ._step_submission import (
     OUTPUT_URI_KEY,
+    PIPES_MESSAGES_PARAMS,
     AirWorkflow,
     LoadedStage,
     RemoteRun,
@@ -50,6 +61,184 @@ AirEvent = (
     | dg.AssetCheckEvaluation
     | dg.Output
 )
+
+
+# --- Dagster Pipes -------------------------------------------------------------------
+
+# How every message line starts (dagster_pipes writes json.dumps of a dict whose first key
+# is the protocol version).
+MESSAGE_PREFIX = '{"__dagster_pipes_version"'
+
+
+def is_pipes_message(line: str) -> bool:
+    return line.startswith(MESSAGE_PREFIX)
+
+
+class PipesAirLogMessageReader(PipesMessageReader):
+    """Reads Pipes messages that any rank printed to its stdout, from the run's logs.
+
+    The step's log follower hands every log line to :meth:`handle_line` (on the step's
+    thread, where Dagster's log manager may be called); message lines go to the handler of
+    the task attempt that printed them, the others are ordinary log lines.
+    """
+
+    def __init__(
+        self,
+        expected_writers: int = 0,
+        route: Callable[[str, int], PipesMessageHandler] | None = None,
+    ) -> None:
+        self._handler: PipesMessageHandler | None = None
+        # Every rank may open Pipes: "closed" from rank 0 must not make rank 1's messages
+        # unexpected (one writer per node of every workload).
+        self.expected_writers = expected_writers
+        self._route = route
+        self.messages = 0
+
+    @property
+    def expected_writer_count(self) -> int:
+        return max(1, self.expected_writers)
+
+    @contextmanager
+    def read_messages(self, handler: PipesMessageHandler) -> Iterator[PipesParams]:
+        self._handler = handler
+        try:
+            yield PIPES_MESSAGES_PARAMS
+        finally:
+            self._handler = None
+
+    def handle_line(self, line: str, task_key: str = "", attempt: int = 0) -> bool:
+        """True when the line was a Pipes message (handled), False for an ordinary line.
+        ``task_key`` and ``attempt`` say which task attempt printed it."""
+        if self._handler is None or not is_pipes_message(line):
+            return False
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or "method" not in message:
+            return False
+        handler = self._route(task_key, attempt) if self._route is not None else self._handler
+        handler.handle_message(message)  # type: ignore[arg-type]
+        self.messages += 1
+        return True
+
+    def no_messages_debug_text(self) -> str:
+        return (
+            "Messages are read from the run's logs: the workload calls "
+            "dagster_pipes.open_dagster_pipes() (dagster-pipes installed in its environment) "
+            "and writes to its stdout."
+        )
+
+
+def _merged_reports(task_key: str, attempt: int, results: Sequence[Any]) -> AttemptReports:
+    materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
+    checks: list[dg.AssetCheckResult] = []
+    for result in results:
+        if isinstance(result, dg.MaterializeResult) and result.asset_key is not None:
+            key = result.asset_key
+            earlier = materializations.get(key)
+            if earlier is not None:
+                result = dg.MaterializeResult(
+                    asset_key=key,
+                    metadata={**(earlier.metadata or {}), **(result.metadata or {})},
+                    data_version=result.data_version or earlier.data_version,
+                )
+            materializations[key] = result
+        elif isinstance(result, dg.AssetCheckResult):
+            checks.append(result)
+    return AttemptReports(task_key, attempt, materializations, checks)
+
+
+@dataclass(frozen=True)
+class StepReports:
+    """What a run's tasks reported through Pipes, once it ended."""
+
+    materializations: dict[dg.AssetKey, dg.MaterializeResult]  # of final attempts
+    checks: list[dg.AssetCheckResult]  # of final attempts
+    earlier: list[AttemptReports]  # of attempts a platform retry superseded
+
+
+class StepPipes:
+    """The Pipes session of one step: what each task attempt reported.
+
+    Messages are kept apart per task attempt (each log record names its task and attempt):
+    a platform retry of a task reports again, and only the task's final attempt stands for
+    it (see :meth:`final_reports`); earlier attempts' reports become observations.
+    """
+
+    def __init__(self, context: dg.AssetExecutionContext, writers: int = 0) -> None:
+        self.context = context
+        self.reader = PipesAirLogMessageReader(writers, route=self._handler_of)
+        self.handler = PipesMessageHandler(context, self.reader)
+        self._attempts: dict[tuple[str, int], PipesMessageHandler] = {}
+
+    def _handler_of(self, task_key: str, attempt: int) -> PipesMessageHandler:
+        handler = self._attempts.get((task_key, attempt))
+        if handler is None:
+            handler = self._attempts[(task_key, attempt)] = PipesMessageHandler(
+                self.context, self.reader
+            )
+        return handler
+
+    def reports(self) -> list[AttemptReports]:
+        """Every task attempt's reports so far, in the order they first reported."""
+        return [
+            _merged_reports(task_key, attempt, handler.get_reported_results())
+            for (task_key, attempt), handler in self._attempts.items()
+        ]
+
+    def final_reports(self, state: RunState) -> tuple[list[AttemptReports], list[AttemptReports]]:
+        """(the reports of each task's final attempt, those of earlier attempts)."""
+        final: list[AttemptReports] = []
+        earlier: list[AttemptReports] = []
+        for reports in self.reports():
+            task = state.task(reports.task_key) if reports.task_key else None
+            last = task.attempt_number if task is not None else reports.attempt
+            (final if reports.attempt >= last else earlier).append(reports)
+        return final, earlier
+
+    def reported(self, state: RunState) -> StepReports:
+        """What the run reported: materializations per asset and the asset check results of
+        each task's final attempt, and what earlier attempts reported."""
+        final, earlier = self.final_reports(state)
+        materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
+        checks: list[dg.AssetCheckResult] = []
+        for reports in final:
+            materializations.update(reports.materializations)
+            checks.extend(reports.checks)
+        return StepReports(materializations, checks, earlier)
+
+
+@contextmanager
+def open_step_pipes(context: dg.AssetExecutionContext, writers: int) -> Iterator[StepPipes]:
+    """The step's Pipes session, open while the step waits and records: ``writers`` ranks
+    may print messages (``StepSubmission.pipes_writers``)."""
+    pipes = StepPipes(context, writers)
+    with pipes.handler.handle_messages():
+        yield pipes
+
+
+def earlier_attempt_observation(
+    reports: AttemptReports,
+    asset_key: dg.AssetKey,
+    partition: str | None,
+    run_id: int,
+) -> dg.AssetObservation:
+    """What an earlier (retried) attempt of a task reported, kept as an observation: the
+    final attempt's reports are the materialization and the check results."""
+    metadata: dict[str, Any] = {
+        f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
+        f"{META_PREFIX}attempt": reports.attempt + 1,
+        f"{META_PREFIX}superseded_by_retry": True,
+    }
+    for result in reports.materializations.values():
+        metadata.update(result.metadata or {})
+    for check in reports.checks:
+        metadata[f"{META_PREFIX}check/{check.check_name}"] = "passed" if check.passed else "failed"
+    return dg.AssetObservation(asset_key=asset_key, partition=partition, metadata=metadata)
+
+
+# --- the step run ---------------------------------------------------------------------
 
 
 class StepRun:
@@ -100,8 +289,11 @@ class StepRun:
             if not selected:
                 return
             try:
-                workloads = step.submit(client, stack)  # the Pipes session stays on the stack
-                self.pipes = step.pipes
+                workloads = step.submit(client)
+                if self.workspace.pipes:  # open while the step waits and records
+                    self.pipes = stack.enter_context(
+                        open_step_pipes(self.context, step.pipes_writers)
+                    )
                 for run in step.runs:
                     assert run.submitted is not None
                     run.state = yield from self._wait(run.submitted)
@@ -132,9 +324,9 @@ class StepRun:
             if state.is_waiting_for_capacity:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
-            yield from self._attempt_ends(state)
             self._last_state = state
             self._follow_blocking(state)
+            yield from self._attempt_ends(state)
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":
@@ -267,6 +459,9 @@ class StepRun:
                     self._recheck_blocking(submitted.run_id)
                     continue
             yield from self._drain(events, submitted.run_id)
+            # The end as any state the wait shows: blocking checks first, then the attempts.
+            self._last_state = state
+            self._follow_blocking(state)
             yield from self._attempt_ends(state)
             return state
         except BaseException:

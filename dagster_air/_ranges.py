@@ -32,8 +32,14 @@ from air_runtime.plan import task_key_for
 from ._blocking import RunTask
 from ._execution import AirEvent, StepRun
 from ._identity import terminal_failure_observation
-from ._pipes import PartitionScope, StepPipes
-from ._step_submission import AirWorkflow, LoadedStage, RemoteRun, StepSubmission
+from ._step_submission import (
+    AirWorkflow,
+    LoadedStage,
+    PartitionScope,
+    RemoteRun,
+    StepSubmission,
+    pipes_env,
+)
 from ._translator import META_PREFIX
 
 # A Databricks job run holds at most 1,000 tasks (the Jobs API limit): a larger cap is
@@ -188,10 +194,10 @@ class RangeStepSubmission(StepSubmission):
             )
         return plan
 
-    def _pipes_env(self, pipes: StepPipes, key: str, nodes: int) -> dict[str, str]:
+    def _pipes_env(self, key: str) -> dict[str, str]:
         task = self.tasks[key]
-        return pipes.env_for(
-            task.loaded.asset_key, task.loaded.key, nodes, self._scope(task.partition)
+        return pipes_env(
+            self.context, task.loaded.asset_key, task.loaded.key, self._scope(task.partition)
         )
 
     def _payload(self, run: RemoteRun, workloads: dict[str, Workload]) -> list[Stage]:

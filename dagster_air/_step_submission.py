@@ -4,16 +4,32 @@ orchestrator secrets and the Pipes environment; and the submit itself.
 
 The life of the submission (secret keys, idempotency token, marking, deleting the keys) is
 ``air_runtime.Submission``'s; this module only decides *what* the step asks for.
+
+Pipes environment: ``PipesEnvContextInjector``'s context (``DAGSTER_PIPES_CONTEXT``) and the
+message writer's parameters (``DAGSTER_PIPES_MESSAGES``), set as workload environment
+variables like any other. Each stage gets its own context naming only its asset (and, in a
+range run, its own partition), so ``report_asset_materialization()`` and
+``report_asset_check()`` need no asset key in the workload. The writer prints each message as
+one JSON line to the rank's stdout, and the step run reads them back from the run's logs
+(``_execution``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from dagster import PipesEnvContextInjector
+from dagster._core.pipes.context import build_external_execution_context_data
+from dagster_pipes import (
+    DAGSTER_PIPES_CONTEXT_ENV_VAR,
+    DAGSTER_PIPES_MESSAGES_ENV_VAR,
+    PipesDefaultMessageWriter,
+    PipesParams,
+    encode_param,
+)
 
 from air_runtime import (
     AirClient,
@@ -34,13 +50,60 @@ from ._config import AirRunConfig
 from ._identity import StepIdentity
 from ._interrupts import deferred_interrupts
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters, partition_overrides
-from ._pipes import StepPipes, open_step_pipes
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
 
 OUTPUT_URI_KEY = "dagster/uri"
+
+# Where every rank's Pipes messages go: its stdout, which the platform keeps in the run's
+# logs (the same logs endpoint ``databricks air logs`` reads), so the messages need no
+# volume, no DBFS and no extra credentials.
+PIPES_MESSAGES_PARAMS: PipesParams = {
+    PipesDefaultMessageWriter.STDIO_KEY: PipesDefaultMessageWriter.STDOUT
+}
+
+
+@dataclass(frozen=True)
+class PartitionScope:
+    """The one partition a task of a partition range run works on, for its Pipes context."""
+
+    key: str
+    time_window: dg.TimeWindow | None = None
+
+
+def pipes_env(
+    context: dg.AssetExecutionContext,
+    asset_key: dg.AssetKey,
+    stage_key: str,
+    partition: PartitionScope | None = None,
+) -> dict[str, str]:
+    """``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES`` for one task's workload: its
+    asset, and (a task of a partition range run) its own partition."""
+    data = build_external_execution_context_data(context, {"air_stage": stage_key})
+    name = asset_key.to_user_string()
+    data["asset_keys"] = [name]
+    for name_field in ("code_version_by_asset_key", "provenance_by_asset_key"):
+        by_key = data.get(name_field)
+        if isinstance(by_key, Mapping):
+            data[name_field] = {k: v for k, v in by_key.items() if k == name}
+    if partition is not None:
+        data["partition_key"] = partition.key
+        data["partition_key_range"] = {"start": partition.key, "end": partition.key}
+        data["partition_time_window"] = (
+            {
+                "start": partition.time_window.start.isoformat(),
+                "end": partition.time_window.end.isoformat(),
+            }
+            if partition.time_window is not None
+            else None
+        )
+    with PipesEnvContextInjector().inject_context(data) as context_params:
+        return {
+            DAGSTER_PIPES_CONTEXT_ENV_VAR: encode_param(context_params),
+            DAGSTER_PIPES_MESSAGES_ENV_VAR: encode_param(PIPES_MESSAGES_PARAMS),
+        }
 
 
 @dataclass(frozen=True)
@@ -135,9 +198,9 @@ class StepSubmission:
     redact: Redactor = field(default_factory=lambda: Redactor(()), init=False)
     runs: list[RemoteRun] = field(default_factory=list, init=False)
 
-    # The step's Pipes session, opened by ``submit`` when the resource enables Pipes (its
-    # parameters go into every workload's environment; the step run reads its messages).
-    pipes: StepPipes | None = field(default=None, init=False)
+    # With Pipes (the resource's ``pipes``): how many ranks may write messages, one per
+    # node of every workload submitted (each may open and close its own session).
+    pipes_writers: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.selected = self.workflow.selected(self.context)
@@ -250,9 +313,8 @@ class StepSubmission:
 
     # --- the submission ---------------------------------------------------------------------
 
-    def submit(self, client: AirClient, stack: contextlib.ExitStack) -> dict[str, Workload]:
-        """Name the submission, build the workloads, open the step's Pipes session (on
-        ``stack``: it stays open while the step waits), open the core's submission of each
+    def submit(self, client: AirClient) -> dict[str, Workload]:
+        """Name the submission, build the workloads, open the core's submission of each
         remote run of this step, write its secrets, add the Pipes environment and submit this
         attempt's generation. An interrupt during a submit is held until the run id is known
         (``RemoteRun.submitted``), so the run can still be cancelled. Returns the workloads
@@ -265,7 +327,7 @@ class StepSubmission:
         workloads = self.workloads()
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
-        pipes_env = self._open_pipes(stack, workloads)
+        pipes = self._pipes_envs(workloads)
         self.runs = [
             RemoteRun(
                 Submission(run_key, log=self.context.log, redact=lambda t: self.redact(t)),
@@ -279,7 +341,7 @@ class StepSubmission:
             mine = self._with_secrets(client, run.submission, values, run.task_keys, workloads)
             stored.update(mine)
             with deferred_interrupts():
-                run.submitted = self._submit(client, run, _with_env(mine, pipes_env))
+                run.submitted = self._submit(client, run, _with_env(mine, pipes))
             self.context.log.info(
                 f"run {run.submitted.run_id} for {run.label}: "
                 f"{run.submitted.run_page_url} (generation {self.generation})"
@@ -329,22 +391,16 @@ class StepSubmission:
             ) from None
         return {key: w.with_secrets(refs) for key, w in mine.items()}
 
-    def _open_pipes(
-        self, stack: contextlib.ExitStack, workloads: Mapping[str, Workload]
-    ) -> dict[str, dict[str, str]]:
-        """Open the step's Pipes session (when the resource enables Pipes) and give each
-        workload's Dagster Pipes context, the environment it adds (see ``_pipes``)."""
+    def _pipes_envs(self, workloads: Mapping[str, Workload]) -> dict[str, dict[str, str]]:
+        """The Pipes environment of each workload (by key), when the resource enables Pipes."""
         if not self.workspace.pipes:
             return {}
-        self.pipes = pipes = stack.enter_context(open_step_pipes(self.context))
-        return {
-            key: self._pipes_env(pipes, key, workload.num_nodes)
-            for key, workload in workloads.items()
-        }
+        self.pipes_writers = sum(workload.num_nodes for workload in workloads.values())
+        return {key: self._pipes_env(key) for key in workloads}
 
-    def _pipes_env(self, pipes: StepPipes, key: str, nodes: int) -> dict[str, str]:
+    def _pipes_env(self, key: str) -> dict[str, str]:
         loaded = next(s for s in self.selected if s.key == key)
-        return pipes.env_for(loaded.asset_key, loaded.key, nodes)
+        return pipes_env(self.context, loaded.asset_key, loaded.key)
 
     def _payload(self, run: RemoteRun, workloads: dict[str, Workload]) -> Workload | list[Stage]:
         """What one remote run submits: the workload, or the stages of a multi-task run."""
