@@ -69,16 +69,20 @@ def until_ended(
     rng: random.Random,
     task_key: str | None = None,
     deadline: float | None = None,
+    timeout: float | None = None,
     on_update: Callable[[RunState], None] | None = None,
 ) -> Generator[Pause | None, RunState | None, RunState]:
     """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
     its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
     be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
-    (``time.time()``, so it survives serialization): past it, ``RunTimeout`` (the run itself
-    is left alone). ``on_update`` sees each change of state once.
+    (``time.time()``, so it survives serialization) and ``timeout`` seconds from the first
+    request; past the earlier, ``RunTimeout`` (the run itself is left alone). ``on_update``
+    sees each change of state once.
 
     The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
     stage wait with its request budget; neither has a loop of its own."""
+    if timeout is not None:
+        deadline = min(d for d in (deadline, time.time() + timeout) if d is not None)
     interval = poll_interval
     seen: tuple[Any, ...] | None = None
     warned_unknown = False

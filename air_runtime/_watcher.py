@@ -259,13 +259,13 @@ class RunWatcher:
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget."""
-        limits = [d for d in (deadline, None if timeout is None else time.time() + timeout) if d]
         loop = until_ended(
             run_id,
             poll_interval=self.interval,
             rng=self._rng,
             task_key=task_key,
-            deadline=min(limits) if limits else None,
+            deadline=deadline,
+            timeout=timeout,
             on_update=on_update,
         )
         request = next(loop)

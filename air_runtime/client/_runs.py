@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,13 +93,13 @@ def wait(
 ) -> Flow[RunState]:
     """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
     shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock."""
-    limits = [d for d in (deadline, None if timeout is None else time.time() + timeout) if d]
     loop = until_ended(
         run_id,
         poll_interval=poll_interval,
         rng=core.rng,
         task_key=task_key,
-        deadline=min(limits) if limits else None,
+        deadline=deadline,
+        timeout=timeout,
         on_update=on_update,
     )
     request = next(loop)
