@@ -174,14 +174,26 @@ class _TriggererChannel:
         self.sent.append(message)
 
 
+def _in_triggerer(trigger, monkeypatch, run_id: str, map_index: int) -> _TriggererChannel:
+    """``trigger`` as the triggerer runs it for task ``trial`` of Dag ``sweep``: its task
+    instance set, its supervisor channel recording what it sends."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    trigger.task_instance = SimpleNamespace(
+        dag_id="sweep", task_id="trial", run_id=run_id, map_index=map_index
+    )
+    channel = _TriggererChannel()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    return channel
+
+
 def test_trigger_ends_a_successful_run_itself(workspace, task_log, monkeypatch):
     """A success is a TaskSuccessEvent once the trigger has left the XComs the worker would
     leave (written as a worker writes them), the node's lines in the trigger's log and the
     submission's secret keys deleted; the first-poll delay does not hold it back (a task the
     trigger ends cannot meet the deferral race)."""
-    from types import SimpleNamespace
-
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.serde import deserialize
     from airflow.triggers.base import TaskSuccessEvent
     from airflow_air.links import AirMlflowRunLink, AirRunLink
@@ -208,11 +220,7 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log, monkeypatch):
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_air.triggers.AirRunTrigger"
     trigger = AirRunTrigger(**kwargs)
-    trigger.task_instance = SimpleNamespace(
-        dag_id="sweep", task_id="trial", run_id="manual__1", map_index=3
-    )
-    channel = _TriggererChannel()
-    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    channel = _in_triggerer(trigger, monkeypatch, "manual__1", 3)
     event = asyncio.run(_first_raw_event(trigger))
 
     assert isinstance(event, TaskSuccessEvent), event
@@ -296,9 +304,6 @@ def test_a_trigger_submits_its_plan_once_however_often_it_starts(workspace, monk
     """``submit_in_triggerer``: the trigger submits the plan, writes the run id and page
     right after (as a worker after its submit), and ends the task; a trigger rebuilt from the
     same kwargs (a restarted triggerer) submits again and gets the same run back."""
-    from types import SimpleNamespace
-
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.serde import deserialize
     from airflow.triggers.base import TaskSuccessEvent
     from airflow_air.triggers import AirRunTrigger
@@ -311,11 +316,7 @@ def test_a_trigger_submits_its_plan_once_however_often_it_starts(workspace, monk
     ids = []
     for _ in range(2):
         trigger = AirRunTrigger(**kwargs)
-        trigger.task_instance = SimpleNamespace(
-            dag_id="sweep", task_id="trial", run_id="manual__2", map_index=5
-        )
-        channel = _TriggererChannel()
-        monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+        channel = _in_triggerer(trigger, monkeypatch, "manual__2", 5)
         event = asyncio.run(_first_raw_event(trigger))
         assert isinstance(event, TaskSuccessEvent), event
         xcoms = [(m.key, deserialize(m.value)) for m in channel.sent if m.type == "SetXCom"]
