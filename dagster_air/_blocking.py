@@ -23,8 +23,8 @@ from air_runtime import AirError, RunState
 
 @dataclass(frozen=True)
 class AttemptReports:
-    """What one attempt of one task reported through Pipes: materializations (several reports of one
-    asset merged, later keys winning) and asset check results."""
+    """What one attempt of one task reported through Pipes: materializations (several
+    reports of one asset merged, later keys winning) and asset check results."""
 
     task_key: str
     attempt: int  # the platform's attempt_number (0 for the first)

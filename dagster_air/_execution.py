@@ -83,16 +83,13 @@ class PipesAirLogMessageReader(PipesMessageReader):
     """
 
     def __init__(
-        self,
-        expected_writers: int = 0,
-        route: Callable[[str, int], PipesMessageHandler] | None = None,
+        self, expected_writers: int, route: Callable[[str, int], PipesMessageHandler]
     ) -> None:
-        self._handler: PipesMessageHandler | None = None
+        self._handler: PipesMessageHandler | None = None  # while the session is open
         # Every rank may open Pipes: "closed" from rank 0 must not make rank 1's messages
         # unexpected (one writer per node of every workload).
         self.expected_writers = expected_writers
         self._route = route
-        self.messages = 0
 
     @property
     def expected_writer_count(self) -> int:
@@ -117,9 +114,7 @@ class PipesAirLogMessageReader(PipesMessageReader):
             return False
         if not isinstance(message, dict) or "method" not in message:
             return False
-        handler = self._route(task_key, attempt) if self._route is not None else self._handler
-        handler.handle_message(message)  # type: ignore[arg-type]
-        self.messages += 1
+        self._route(task_key, attempt).handle_message(message)  # type: ignore[arg-type]
         return True
 
     def no_messages_debug_text(self) -> str:
@@ -166,9 +161,9 @@ class StepPipes:
     it (see :meth:`final_reports`); earlier attempts' reports become observations.
     """
 
-    def __init__(self, context: dg.AssetExecutionContext, writers: int = 0) -> None:
+    def __init__(self, context: dg.AssetExecutionContext, writers: int) -> None:
         self.context = context
-        self.reader = PipesAirLogMessageReader(writers, route=self._handler_of)
+        self.reader = PipesAirLogMessageReader(writers, self._handler_of)
         self.handler = PipesMessageHandler(context, self.reader)
         self._attempts: dict[tuple[str, int], PipesMessageHandler] = {}
 
@@ -212,7 +207,7 @@ class StepPipes:
 @contextmanager
 def open_step_pipes(context: dg.AssetExecutionContext, writers: int) -> Iterator[StepPipes]:
     """The step's Pipes session, open while the step waits and records: ``writers`` ranks
-    may print messages (``StepSubmission.pipes_writers``)."""
+    (one per node of every workload submitted) may print messages."""
     pipes = StepPipes(context, writers)
     with pipes.handler.handle_messages():
         yield pipes
@@ -291,9 +286,8 @@ class StepRun:
             try:
                 workloads = step.submit(client)
                 if self.workspace.pipes:  # open while the step waits and records
-                    self.pipes = stack.enter_context(
-                        open_step_pipes(self.context, step.pipes_writers)
-                    )
+                    writers = sum(w.num_nodes for w in workloads.values())  # one per node
+                    self.pipes = stack.enter_context(open_step_pipes(self.context, writers))
                 for run in step.runs:
                     assert run.submitted is not None
                     run.state = yield from self._wait(run.submitted)
@@ -569,8 +563,7 @@ class StepRun:
         reported: dict[dg.AssetKey, dg.MaterializeResult] = {}
         checks: list[dg.AssetCheckResult] = []
         if self.pipes is not None:
-            reports = self.pipes.reported(state)
-            self._follow_blocking(state)
+            reports = self.pipes.reported(state)  # the wait followed its blocking checks
             yield from self._earlier_attempts(reports.earlier, submitted)
             reported, checks = reports.materializations, reports.checks
         blocked = self.blocking.blocked if self.blocking is not None else {}

@@ -267,8 +267,7 @@ class RangeStepRun(StepRun):
         reported: dict[str, tuple[dg.MaterializeResult | None, list[dg.AssetCheckResult]]] = {}
         for run in runs:
             assert run.submitted is not None and run.state is not None
-            self._follow_blocking(run.state)
-            if self.pipes is not None:
+            if self.pipes is not None:  # each run's wait followed its blocking checks
                 final, earlier = self.pipes.final_reports(run.state)
                 yield from self._earlier_attempts(earlier, run.submitted)
                 for reports in final:

@@ -198,10 +198,6 @@ class StepSubmission:
     redact: Redactor = field(default_factory=lambda: Redactor(()), init=False)
     runs: list[RemoteRun] = field(default_factory=list, init=False)
 
-    # With Pipes (the resource's ``pipes``): how many ranks may write messages, one per
-    # node of every workload submitted (each may open and close its own session).
-    pipes_writers: int = field(default=0, init=False)
-
     def __post_init__(self) -> None:
         self.selected = self.workflow.selected(self.context)
         self.stage_keys = ", ".join(s.key for s in self.selected)
@@ -395,7 +391,6 @@ class StepSubmission:
         """The Pipes environment of each workload (by key), when the resource enables Pipes."""
         if not self.workspace.pipes:
             return {}
-        self.pipes_writers = sum(workload.num_nodes for workload in workloads.values())
         return {key: self._pipes_env(key) for key in workloads}
 
     def _pipes_env(self, key: str) -> dict[str, str]:
