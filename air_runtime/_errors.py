@@ -1,7 +1,9 @@
 """Typed errors, so orchestrators can tell what is worth retrying.
 
 Configuration problems (``WorkloadError``, ``ConfigurationError``, ``AuthError``) are never
-retryable; platform hiccups (``RateLimited``, ``PlatformError`` with a 5xx) are.
+retryable; platform hiccups (``RateLimited``, ``PlatformError`` with a 5xx) and a lack of
+capacity (``CapacityError``, whatever its status: a 400 ``CAPACITY_UNAVAILABLE`` says "try
+later") are.
 """
 
 from __future__ import annotations
@@ -75,8 +77,17 @@ class NotFound(AirError):
     """The workspace says the object does not exist (404 / RESOURCE_DOES_NOT_EXIST)."""
 
 
+def retryable_status(status_code: int) -> bool:
+    """Whether an error answer's status says the server may answer differently later."""
+    return status_code == 429 or status_code >= 500
+
+
 class PlatformError(AirError):
-    """An error answer from the workspace that is not one of the more specific ones."""
+    """An error answer from the workspace that is not one of the more specific ones.
+
+    A subclass that is retryable on its class (``RateLimited``, ``CapacityError``) is
+    retryable on every instance; otherwise the status decides (no status: the workspace
+    was not reached)."""
 
     def __init__(
         self, message: str, *, status_code: int | None = None, error_code: str | None = None
@@ -84,7 +95,9 @@ class PlatformError(AirError):
         super().__init__(message)
         self.status_code = status_code
         self.error_code = error_code
-        self.retryable = status_code is None or status_code >= 500 or status_code == 429
+        self.retryable = (
+            type(self).retryable or status_code is None or retryable_status(status_code)
+        )
 
 
 class InvalidResponse(PlatformError):
@@ -111,7 +124,8 @@ class RateLimited(PlatformError):
 
 
 class CapacityError(PlatformError):
-    """The platform reports it has no GPU capacity for the request."""
+    """The platform reports it has no GPU capacity for the request: worth a later try,
+    whatever the status it came with."""
 
     retryable = True
 

@@ -31,6 +31,7 @@ from .._errors import (
     NotFound,
     PlatformError,
     RateLimited,
+    retryable_status,
 )
 from .._redaction import Redactor, credential_secrets
 
@@ -219,10 +220,6 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - time.time(), 0.0)
-
-
-def _retryable_status(status: int) -> bool:
-    return status == 429 or status >= 500
 
 
 def _error_body(response: httpx.Response) -> tuple[str | None, str]:
@@ -551,7 +548,9 @@ class ClientCore:
                         yield REFRESH_AUTH
                         continue
                     error = self.error_for(response, method, path)
-                    if not _retryable_status(status):
+                    # Retried here by its status only: a 4xx capacity refusal is retryable
+                    # for the task (minutes later), not within this call's few seconds.
+                    if not retryable_status(status):
                         logger.debug("%s %s -> %d (not retried)", method, path, status)
                         raise error
                     may_retry = retry

@@ -11,7 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from air_runtime import AuthError, CapacityError, NotFound, PlatformError, RateLimited
+from air_runtime import (
+    AirError,
+    AuthError,
+    CapacityError,
+    NotFound,
+    PlatformError,
+    RateLimited,
+)
 from air_runtime.client import AirClient, RetryPolicy
 from air_runtime.client._core import parse_retry_after
 
@@ -43,39 +50,61 @@ def error(code: str, message: str = "") -> dict[str, str]:
     return {"error_code": code, "message": message}
 
 
+# Two kinds of retry: ``requests`` is how often the client itself sends the call (answers the
+# server may give differently seconds later); ``retryable`` is what the raised error tells an
+# orchestrator (an Airflow task retry, a Dagster step retry): worth trying again later.
 @pytest.mark.parametrize(
-    ("answers", "requests", "raised"),
+    ("answers", "requests", "raised", "retryable"),
     [
-        ([OK], 1, None),
-        ([(500, error("INTERNAL_ERROR"), {}), OK], 2, None),
-        ([(502, "bad gateway", {}), (503, error("TEMPORARILY_UNAVAILABLE"), {}), OK], 3, None),
-        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {"Retry-After": "0.01"}), OK], 2, None),
-        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {}), OK], 2, None),
-        ([(500, error("INTERNAL_ERROR"), {})] * 4, 4, PlatformError),
-        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {})] * 4, 4, RateLimited),
-        ([(400, error("INVALID_PARAMETER_VALUE"), {})], 1, PlatformError),
-        ([(404, error("RESOURCE_DOES_NOT_EXIST"), {})], 1, NotFound),
-        ([(403, error("PERMISSION_DENIED"), {})], 1, AuthError),
-        ([(401, error("UNAUTHENTICATED"), {})], 1, AuthError),
-        ([(409, error("RESOURCE_CONFLICT"), {})], 1, PlatformError),
+        ([OK], 1, None, None),
+        ([(500, error("INTERNAL_ERROR"), {}), OK], 2, None, None),
+        ([(502, "bad gateway", {}), (503, error("TEMPORARILY_UNAVAILABLE"), {}), OK], 3, None, None),
+        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {"Retry-After": "0.01"}), OK], 2, None, None),
+        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {}), OK], 2, None, None),
+        ([(500, error("INTERNAL_ERROR"), {})] * 4, 4, PlatformError, True),
+        ([(429, error("REQUEST_LIMIT_EXCEEDED"), {})] * 4, 4, RateLimited, True),
+        ([(503, error("INSUFFICIENT_CAPACITY", "no GPUs"), {})] * 4, 4, CapacityError, True),
+        ([(400, error("CAPACITY_UNAVAILABLE", "try later"), {})], 1, CapacityError, True),
+        ([(503, error("INSUFFICIENT_CAPACITY"), {}), OK], 2, None, None),
+        ([(400, error("INVALID_PARAMETER_VALUE"), {})], 1, PlatformError, False),
+        ([(404, error("RESOURCE_DOES_NOT_EXIST"), {})], 1, NotFound, False),
+        ([(403, error("PERMISSION_DENIED"), {})], 1, AuthError, False),
+        ([(401, error("UNAUTHENTICATED"), {})], 1, AuthError, False),
+        ([(409, error("RESOURCE_CONFLICT"), {})], 1, PlatformError, False),
     ],
     ids=[
         "ok", "500-then-ok", "502-503-then-ok", "429-retry-after-seconds", "429-no-header",
-        "500-every-time", "429-every-time", "400-not-retried", "404-not-retried",
-        "403-not-retried", "401-static-token", "409-not-retried",
+        "500-every-time", "429-every-time", "503-capacity-every-time",
+        "400-capacity-retryable-by-the-task", "503-capacity-then-ok", "400-not-retried",
+        "404-not-retried", "403-not-retried", "401-static-token", "409-not-retried",
     ],
 )  # fmt: skip
 def test_retry_table(
-    answers: list[tuple[int, Any, dict[str, str]]], requests: int, raised: type[Exception] | None
+    answers: list[tuple[int, Any, dict[str, str]]],
+    requests: int,
+    raised: type[Exception] | None,
+    retryable: bool | None,
 ) -> None:
     client, sent = _client(answers)
     with client:
         if raised is None:
             assert client.get_run(1).run_id == 1
         else:
-            with pytest.raises(raised):
+            with pytest.raises(raised) as caught:
                 client.get_run(1)
+            assert type(caught.value) is raised
+            assert isinstance(caught.value, AirError) and caught.value.retryable is retryable
     assert len(sent) == requests
+
+
+@pytest.mark.parametrize("error_class", [RateLimited, CapacityError])
+@pytest.mark.parametrize("status", [None, 400, 409, 429, 500, 503])
+def test_a_class_retryable_on_its_class_is_retryable_on_every_instance(
+    error_class: type[PlatformError], status: int | None
+) -> None:
+    """What an orchestrator reads on an instance never contradicts its class."""
+    assert error_class.retryable
+    assert error_class("answer", status_code=status).retryable
 
 
 def test_retry_after_is_a_floor_for_the_wait() -> None:
@@ -131,8 +160,9 @@ def test_capacity_answers_are_capacity_errors(status: int, body: dict[str, str])
     with client, pytest.raises(CapacityError) as raised:
         client.get_run(1)
     assert "capacity" in str(raised.value).lower() or "CAPACITY" in str(raised.value)
-    # Capacity is retried like any 5xx when it is one; a 4xx refusal is not.
+    # The client re-sends a 5xx within the call; a 4xx it does not, but the task may try again.
     assert len(sent) == (4 if status >= 500 else 1)
+    assert raised.value.retryable
 
 
 def test_retries_stop_at_the_total_time_budget() -> None:
