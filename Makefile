@@ -15,7 +15,7 @@ LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflo
 	tests/dagster/test_ranges.py::test_a_range_run_trains_each_partition_in_its_own_task \
 	tests/dagster/test_ranges.py::test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations
 
-.PHONY: venv venv-lowest services test test-lowest test-fast lint demo bench reliability workspace clean
+.PHONY: venv venv-lowest services test test-lowest test-fast lint docs docs-build demo bench reliability workspace clean
 
 venv: $(STAMP)
 
@@ -53,7 +53,7 @@ services:
 
 # Two workers: most tests wait on runs and processes rather than compute (tests/conftest.py
 # schedules whole files, the Airflow tests together, the deployments one at a time).
-test: venv lint services test-lowest
+test: venv lint docs-build services test-lowest
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 # A few Airflow and Dagster tests on the lowest supported versions (the whole suite runs on the
@@ -63,6 +63,17 @@ test-lowest: venv-lowest
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow" -n 2
+
+# The documentation site (mkdocs.yml, docs/): --strict fails on a broken link, a missing
+# reference or a docstring the reference cannot render; the site goes to build/site.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs-build: venv
+	$(MKDOCS) build --strict --quiet
+
+# Serves the site on this machine only, rebuilt on every change.
+docs: venv
+	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:8000
 
 demo: venv services
 	$(BIN)/python -m demo

@@ -1,0 +1,133 @@
+"""MkDocs hooks of the documentation site.
+
+- The `airo` command reference is generated from the command line's own definition
+  (``air_runtime.cli.build_parser``, argparse) where a page holds ``<!-- airo-commands -->``,
+  so it cannot drift from what ``airo --help`` says.
+- The ``[air]`` options of the Airflow provider are generated from its provider info
+  (``airflow_air.get_provider_info``) where a page holds ``<!-- air-config-options -->``.
+- The committed benchmark plots (``benchmarks/results/*.png``) are served under
+  ``benchmarks/``, so the pages show the figures the results hold, never copies of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+AIRO_MARKER = "<!-- airo-commands -->"
+CONFIG_MARKER = "<!-- air-config-options -->"
+
+for folder in (ROOT, ROOT / "providers"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for plot in sorted(RESULTS.glob("*.png")):
+        files.append(File.generated(config, f"benchmarks/{plot.name}", abs_src_path=str(plot)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    if AIRO_MARKER in markdown:
+        markdown = markdown.replace(AIRO_MARKER, airo_reference())
+    if CONFIG_MARKER in markdown:
+        markdown = markdown.replace(CONFIG_MARKER, air_config_reference())
+    return markdown
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            return [(name, helps.get(name, ""), sub) for name, sub in action.choices.items()]
+    return []
+
+
+def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if action.help == argparse.SUPPRESS:
+            continue
+        if action.option_strings:
+            metavar = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+            name = ", ".join(f"`{option}{metavar}`" for option in action.option_strings)
+        else:
+            name = f"`{action.metavar or action.dest}`"
+            if action.nargs in ("*", "+"):
+                name += " ..."
+        details = _cell(action.help or "")
+        if action.choices and not isinstance(action.choices, dict):
+            details += f" (one of: {', '.join(f'`{c}`' for c in action.choices)})"
+        shows_default = action.default not in (None, False, argparse.SUPPRESS)
+        if shows_default and action.nargs != 0 and "default" not in details:
+            details += f" (default `{action.default}`)"
+        rows.append(f"| {name} | {details} |")
+    return rows
+
+
+def _command_section(path: str, summary: str, parser: argparse.ArgumentParser) -> list[str]:
+    lines = [f"## `{path}`", ""]
+    if summary:
+        lines += [summary[0].upper() + summary[1:] + ".", ""]
+    lines += ["```text", parser.format_usage().strip(), "```", ""]
+    if parser.description and parser.description != summary:
+        lines += [parser.description, ""]
+    rows = _argument_rows(parser)
+    if rows:
+        lines += ["| argument | meaning |", "|---|---|", *rows, ""]
+    if parser.epilog:
+        lines += [parser.epilog, ""]
+    for name, help_text, sub in _subcommands(parser):
+        lines += _command_section(f"{path} {name}", help_text, sub)
+    return lines
+
+
+def airo_reference() -> str:
+    import os
+
+    from air_runtime.cli import build_parser
+
+    # argparse wraps usage lines to the terminal's width: one width, so the page is the same
+    # wherever it is built.
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        parser = build_parser()
+        lines = []
+        if parser.epilog:
+            lines += [parser.epilog[0].upper() + parser.epilog[1:] + ".", ""]
+        for name, help_text, sub in _subcommands(parser):
+            lines += _command_section(f"airo {name}", help_text, sub)
+    finally:
+        if previous is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = previous
+    return "\n".join(lines)
+
+
+def air_config_reference() -> str:
+    from airflow_air.get_provider_info import get_provider_info
+
+    options = get_provider_info()["config"]["air"]["options"]
+    lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
+    for name, option in options.items():
+        default = option.get("default")
+        shown = "(computed)" if default is None else f"`{default}`"
+        lines.append(
+            f"| `{name}` | {option.get('type', '')} | {shown} | {_cell(option['description'])} |"
+        )
+    return "\n".join(lines)
