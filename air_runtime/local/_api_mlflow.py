@@ -1,5 +1,13 @@
-"""The MLflow calls a client reads a run's logs through when the log service has nothing
-(logmlflow.go): the run's artifact root (`mlflow/runs/get`), the artifact listing
+"""The MLflow calls of a task attempt's MLflow run.
+
+Training code logs to it (`runs/log-metric`, `runs/log-batch`, `runs/log-parameter`,
+`runs/set-tag`, `runs/update`: the MLflow tracking REST API,
+https://mlflow.org/docs/latest/rest-api.html and https://docs.databricks.com/api/workspace/experiments),
+and a client reads it back: `runs/get` (params, newest metrics, tags) and
+`metrics/get-history` (what the CLI's progress estimate reads, eta.go).
+
+A client reads a run's logs through it when the log service has nothing (logmlflow.go):
+the run's artifact root (`mlflow/runs/get`), the artifact listing
 (`mlflow/artifacts/list`), and a pre-signed URL for one file
 (`mlflow/artifacts/credentials-for-read`) fetched without the workspace's token.
 
@@ -23,7 +31,8 @@ from fastapi.responses import Response
 
 from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._log_artifacts import artifact_uri, node_chunks, nodes
-from air_runtime.local._request_params import get_params, host_url
+from air_runtime.local._mlflow_runs import mlflow_runs
+from air_runtime.local._request_params import get_params, host_url, int_param, json_body
 from air_runtime.local._workspace_state import WorkspaceState, workspace_state
 
 router = APIRouter()
@@ -57,28 +66,140 @@ def _task_of(state: WorkspaceState, mlflow_run_id: str) -> Any:
     return rows[0]
 
 
+def _run_info(state: WorkspaceState, run_id: str, task: Any) -> dict[str, Any]:
+    ids = json.loads(task["output"]).get("ai_runtime_task_output") or {}
+    logged = mlflow_runs(state.store).status(run_id)
+    ended = bool(task["end_time"])
+    status = "FINISHED" if ended else "RUNNING"
+    if ended and task["result_state"] in ("CANCELED", "TIMEDOUT"):
+        status = "KILLED"
+    elif ended and task["result_state"] != "SUCCESS":
+        status = "FAILED"
+    if logged is not None and not ended:
+        status = logged["status"]
+    end_time = (logged["end_time"] if logged is not None else None) or task["end_time"] or None
+    return {
+        "run_id": run_id,
+        "run_uuid": run_id,
+        "run_name": (logged["run_name"] if logged is not None else None) or task["task_key"],
+        "experiment_id": ids.get("mlflow_experiment_id"),
+        "status": status,
+        "start_time": task["start_time"],
+        "end_time": end_time,
+        "artifact_uri": _artifact_uri(state, task),
+        "lifecycle_stage": "active",
+    }
+
+
+def _run_id_of(body: dict[str, Any]) -> str:
+    """`run_id`, or the older `run_uuid` MLflow still accepts."""
+    return str(body.get("run_id") or body.get("run_uuid") or "")
+
+
 @router.get("/api/2.0/mlflow/runs/get")
 async def mlflow_run(request: Request) -> dict[str, Any]:
     state = workspace_state(request)
-    run_id = (await get_params(request)).get("run_id") or ""
+    params = await get_params(request)
+    run_id = params.get("run_id") or params.get("run_uuid") or ""
     task = _task_of(state, run_id)
-    ids = json.loads(task["output"]).get("ai_runtime_task_output") or {}
-    ended = bool(task["end_time"])
+    runs = mlflow_runs(state.store)
     return {
         "run": {
-            "info": {
-                "run_id": run_id,
-                "run_uuid": run_id,
-                "experiment_id": ids.get("mlflow_experiment_id"),
-                "status": "FINISHED" if ended else "RUNNING",
-                "start_time": task["start_time"],
-                "end_time": task["end_time"] or None,
-                "artifact_uri": _artifact_uri(state, task),
-                "lifecycle_stage": "active",
+            "info": _run_info(state, run_id, task),
+            "data": {
+                "metrics": [m.to_json() for m in runs.latest_metrics(run_id)],
+                "params": runs.params(run_id),
+                "tags": runs.tags(run_id),
             },
-            "data": {},
         }
     }
+
+
+@router.post("/api/2.0/mlflow/runs/log-metric")
+async def log_metric(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = _run_id_of(body)
+    _task_of(state, run_id)
+    mlflow_runs(state.store).log_batch(run_id, metrics=[body])
+    return {}
+
+
+@router.post("/api/2.0/mlflow/runs/log-parameter")
+async def log_parameter(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = _run_id_of(body)
+    _task_of(state, run_id)
+    mlflow_runs(state.store).log_batch(run_id, params=[body])
+    return {}
+
+
+@router.post("/api/2.0/mlflow/runs/set-tag")
+async def set_tag(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = _run_id_of(body)
+    _task_of(state, run_id)
+    mlflow_runs(state.store).log_batch(run_id, tags=[body])
+    return {}
+
+
+@router.post("/api/2.0/mlflow/runs/log-batch")
+async def log_batch(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = _run_id_of(body)
+    _task_of(state, run_id)
+    mlflow_runs(state.store).log_batch(
+        run_id,
+        metrics=body.get("metrics") or [],
+        params=body.get("params") or [],
+        tags=body.get("tags") or [],
+    )
+    return {}
+
+
+@router.post("/api/2.0/mlflow/runs/update")
+async def update_run(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = _run_id_of(body)
+    task = _task_of(state, run_id)
+    end_time = body.get("end_time")
+    mlflow_runs(state.store).set_status(
+        run_id,
+        body.get("status"),
+        None if end_time is None else int_param(end_time, "end_time"),
+        body.get("run_name") if isinstance(body.get("run_name"), str) else None,
+    )
+    return {"run_info": _run_info(state, run_id, task)}
+
+
+# metrics/get-history pages: MLflow's default and largest page.
+_HISTORY_PAGE = 25_000
+
+
+@router.get("/api/2.0/mlflow/metrics/get-history")
+async def metric_history(request: Request) -> dict[str, Any]:
+    state = workspace_state(request)
+    params = await get_params(request)
+    run_id = params.get("run_id") or params.get("run_uuid") or ""
+    _task_of(state, run_id)
+    key = params.get("metric_key") or ""
+    if not key:
+        raise invalid("metric_key is required.")
+    limit = _HISTORY_PAGE
+    if params.get("max_results"):
+        limit = max(1, min(int_param(params["max_results"], "max_results"), _HISTORY_PAGE))
+    after = 0
+    if params.get("page_token"):
+        after = int_param(params["page_token"], "page_token")
+    points, next_seq = mlflow_runs(state.store).history(run_id, key, after, limit)
+    answer: dict[str, Any] = {"metrics": [p.to_json() for p in points]}
+    if next_seq:
+        answer["next_page_token"] = str(next_seq)
+    return answer
 
 
 async def _listing(state: WorkspaceState, task: Any, path: str) -> list[dict[str, Any]]:

@@ -68,6 +68,7 @@ async def runs_submit(request: Request) -> dict[str, Any]:
     run_id, created = state.store.create_run(body, token, state.options.mode)
     state.counters.count_submit(token, created)
     if created:
+        state.engine.tracking_host = host_url(request)
         state.engine.start(run_id)
     return {"run_id": run_id}
 

@@ -73,6 +73,9 @@ class AttemptContext:
     logbook: LogBook
     instance_id: str = ""
     node_logs: dict[int, NodeLog] = field(default_factory=dict)
+    # What the platform gives every rank to log to the attempt's MLflow run (MLFLOW_*, and
+    # the workspace and credential its MLflow client reaches it with).
+    tracking_env: dict[str, str] = field(default_factory=dict)
 
 
 def topology(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -295,6 +298,7 @@ async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
         "WORLD_SIZE": str(total),
         RANK_MARKER: str(ctx.task_run_id),
         WORKSPACE_MARKER: ctx.instance_id,
+        **ctx.tracking_env,
     }
     if nodes > 1:
         platform_env.update(

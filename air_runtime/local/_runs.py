@@ -27,6 +27,7 @@ from air_runtime.local._execution import (
 from air_runtime.local._files import VolumeTree, WorkspaceTree
 from air_runtime.local._log_artifacts import publish_to_volume
 from air_runtime.local._logs import LogBook
+from air_runtime.local._mlflow_runs import rank_tracking_env, revoke_rank_token
 from air_runtime.local._options import WorkspaceOptions
 from air_runtime.local._pool_ledger import WAITING_FOR_CAPACITY, PoolLedger, pool_request
 from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Store, now_ms
@@ -154,6 +155,9 @@ class RunEngine:
         self._drivers: dict[int, asyncio.Task[None]] = {}
         self._cancel: dict[int, asyncio.Event] = {}
         self.pools = PoolLedger(options.gpu_pools)
+        # The address clients reach this workspace at (set by runs/submit): ranks log to
+        # MLflow there. Empty until a run is submitted.
+        self.tracking_host = ""
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -542,7 +546,19 @@ class RunEngine:
             logbook=self.logbook,
             instance_id=self.instance_id,
         )
-        return await run_attempt(context)
+        if not self.tracking_host:
+            return await run_attempt(context)
+        context.tracking_env, token = rank_tracking_env(
+            self.store,
+            self.tracking_host,
+            self.options.user_name,
+            self._mlflow_ids(spec, task_run_id),
+            lifetime_s=(timeout or 7 * 86400) + 60,
+        )
+        try:
+            return await run_attempt(context)
+        finally:
+            revoke_rank_token(self.store, token)
 
     async def _simulate(
         self,
