@@ -8,8 +8,10 @@ refresh-and-retry (OAuth) or final (a static token was revoked).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -265,11 +267,42 @@ def normalize_host(host: str) -> str:
     return host
 
 
+# Every entry point (the clients, ``airo``, the Dagster resource, the examples) finds a
+# workspace by the variables the databricks-sdk chain reads. Older names, each read only
+# while its new name is unset, with a warning: the examples' AIRO_HOST / AIRO_TOKEN and
+# ``airo``'s client token AIRO_WORKSPACE_TOKEN (which still sets a local workspace's own token).
+DEPRECATED_VARIABLES: dict[str, tuple[str, ...]] = {
+    "DATABRICKS_HOST": ("AIRO_HOST",),
+    "DATABRICKS_TOKEN": ("AIRO_TOKEN", "AIRO_WORKSPACE_TOKEN"),
+}
+
+
+def deprecated_variable(name: str) -> str | None:
+    """The value of an older name of ``name`` (``DATABRICKS_HOST`` or ``DATABRICKS_TOKEN``)
+    when ``name`` itself is unset; warns (``FutureWarning``) that the older name is read."""
+    if os.environ.get(name, "").strip():
+        return None
+    for old in DEPRECATED_VARIABLES[name]:
+        value = os.environ.get(old, "").strip()
+        if value:
+            warnings.warn(
+                f"${old} is deprecated and will be ignored in a later release: set ${name} instead",
+                FutureWarning,
+                stacklevel=2,
+            )
+            return value
+    return None
+
+
 def resolve_credentials(
     host: str | None, token: str | None, credentials: Credentials | None
 ) -> tuple[str, Credentials]:
     """Pick the workspace and credentials the way users expect: explicit values first,
     then the databricks-sdk chain (env vars, ~/.databrickscfg)."""
+    if credentials is None and not host:
+        host = deprecated_variable("DATABRICKS_HOST")
+        if token is None and host:
+            token = deprecated_variable("DATABRICKS_TOKEN")
     if credentials is not None:
         if host is None:
             host = getattr(credentials, "host", None)

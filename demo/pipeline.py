@@ -363,13 +363,18 @@ class Demo:
         )
         home = self.work_dir / "dagster"
         home.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER", "AIRO_"))}
-        # AIRO_HOST/AIRO_TOKEN select the local workspace in examples/dagster's resources.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("DAGSTER", "AIRO_", "DATABRICKS_"))
+        }
+        # DATABRICKS_HOST/DATABRICKS_TOKEN select the local workspace in examples/dagster's
+        # resources, as they would for airo.
         env.update(
             DAGSTER_HOME=str(home),
             XDG_CACHE_HOME=str(self.work_dir / "cache"),
-            AIRO_HOST=host,
-            AIRO_TOKEN=token,
+            DATABRICKS_HOST=host,
+            DATABRICKS_TOKEN=token,
             HF_TOKEN=PLACEHOLDER_SECRET,
             RL_OUTPUT_ROOT=str(self.work_dir / "rl_output" / "dagster"),
             # The example's image asset copies from these (see its rl_pipeline.py).

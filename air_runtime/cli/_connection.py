@@ -1,7 +1,8 @@
 """How every ``airo`` command that talks to a workspace finds it: ``--host``, and a token
-from ``--token``, ``--token-file``, ``$AIRO_WORKSPACE_TOKEN`` or (for a local workspace on
-this machine) its default token file; without ``--host``, the databricks-sdk configuration
-(``DATABRICKS_HOST``/``DATABRICKS_TOKEN``, ``~/.databrickscfg`` profiles).
+from ``--token``, ``--token-file`` or (for a local workspace on this machine) its default
+token file; otherwise the databricks-sdk configuration (``DATABRICKS_HOST``/``DATABRICKS_TOKEN``,
+``~/.databrickscfg`` profiles), the variables every entry point reads. The older names
+(``AIRO_WORKSPACE_TOKEN``, ``AIRO_HOST``/``AIRO_TOKEN``) still work, with a warning line.
 
 When nothing is found the command fails at once, naming what was looked for, instead of
 leaving the databricks-sdk to try every cloud login first. Also: the exit codes, and the
@@ -14,14 +15,17 @@ import configparser
 import os
 import shlex
 import sys
+import warnings
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from air_runtime._auth import deprecated_variable
 from air_runtime._errors import AirError, ConfigurationError, RunFailed, WorkloadError
 
-TOKEN_ENV = "AIRO_WORKSPACE_TOKEN"
+HOST_ENV = "DATABRICKS_HOST"
+TOKEN_ENV = "DATABRICKS_TOKEN"
 _SDK_CREDENTIAL_VARIABLES = (
     "DATABRICKS_TOKEN",
     "DATABRICKS_CLIENT_ID",
@@ -41,7 +45,9 @@ EXIT_ERROR = 4  # credentials, connection, or an error answer of the workspace
 
 def add_workspace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--host", default=None, help="workspace URL (default: the databricks-sdk config)"
+        "--host",
+        default=None,
+        help=f"workspace URL (default: ${HOST_ENV} or the databricks-sdk config)",
     )
     parser.add_argument(
         "--token-file",
@@ -101,12 +107,13 @@ def _read_token_file(path: Path) -> str:
 
 
 def _explicit_token(args: argparse.Namespace) -> str | None:
+    """--token, --token-file, or an older name of $DATABRICKS_TOKEN (the databricks-sdk
+    reads that one itself)."""
     if args.token:
         return str(args.token)
     if args.token_file is not None:
         return _read_token_file(args.token_file)
-    value = os.environ.get(TOKEN_ENV, "").strip()
-    return value or None
+    return deprecated_variable(TOKEN_ENV)
 
 
 def _config_file() -> Path:
@@ -135,13 +142,13 @@ def _sdk_configured(host: str | None, profile: str) -> bool:
 
 
 def _looked_for(host: str | None, profile: str) -> str:
-    parts = ["--token", "--token-file", f"${TOKEN_ENV}"]
+    parts = ["--token", "--token-file"]
     if host is not None and _is_loopback(host):
         path = _local_token_file()
         if path is not None:
             parts.append(f"the local workspace's token file {path} (missing)")
     if host is None:
-        parts.append("--host, $DATABRICKS_HOST")
+        parts.append(f"--host, ${HOST_ENV}")
     parts.append(", ".join(f"${v}" for v in _SDK_CREDENTIAL_VARIABLES[:2]))
     parts.append(f"profile {profile} in {_config_file()}")
     return "; ".join(parts)
@@ -149,11 +156,23 @@ def _looked_for(host: str | None, profile: str) -> str:
 
 def open_client(args: argparse.Namespace) -> Any:
     """The ``AirClient`` the command's options describe, or ``ConfigurationError`` at once
-    when they describe none."""
+    when they describe none. An older variable name read on the way is one warning line."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", FutureWarning)
+        try:
+            return _open_client(args)
+        finally:
+            for warning in seen:
+                print(f"warning: {warning.message}", file=sys.stderr)
+
+
+def _open_client(args: argparse.Namespace) -> Any:
     from air_runtime.client import AirClient
 
-    host = args.host
-    token = _explicit_token(args) or _local_token(host)
+    host = args.host or deprecated_variable(HOST_ENV)
+    token = _explicit_token(args) or _local_token(host or os.environ.get(HOST_ENV))
+    if token is not None and host is None:
+        host = os.environ.get(HOST_ENV)  # a local workspace's own token file
     profile = args.profile or os.environ.get("DATABRICKS_CONFIG_PROFILE") or "DEFAULT"
     if token is None and not _sdk_configured(host, profile):
         where = f" for {host}" if host else ""

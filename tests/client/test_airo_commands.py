@@ -94,7 +94,6 @@ def test_credentials_token_file_variable_and_what_was_looked_for(
     err = capsys.readouterr().err
     for looked_for in (
         "--token-file",
-        "$AIRO_WORKSPACE_TOKEN",
         str(tmp_path / "xdg" / "airo" / "workspace" / "token"),
         "$DATABRICKS_TOKEN",
         f"profile DEFAULT in {tmp_path / 'nothing.cfg'}",
@@ -103,9 +102,9 @@ def test_credentials_token_file_variable_and_what_was_looked_for(
         assert looked_for in err, looked_for
     assert airo(["list"]) == 4
     assert "--host, $DATABRICKS_HOST" in capsys.readouterr().err
-    monkeypatch.setenv("AIRO_WORKSPACE_TOKEN", ws.token)
+    monkeypatch.setenv("DATABRICKS_TOKEN", ws.token)
     assert airo(["list", "--host", ws.host]) == 0
-    monkeypatch.delenv("AIRO_WORKSPACE_TOKEN")
+    monkeypatch.delenv("DATABRICKS_TOKEN")
     assert airo(["list", *_auth(ws, tmp_path)]) == 0
     assert airo(["list", "--host", ws.host, "--token-file", str(tmp_path / "none")]) == 4
     assert "cannot read the token file" in capsys.readouterr().err

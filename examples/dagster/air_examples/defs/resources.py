@@ -1,19 +1,11 @@
-"""The workspace: the local one when AIRO_HOST is set, else DATABRICKS_HOST/DATABRICKS_TOKEN
-(or any databricks-sdk configuration)."""
-
-import os
+"""The workspace: DATABRICKS_HOST/DATABRICKS_TOKEN (the local one too: its host and token), or
+any other databricks-sdk configuration. ``airo`` reads the same variables."""
 
 import dagster as dg
 
 from dagster_air import AirWorkspace
 
 
-def workspace() -> AirWorkspace:
-    if os.environ.get("AIRO_HOST"):
-        return AirWorkspace(host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"))
-    return AirWorkspace()  # the databricks-sdk default chain
-
-
 @dg.definitions
 def resources() -> dg.Definitions:
-    return dg.Definitions(resources={"air_workspace": workspace()})
+    return dg.Definitions(resources={"air_workspace": AirWorkspace()})
