@@ -143,6 +143,49 @@ class TaskState:
 
 
 @dataclass(frozen=True, slots=True)
+class RepairItem:
+    """One item of a run's ``repair_history`` (``runs/get?include_history=true``): the
+    original run (``repair_id`` None) or one repair, and the task runs it started."""
+
+    repair_id: int | None
+    start_time: int | None = None
+    end_time: int | None = None
+    life_cycle_state: str = "PENDING"
+    result_state: str | None = None
+    task_run_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> RepairItem:
+        life_cycle, result, _ = _state_fields(body)
+        ids = body.get("task_run_ids")
+        return cls(
+            repair_id=_int(body.get("id")) if body.get("type") == "REPAIR" else None,
+            start_time=_int(body.get("start_time")) or None,
+            end_time=_int(body.get("end_time")) or None,
+            life_cycle_state=life_cycle,
+            result_state=result,
+            task_run_ids=tuple(i for i in map(_int, ids if isinstance(ids, list) else ()) if i),
+        )
+
+
+def _repair_ranks(raw_tasks: Sequence[TaskState], history: Sequence[RepairItem]) -> list[int]:
+    """Which repair (0: the original run) started each task run: from the repair history
+    when the answer has it, else from the order of the task runs (one task's runs come
+    oldest first; an attempt number that does not go up starts the runs of a repair)."""
+    by_run = {i: rank for rank, item in enumerate(history) for i in item.task_run_ids}
+    if by_run:
+        return [by_run.get(t.run_id or -1, 0) for t in raw_tasks]
+    ranks: list[int] = []
+    last: dict[str, tuple[int, int]] = {}  # task key -> (rank, attempt) of its last run
+    for task in raw_tasks:
+        rank, attempt = last.get(task.task_key, (-1, -1))
+        rank = rank + 1 if task.attempt_number <= attempt or rank < 0 else rank
+        last[task.task_key] = (rank, task.attempt_number)
+        ranks.append(rank)
+    return ranks
+
+
+@dataclass(frozen=True, slots=True)
 class RunState:
     """A normalized view of ``runs/get`` (or a ``runs/list`` entry, which has no tasks)."""
 
@@ -157,25 +200,35 @@ class RunState:
     tasks: tuple[TaskState, ...] = field(default=())
     job_id: int | None = None
     # Every attempt of every task, in the API's order (a retried task appears once per
-    # attempt); ``tasks`` keeps only each task's newest.
+    # attempt, a repaired one once per task run); ``tasks`` keeps only each task's newest.
     attempts: tuple[TaskState, ...] = field(default=())
+    # The original run and its repairs, when asked for (``include_history``).
+    repairs: tuple[RepairItem, ...] = field(default=())
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> RunState:
         """Build from an API answer; missing or odd fields get neutral defaults."""
         life_cycle, result, message = _state_fields(body)
-        latest: dict[str, TaskState] = {}
-        attempts: list[TaskState] = []
         raw_tasks = body.get("tasks")
-        for raw in raw_tasks if isinstance(raw_tasks, list) else ():
-            if not isinstance(raw, Mapping):
-                continue
-            task = TaskState.from_api(raw)
-            attempts.append(task)
+        attempts = [
+            TaskState.from_api(raw)
+            for raw in (raw_tasks if isinstance(raw_tasks, list) else ())
+            if isinstance(raw, Mapping)
+        ]
+        raw_history = body.get("repair_history")
+        repairs = tuple(
+            RepairItem.from_api(item)
+            for item in (raw_history if isinstance(raw_history, list) else ())
+            if isinstance(item, Mapping)
+        )
+        # A retried task appears once per attempt, a repaired one once per task run: the
+        # newest (of the latest repair, then the highest attempt) decides.
+        latest: dict[str, tuple[tuple[int, int], TaskState]] = {}
+        for rank, task in zip(_repair_ranks(attempts, repairs), attempts, strict=True):
+            order = (rank, task.attempt_number)
             seen = latest.get(task.task_key)
-            # A retried task appears once per attempt; only the newest attempt decides.
-            if seen is None or task.attempt_number >= seen.attempt_number:
-                latest[task.task_key] = task
+            if seen is None or order >= seen[0]:
+                latest[task.task_key] = (order, task)
         return cls(
             run_id=_int(body.get("run_id")) or 0,
             life_cycle_state=life_cycle,
@@ -185,10 +238,18 @@ class RunState:
             run_page_url=_text(body.get("run_page_url")),
             start_time=_int(body.get("start_time")) or None,
             end_time=_int(body.get("end_time")) or None,
-            tasks=tuple(latest.values()),
+            tasks=tuple(task for _, task in latest.values()),
             job_id=_int(body.get("job_id")),
             attempts=tuple(attempts),
+            repairs=repairs,
         )
+
+    @property
+    def latest_repair_id(self) -> int | None:
+        """The id of the run's newest repair (None: never repaired, or the history was not
+        asked for); ``runs/repair`` wants it once a run has a repair."""
+        ids = [item.repair_id for item in self.repairs if item.repair_id is not None]
+        return ids[-1] if ids else None
 
     @property
     def unknown_state(self) -> bool:

@@ -273,8 +273,9 @@ class AirClient(_BaseClient, SyncOperations):
             )
         )
 
-    def get_run(self, run_id: int) -> RunState:
-        return self._run(_runs.get_run(self._core, run_id))
+    def get_run(self, run_id: int, *, include_history: bool = False) -> RunState:
+        """The run as ``runs/get`` shows it; ``include_history``: with its repairs."""
+        return self._run(_runs.get_run(self._core, run_id, include_history=include_history))
 
     def get_output(self, task_run_id: int) -> dict[str, Any]:
         return self._run(_runs.get_output(self._core, task_run_id))
@@ -618,8 +619,8 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             )
         )
 
-    async def get_run(self, run_id: int) -> RunState:
-        return await self._run(_runs.get_run(self._core, run_id))
+    async def get_run(self, run_id: int, *, include_history: bool = False) -> RunState:
+        return await self._run(_runs.get_run(self._core, run_id, include_history=include_history))
 
     async def get_output(self, task_run_id: int) -> dict[str, Any]:
         return await self._run(_runs.get_output(self._core, task_run_id))

@@ -1,7 +1,7 @@
 """Operations both clients get from these mixins (the ones behind ``airo pools``, ``get``,
-``list``, ``logs --tail``, ``cancel --all`` and ``run --dry-run``): each method drives one
-flow of ``_pools``, ``_run_views``, ``_log_reads`` or ``_dry_run`` with the client's own
-driver (``_run``, ``_steps``, ``_items``)."""
+``list``, ``logs --tail``, ``cancel --all`` and ``run --dry-run``, and a run's repair): each
+method drives one flow of ``_pools``, ``_run_views``, ``_log_reads``, ``_dry_run`` or
+``_runs`` with the client's own driver (``_run``, ``_steps``, ``_items``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import Problem
-from . import _dry_run, _log_reads, _pools, _run_views
+from .._progress import TrainingProgress
+from .._states import RunState
+from . import _dry_run, _log_reads, _pools, _run_views, _runs
 from ._core import ClientCore, Flow, LogRecord
 from ._pools import GpuPool
 from ._run_views import CancelResult, RunSummary, TaskRunRef
@@ -39,6 +41,15 @@ class SyncOperations:
         workspace's only pool (an error naming them when there are several)."""
         return self._run(_pools.get_gpu_pool(self._core, pool_id))
 
+    def repair_run(
+        self, run_id: int, rerun_tasks: Sequence[str], *, latest_repair_id: int | None = None
+    ) -> int:
+        """Re-run the tasks ``rerun_tasks`` of the ended run ``run_id`` as new task runs of
+        the same run (Jobs ``runs/repair``); the repair's id. ``latest_repair_id``: the
+        run's newest repair (``get_run(run_id, include_history=True).latest_repair_id``),
+        required once it has one; a stale one is refused (``PlatformError``)."""
+        return self._run(_runs.repair_run(self._core, run_id, rerun_tasks, latest_repair_id))
+
     def run_summary(self, run_id: int) -> RunSummary:
         """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
         return self._run(_run_views.run_summary(self._core, run_id))
@@ -50,6 +61,15 @@ class SyncOperations:
     def task_run_ref(self, run_id: int) -> TaskRunRef | None:
         """None when ``run_id`` is a run; the task (and its run) when it is a task run."""
         return self._run(_run_views.task_run_ref(self._core, run_id))
+
+    def training_progress(
+        self, run: RunState | int, task_key: str | None = None
+    ) -> TrainingProgress | None:
+        """Progress and time left of a running run's newest attempt (of ``task_key`` in a
+        multi-task run), from what it logs to MLflow, as ``databricks air get`` computes it;
+        None when it has ended or logs no progress. Pass the ``RunState`` you already have
+        to save its runs/get."""
+        return self._run(_run_views.training_progress(self._core, run, task_key))
 
     def active_runs_of_current_user(self) -> list[RunSummary]:
         return self._run(_run_views.active_runs_of_current_user(self._core))
@@ -114,6 +134,11 @@ class AsyncOperations:
     async def get_gpu_pool(self, pool_id: str | None = None) -> GpuPool:
         return await self._run(_pools.get_gpu_pool(self._core, pool_id))
 
+    async def repair_run(
+        self, run_id: int, rerun_tasks: Sequence[str], *, latest_repair_id: int | None = None
+    ) -> int:
+        return await self._run(_runs.repair_run(self._core, run_id, rerun_tasks, latest_repair_id))
+
     async def run_summary(self, run_id: int) -> RunSummary:
         return await self._run(_run_views.run_summary(self._core, run_id))
 
@@ -124,6 +149,11 @@ class AsyncOperations:
 
     async def task_run_ref(self, run_id: int) -> TaskRunRef | None:
         return await self._run(_run_views.task_run_ref(self._core, run_id))
+
+    async def training_progress(
+        self, run: RunState | int, task_key: str | None = None
+    ) -> TrainingProgress | None:
+        return await self._run(_run_views.training_progress(self._core, run, task_key))
 
     async def active_runs_of_current_user(self) -> list[RunSummary]:
         return await self._run(_run_views.active_runs_of_current_user(self._core))

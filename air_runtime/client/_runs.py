@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,19 +25,25 @@ _LOG_PAGE_SIZE = 500
 FOLLOW_POLL_S = 2.0
 
 
-def get_run(core: ClientCore, run_id: int) -> Flow[RunState]:
-    return RunState.from_api((yield from get_run_body(core, run_id)))
+def get_run(core: ClientCore, run_id: int, *, include_history: bool = False) -> Flow[RunState]:
+    return RunState.from_api((yield from get_run_body(core, run_id, include_history)))
 
 
-def get_run_body(core: ClientCore, run_id: int) -> Flow[dict[str, Any]]:
-    """``runs/get`` as the API answers it, with every page of its tasks."""
-    body: dict[str, Any] = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
+def get_run_body(
+    core: ClientCore, run_id: int, include_history: bool = False
+) -> Flow[dict[str, Any]]:
+    """``runs/get`` as the API answers it, with every page of its tasks (and, with
+    ``include_history``, the run's ``repair_history``)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    if include_history:  # Jobs API runs/get: "whether to include the repair history"
+        params["include_history"] = "true"
+    body: dict[str, Any] = yield from core.call("GET", f"{RUNS_API}/get", params=params)
     # Tasks may be paged: fetch the rest so the latest attempt of every task is known.
     tasks = list(body.get("tasks") or [])
     page_token = body.get("next_page_token")
     while page_token:
         page = yield from core.call(
-            "GET", f"{RUNS_API}/get", params={"run_id": run_id, "page_token": page_token}
+            "GET", f"{RUNS_API}/get", params={**params, "page_token": page_token}
         )
         tasks.extend(page.get("tasks") or [])
         page_token = page.get("next_page_token")
@@ -75,6 +81,22 @@ def list_runs_raw(core: ClientCore, params: dict[str, Any]) -> Flow[dict[str, An
 
 def cancel(core: ClientCore, run_id: int) -> Flow[None]:
     yield from core.call("POST", f"{RUNS_API}/cancel", json={"run_id": run_id})
+
+
+def repair_run(
+    core: ClientCore, run_id: int, rerun_tasks: Sequence[str], latest_repair_id: int | None
+) -> Flow[int]:
+    """Re-run tasks of an ended run as new task runs of the same run; the repair's id.
+
+    Jobs API ``POST /api/2.2/jobs/runs/repair`` (docs.databricks.com/api/workspace/jobs/
+    repairrun): ``latest_repair_id`` must name the run's newest repair once it has one, so
+    a request repeated after a lost answer, or a second caller that read the run before the
+    first repair, is refused instead of repairing twice; retrying it is safe."""
+    body: dict[str, Any] = {"run_id": run_id, "rerun_tasks": list(rerun_tasks)}
+    if latest_repair_id is not None:
+        body["latest_repair_id"] = latest_repair_id
+    answer = yield from core.call("POST", f"{RUNS_API}/repair", json=body)
+    return int(answer["repair_id"])
 
 
 def _jittered(seconds: float, core: ClientCore) -> float:

@@ -1,5 +1,5 @@
 """One-time runs of the Jobs API (`/api/2.1|2.2/jobs/runs/*`): submit, get, get-output,
-cancel and list, run by the `RunEngine`."""
+cancel, list and repair, run by the `RunEngine`."""
 
 from __future__ import annotations
 
@@ -97,10 +97,32 @@ async def runs_get(request: Request) -> dict[str, Any]:
         specs = {t["task_key"]: t for t in json.loads(parent["body"])["tasks"]}
         return task_json(task, specs.get(task["task_key"], {}), host)
     offset = int_param(params.get("page_token") or 0, "page_token")
+    history = flag(params.get("include_history"))
     return {
-        **run_json(state.store, row, host, task_offset=offset),
+        **run_json(state.store, row, host, task_offset=offset, with_history=history),
         "creator_user_name": state.options.user_name,
     }
+
+
+@router.post("/api/2.2/jobs/runs/repair")
+@router.post("/api/2.1/jobs/runs/repair")
+async def runs_repair(request: Request) -> dict[str, Any]:
+    # Jobs API "Repair a job run" (docs.databricks.com/api/workspace/jobs/repairrun).
+    state = workspace_state(request)
+    body = await json_body(request)
+    run_id = int_param(body.get("run_id"), "run_id")
+    rerun = body.get("rerun_tasks") or []
+    if not isinstance(rerun, list) or not all(isinstance(k, str) for k in rerun):
+        raise invalid("rerun_tasks must be a list of task keys.")
+    latest = body.get("latest_repair_id")
+    repair_id = state.engine.repair(
+        run_id,
+        rerun,
+        all_failed=bool(body.get("rerun_all_failed_tasks")),
+        dependents=bool(body.get("rerun_dependent_tasks")),
+        latest_repair_id=None if latest is None else int_param(latest, "latest_repair_id"),
+    )
+    return {"repair_id": repair_id}
 
 
 @router.get("/api/2.2/jobs/runs/get-output")

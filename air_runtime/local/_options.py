@@ -64,6 +64,9 @@ class WorkspaceOptions:
     # Services answered FEATURE_DISABLED, as on a workspace they are not rolled out to:
     # "gpu-pools", "log-records" (the log service; clients then read MLflow artifacts).
     disabled_features: list[str] = field(default_factory=list)
+    # Refuse `jobs/runs/repair` for every run (400), as a workspace where a run cannot be
+    # repaired: what makes a client take its other way (a new run of the tasks to re-run).
+    refuse_repair: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> WorkspaceOptions:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from air_runtime.local._errors import ApiError
+from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._execution import (
     RANK_MARKER,
     WORKSPACE_MARKER,
@@ -84,6 +84,7 @@ def run_json(
     host: str,
     *,
     with_tasks: bool = True,
+    with_history: bool = False,
     task_offset: int = 0,
     task_page: int = 100,
 ) -> dict[str, Any]:
@@ -112,7 +113,36 @@ def run_json(
         result["tasks"] = [task_json(r, specs.get(r["task_key"], {}), host) for r in page]
         if task_offset + task_page < len(rows):
             result["next_page_token"] = str(task_offset + task_page)
+    if with_history:
+        result["repair_history"] = repair_history(store, row)
     return result
+
+
+def repair_history(store: Store, row: sqlite3.Row) -> list[dict[str, Any]]:
+    """The original run and each repair, with the task runs each started (Jobs
+    ``runs/get?include_history=true``, the ``RepairHistoryItem`` of the Jobs API)."""
+    run_id = row["run_id"]
+    task_run_ids: dict[int, list[int]] = {}
+    for task in store.task_rows(run_id):
+        task_run_ids.setdefault(int(task["repair_id"]), []).append(int(task["task_run_id"]))
+    repairs = store.repair_rows(run_id)
+    if not repairs:  # never repaired: the run is its original
+        items: list[tuple[sqlite3.Row, int, str]] = [(row, 0, "ORIGINAL")]
+    else:
+        items = [(r, 0 if r["kind"] == "ORIGINAL" else r["repair_id"], r["kind"]) for r in repairs]
+    history = []
+    for item, repair_id, kind in items:
+        entry: dict[str, Any] = {
+            "type": kind,
+            "start_time": item["start_time"],
+            "end_time": item["end_time"],
+            "state": _state(item),
+            "task_run_ids": sorted(task_run_ids.get(repair_id, [])),
+        }
+        if kind == "REPAIR":
+            entry["id"] = repair_id
+        history.append(entry)
+    return history
 
 
 def _read_simulation(workspace: WorkspaceTree, command_path: str | None) -> dict[str, str]:
@@ -248,14 +278,22 @@ class RunEngine:
         specs: dict[str, tuple[int, dict[str, Any]]] = {
             t["task_key"]: (i, t) for i, t in enumerate(body["tasks"])
         }
-        first_attempt = {
-            r["task_key"]: r["task_run_id"]
-            for r in self.store.task_rows(run_id)
-            if r["attempt_number"] == 0
-        }
-        cancel = self._cancel[run_id]
+        # The task runs this drive starts: every task's first, or those a repair added;
+        # a task a repair leaves alone keeps the result of its newest task run.
+        repair_id = self.store.latest_repair_id(run_id) or 0
+        first_attempt: dict[str, int] = {}
         results: dict[str, str] = {}
         messages: dict[str, str] = {}
+        for r in self.store.task_rows(run_id):
+            if r["repair_id"] == repair_id and r["attempt_number"] == 0:
+                first_attempt[r["task_key"]] = r["task_run_id"]
+            elif r["task_key"] not in first_attempt:
+                results[r["task_key"]] = r["result_state"] or "CANCELED"
+                messages[r["task_key"]] = r["state_message"]
+        for key in first_attempt:
+            results.pop(key, None)
+            messages.pop(key, None)
+        cancel = self._cancel[run_id]
         running: dict[asyncio.Task[tuple[str, str]], str] = {}
         while True:
             if not cancel.is_set():
@@ -348,14 +386,77 @@ class RunEngine:
                 life_cycle = "INTERNAL_ERROR"
             if any(results[k] == "UPSTREAM_FAILED" for k in results):
                 message += " This caused all downstream tasks to get skipped."
-        self.store.update_run(
-            run_id,
-            life_cycle_state=life_cycle,
-            result_state=result,
-            state_message=message,
-            end_time=now_ms(),
-            active=0,
-        )
+        ended = {
+            "life_cycle_state": life_cycle,
+            "result_state": result,
+            "state_message": message,
+            "end_time": now_ms(),
+        }
+        repair_id = self.store.latest_repair_id(run_id)
+        if repair_id is not None:
+            self.store.update_repair(repair_id, **ended)
+        self.store.update_run(run_id, **ended, active=0)
+
+    # --- repairs ----------------------------------------------------------------------
+
+    def repair(
+        self,
+        run_id: int,
+        rerun_tasks: list[str],
+        *,
+        all_failed: bool,
+        dependents: bool,
+        latest_repair_id: int | None,
+    ) -> int:
+        """Re-run tasks of an ended run as new task runs of the same run (Jobs
+        ``runs/repair``); the id of the repair."""
+        row = self.store.run_row(run_id)
+        if row is None:
+            raise not_found(f"Run {run_id} does not exist.")
+        if row["active"]:
+            raise invalid(
+                f"Run {run_id} is still in progress: a run can be repaired once it has ended."
+            )
+        if self.options.refuse_repair:
+            raise invalid(f"Run {run_id} cannot be repaired in this workspace.")
+        if rerun_tasks and all_failed:
+            raise invalid("Only one of rerun_tasks or rerun_all_failed_tasks can be used.")
+        body = json.loads(row["body"])
+        specs = {t["task_key"]: (i, t) for i, t in enumerate(body["tasks"])}
+        unknown = sorted(set(rerun_tasks) - set(specs))
+        if unknown:
+            raise invalid(f"Run {run_id} has no task {', '.join(unknown)}.")
+        newest = {r["task_key"]: r for r in self.store.task_rows(run_id)}  # ordered oldest first
+        chosen = set(rerun_tasks)
+        if all_failed:
+            chosen |= {k for k, r in newest.items() if r["result_state"] not in _SUCCESSFUL}
+        while dependents:
+            more = {
+                key
+                for key, (_, spec) in specs.items()
+                if key not in chosen
+                and any(d["task_key"] in chosen for d in spec.get("depends_on") or [])
+            }
+            chosen |= more
+            dependents = bool(more)
+        if not chosen:
+            raise invalid(f"Run {run_id}: no task to repair (every task succeeded).")
+        current = self.store.latest_repair_id(run_id)
+        if latest_repair_id != current:
+            if latest_repair_id is None:
+                raise invalid(
+                    "The latest repair ID needs to be provided in order to create a new repair."
+                )
+            raise invalid(
+                f"latest_repair_id {latest_repair_id} is not the latest repair of run {run_id}"
+                + (f" ({current})." if current is not None else " (it has none).")
+            )
+        positions = {key: specs[key][0] for key in sorted(chosen, key=lambda k: specs[k][0])}
+        repair_id = self.store.create_repair(run_id, positions, latest_repair_id)
+        if repair_id is None:  # another repair won the race
+            raise invalid(f"Run {run_id} was repaired meanwhile; read its repair_history.")
+        self.start(run_id)
+        return repair_id
 
     # --- attempts and retries ---------------------------------------------------------
 
@@ -374,6 +475,8 @@ class RunEngine:
         interval = interval_ms / 1000 if interval_ms is not None else self.options.retry_interval_s
         timeout = spec.get("timeout_seconds") or body.get("timeout_seconds") or None
         attempt = 0
+        first = self.store.task_row(task_run_id)
+        repair_id = int(first["repair_id"]) if first is not None else 0
         while True:
             outcome = await self._attempt(run_id, body, spec, task_run_id, cancel, timeout)
             output = self._output(spec, task_run_id, outcome)
@@ -402,6 +505,7 @@ class RunEngine:
                 attempt,
                 f"Waiting {interval:g}s before retry {attempt}; the previous attempt ended "
                 f"with {outcome.result_state}: {outcome.message}",
+                repair_id=repair_id,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(cancel.wait(), timeout=interval)

@@ -50,9 +50,21 @@ CREATE TABLE IF NOT EXISTS tasks (
     start_time INTEGER NOT NULL DEFAULT 0,
     end_time INTEGER NOT NULL DEFAULT 0,
     output TEXT NOT NULL DEFAULT '{}',
-    pgids TEXT NOT NULL DEFAULT '[]'
+    pgids TEXT NOT NULL DEFAULT '[]',
+    repair_id INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS tasks_run ON tasks (run_id, position, attempt_number);
+CREATE TABLE IF NOT EXISTS repairs (
+    repair_id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    start_time INTEGER NOT NULL,
+    end_time INTEGER NOT NULL DEFAULT 0,
+    life_cycle_state TEXT NOT NULL,
+    result_state TEXT,
+    state_message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS repairs_run ON repairs (run_id, repair_id);
 CREATE TABLE IF NOT EXISTS scopes (name TEXT PRIMARY KEY, created INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS secrets (
     scope TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, updated INTEGER NOT NULL,
@@ -98,6 +110,9 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(tasks)")}
+        if "repair_id" not in columns:  # a data dir from before repairs
+            self._db.execute("ALTER TABLE tasks ADD COLUMN repair_id INTEGER NOT NULL DEFAULT 0")
         with self._lock:
             if self._db.execute("SELECT COUNT(*) FROM ids").fetchone()[0] == 0:
                 self._db.execute("INSERT INTO ids (id) VALUES (?)", (_FIRST_ID,))
@@ -180,22 +195,92 @@ class Store:
         attempt: int,
         life_cycle_state: str,
         message: str,
+        repair_id: int = 0,
     ) -> int:
         task_run_id = self.new_id(db)
         db.execute(
             "INSERT INTO tasks (task_run_id, run_id, task_key, position, attempt_number,"
-            " life_cycle_state, state_message) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (task_run_id, run_id, task_key, position, attempt, life_cycle_state, message),
+            " life_cycle_state, state_message, repair_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                task_run_id,
+                run_id,
+                task_key,
+                position,
+                attempt,
+                life_cycle_state,
+                message,
+                repair_id,
+            ),
         )
         return task_run_id
 
     def add_attempt(
-        self, run_id: int, task_key: str, position: int, attempt: int, message: str
+        self,
+        run_id: int,
+        task_key: str,
+        position: int,
+        attempt: int,
+        message: str,
+        *,
+        repair_id: int = 0,
     ) -> int:
         with self.transaction() as db:
             return self._insert_task(
-                db, run_id, task_key, position, attempt, "WAITING_FOR_RETRY", message
+                db, run_id, task_key, position, attempt, "WAITING_FOR_RETRY", message, repair_id
             )
+
+    # --- repairs (Jobs runs/repair: new task runs in the same run) ---------------------
+
+    def create_repair(
+        self, run_id: int, positions: dict[str, int], latest_repair_id: int | None
+    ) -> int | None:
+        """A repair of the ended run that re-runs the tasks ``positions`` names: new task
+        runs and the run active again, at once. None when ``latest_repair_id`` is not the
+        run's latest repair (a repair made meanwhile) or the run is active again."""
+        with self.transaction() as db:
+            run = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            latest = db.execute(
+                "SELECT MAX(repair_id) AS id FROM repairs WHERE run_id = ? AND kind = 'REPAIR'",
+                (run_id,),
+            ).fetchone()["id"]
+            if run is None or run["active"] or latest != latest_repair_id:
+                return None
+            if latest is None:  # the first repair: keep how the original run ended
+                db.execute(
+                    "INSERT INTO repairs (repair_id, run_id, kind, start_time, end_time,"
+                    " life_cycle_state, result_state, state_message)"
+                    " VALUES (?, ?, 'ORIGINAL', ?, ?, ?, ?, ?)",
+                    (
+                        self.new_id(db),
+                        run_id,
+                        run["start_time"],
+                        run["end_time"],
+                        run["life_cycle_state"],
+                        run["result_state"],
+                        run["state_message"],
+                    ),
+                )
+            repair_id = self.new_id(db)
+            db.execute(
+                "INSERT INTO repairs (repair_id, run_id, kind, start_time, life_cycle_state)"
+                " VALUES (?, ?, 'REPAIR', ?, 'PENDING')",
+                (repair_id, run_id, now_ms()),
+            )
+            for key, position in positions.items():
+                self._insert_task(db, run_id, key, position, 0, "PENDING", "", repair_id)
+            db.execute(
+                "UPDATE runs SET active = 1, life_cycle_state = 'PENDING', result_state = NULL,"
+                " state_message = ?, end_time = 0, cancel_requested = 0 WHERE run_id = ?",
+                (f"Repair {repair_id}: waiting for the local workspace.", run_id),
+            )
+            return repair_id
+
+    def repair_rows(self, run_id: int) -> list[sqlite3.Row]:
+        return self.query("SELECT * FROM repairs WHERE run_id = ? ORDER BY repair_id", (run_id,))
+
+    def latest_repair_id(self, run_id: int) -> int | None:
+        repairs = [r for r in self.repair_rows(run_id) if r["kind"] == "REPAIR"]
+        return int(repairs[-1]["repair_id"]) if repairs else None
 
     def run_row(self, run_id: int) -> sqlite3.Row | None:
         rows = self.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -203,7 +288,8 @@ class Store:
 
     def task_rows(self, run_id: int) -> list[sqlite3.Row]:
         return self.query(
-            "SELECT * FROM tasks WHERE run_id = ? ORDER BY position, attempt_number", (run_id,)
+            "SELECT * FROM tasks WHERE run_id = ? ORDER BY position, repair_id, attempt_number",
+            (run_id,),
         )
 
     def task_row(self, task_run_id: int) -> sqlite3.Row | None:
@@ -215,6 +301,9 @@ class Store:
 
     def update_task(self, task_run_id: int, **fields: Any) -> None:
         self._update("tasks", "task_run_id", task_run_id, fields)
+
+    def update_repair(self, repair_id: int, **fields: Any) -> None:
+        self._update("repairs", "repair_id", repair_id, fields)
 
     def _update(self, table: str, key: str, ident: int, fields: dict[str, Any]) -> None:
         if not fields:
