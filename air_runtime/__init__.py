@@ -25,6 +25,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
+from air_runtime._progress import TrainingProgress, compute_progress
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
@@ -157,6 +158,8 @@ __all__ = [
     "build_workflow_plan",
     "credential_secrets",
     "failure_message",
+    "compute_progress",
+    "TrainingProgress",
     "mlflow_ids",
     "mlflow_run_url",
     "lint_workload",

@@ -145,6 +145,7 @@ def _get(args: argparse.Namespace) -> int:
         ("Submitted", summary.started_at),
         ("Attempt", summary.attempt_number + 1),
         ("Duration", _duration(summary.duration_seconds)),
+        ("Progress", summary.progress.detailed() if summary.progress else None),
         ("Experiment", summary.experiment_name),
         ("User", summary.user),
         ("Accelerators", _accelerators(summary)),
@@ -175,14 +176,16 @@ def _list(args: argparse.Namespace) -> int:
         print("No runs found." if args.all_status else "No active runs found.")
         return EXIT_OK
     print(
-        f"{'Run ID':<18}{'Experiment':<28}{'Status':<14}{'Started':<22}{'Duration':<10}{'GPU-hours':<11}Accelerators"
+        f"{'Run ID':<18}{'Experiment':<28}{'Status':<14}{'Started':<22}{'Duration':<10}"
+        f"{'Progress':<16}{'GPU-hours':<11}Accelerators"
     )
     for run in runs:
+        progress = run.progress.compact() if run.progress else "-"
         print(
             client.redactor(
                 f"{run.run_id:<18}{_or_na(run.experiment_name)[:27]:<28}{run.status:<14}"
                 f"{_or_na(run.started_at):<22}{_duration(run.duration_seconds):<10}"
-                f"{run.gpu_hours:<11.4f}{_accelerators(run)}"
+                f"{progress:<16}{run.gpu_hours:<11.4f}{_accelerators(run)}"
             )
         )
     return EXIT_OK

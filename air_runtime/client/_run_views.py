@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._errors import AirError, ConfigurationError
+from .._progress import PROGRESS_METRIC, MetricPoint, TrainingProgress, compute_progress, has_total
 from .._states import RunState, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
@@ -26,6 +27,7 @@ _HYDRATE_CONCURRENCY = 8
 WORKFLOWS_PATH = "/api/2.0/ai-training/workflows"
 # How many of the newest runs are searched for the parent of a task run.
 _PARENT_SEARCH_RUNS = 200
+MLFLOW_API = "/api/2.0/mlflow"
 
 
 def _text(value: Any) -> str | None:
@@ -71,6 +73,7 @@ class RunSummary:
     mlflow_experiment_id: str | None = None
     mlflow_run_id: str | None = None
     mlflow_run_url: str | None = None
+    progress: TrainingProgress | None = None  # a running run's, when it logs one (eta.go)
 
     @property
     def is_terminal(self) -> bool:
@@ -110,11 +113,16 @@ class RunSummary:
             "dashboard_url": self.run_page_url,
             "mlflow_url": self.mlflow_logs_url,
             "mlflow_run_url": self.mlflow_run_url,
+            "est_remaining_seconds": self.progress.remaining_seconds if self.progress else None,
+            "est_percent_complete": self.progress.percent_complete if self.progress else None,
         }
 
 
 def summarize(
-    body: Mapping[str, Any], host: str, output: Mapping[str, Any] | None = None
+    body: Mapping[str, Any],
+    host: str,
+    output: Mapping[str, Any] | None = None,
+    progress: TrainingProgress | None = None,
 ) -> RunSummary:
     """A summary of a runs/get (or expanded runs/list) answer; ``output`` is the newest
     task's runs/get-output, where the MLflow ids are."""
@@ -144,7 +152,72 @@ def summarize(
         mlflow_experiment_id=experiment_id,
         mlflow_run_id=mlflow_run,
         mlflow_run_url=mlflow_run_url(host, experiment_id, mlflow_run),
+        progress=progress,
     )
+
+
+def mlflow_progress(core: ClientCore, mlflow_run_id: str) -> Flow[TrainingProgress | None]:
+    """A running MLflow run's progress as eta.go estimateTrainingETA reads it: runs/get for
+    the params, and only when they hold a total, every page of the ``epoch`` history. Any
+    failure is "no estimate": progress is a convenience, never an error of the run."""
+    try:
+        body = yield from core.call(
+            "GET", f"{MLFLOW_API}/runs/get", params={"run_id": mlflow_run_id}
+        )
+        data = (body.get("run") or {}).get("data") or {}
+        params = {
+            str(p.get("key")): str(p.get("value"))
+            for p in data.get("params") or []
+            if isinstance(p, Mapping)
+        }
+        if not has_total(params):
+            return None
+        points: list[MetricPoint] = []
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            query = {"run_id": mlflow_run_id, "metric_key": PROGRESS_METRIC}
+            if token:
+                query["page_token"] = token
+            page = yield from core.call("GET", f"{MLFLOW_API}/metrics/get-history", params=query)
+            for item in page.get("metrics") or []:
+                point = MetricPoint.from_api(item) if isinstance(item, Mapping) else None
+                if point is not None:
+                    points.append(point)
+            token = _text(page.get("next_page_token"))
+            if token is None or token in seen:
+                break
+            seen.add(token)
+    except AirError:
+        return None
+    return compute_progress(params, points)
+
+
+def training_progress(
+    core: ClientCore, run: RunState | int, task_key: str | None = None
+) -> Flow[TrainingProgress | None]:
+    """The progress of a run's newest attempt (of ``task_key`` in a multi-task run): its
+    MLflow run from runs/get-output, then ``mlflow_progress``. None for an ended attempt,
+    or when the attempt logs no progress."""
+    state = run if isinstance(run, RunState) else (yield from _state_of(core, run))
+    attempts = state.task_attempts(task_key) if task_key is not None else state.attempts
+    if task_key is None and len(state.tasks) != 1:
+        return None
+    newest = max(attempts, key=lambda a: a.attempt_number, default=None)
+    if newest is None or newest.run_id is None or newest.is_terminal or state.is_terminal:
+        return None
+    try:
+        output = yield from get_output(core, newest.run_id)
+    except AirError:
+        return None
+    _, mlflow_run = mlflow_ids(output)
+    if mlflow_run is None:
+        return None
+    return (yield from mlflow_progress(core, mlflow_run))
+
+
+def _state_of(core: ClientCore, run_id: int) -> Flow[RunState]:
+    return RunState.from_api((yield from get_run_body(core, run_id)))
 
 
 def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
@@ -157,7 +230,11 @@ def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
     if newest is not None and newest.run_id is not None and len(state.tasks) == 1:
         with contextlib.suppress(AirError):
             output = yield from get_output(core, newest.run_id)
-    return summarize(body, core.host, output)
+    progress = None
+    _, mlflow_run = mlflow_ids(output)
+    if mlflow_run and not state.is_terminal:
+        progress = yield from mlflow_progress(core, mlflow_run)
+    return summarize(body, core.host, output, progress)
 
 
 def _submit_time_ms(value: Any) -> int:
@@ -258,11 +335,21 @@ def list_runs(core: ClientCore, *, limit: int, all_status: bool) -> Flow[list[Ru
             bodies = yield from gather(
                 [get_run_body(core, run_id) for run_id, _ in newest], _HYDRATE_CONCURRENCY
             )
-            return [summarize(b, core.host) for b in bodies]
+            return (yield from _summaries_with_progress(core, bodies))
     runs, _ = yield from _scan_runs(
         core, active_only=not all_status, user=identity.user_name, want=limit
     )
-    return [summarize(r, core.host) for r in runs]
+    return (yield from _summaries_with_progress(core, runs))
+
+
+def _summaries_with_progress(
+    core: ClientCore, bodies: list[dict[str, Any]]
+) -> Flow[list[RunSummary]]:
+    """Summaries of listed runs, each running one with its progress (list.go's Progress
+    column), read a few runs at once."""
+    states = [RunState.from_api(b) for b in bodies]
+    progress = yield from gather([training_progress(core, s) for s in states], _HYDRATE_CONCURRENCY)
+    return [summarize(b, core.host, progress=p) for b, p in zip(bodies, progress, strict=True)]
 
 
 def active_runs_of_current_user(core: ClientCore) -> Flow[list[RunSummary]]:

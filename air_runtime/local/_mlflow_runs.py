@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from air_runtime import _progress
 from air_runtime.local._errors import invalid
 from air_runtime.local._store import Store
 
@@ -193,6 +194,19 @@ class MlflowRuns:
         points = [MetricPoint(r["key"], r["value"], r["timestamp"], r["step"]) for r in rows]
         more = len(rows) > limit
         return points[:limit], (int(rows[limit - 1]["seq"]) if more else 0)
+
+    def progress(self, run_id: str) -> _progress.TrainingProgress | None:
+        """The run's progress as the CLI estimates it from what it logged (eta.go)."""
+        params = {p["key"]: p["value"] for p in self.params(run_id)}
+        if not _progress.has_total(params):
+            return None
+        rows = self._store.query(
+            "SELECT value, timestamp, step FROM mlflow_metrics"
+            " WHERE mlflow_run_id = ? AND key = ? ORDER BY seq",
+            (run_id, _progress.PROGRESS_METRIC),
+        )
+        points = [_progress.MetricPoint(r["value"], r["step"], r["timestamp"]) for r in rows]
+        return _progress.compute_progress(params, points)
 
     def set_status(
         self, run_id: str, status: str | None, end_time: int | None, run_name: str | None

@@ -17,6 +17,7 @@ from typing import Any
 from air_runtime._states import TaskState
 from air_runtime.local._execution import roles, topology
 from air_runtime.local._logs import Record
+from air_runtime.local._mlflow_runs import mlflow_runs
 from air_runtime.local._runs import task_json
 from air_runtime.local._store import ACTIVE_LIFE_CYCLES, now_ms
 from air_runtime.local._workspace_state import WorkspaceState
@@ -88,6 +89,8 @@ class AttemptView(Progress):
     run_if: str
     error_trace: str
     containers: list[ContainerView] = field(default_factory=list)
+    # "45% · ~2h 15m left" while the attempt runs and logs progress to MLflow (eta.go).
+    training_progress: str = ""
 
     @property
     def url(self) -> str:
@@ -204,6 +207,9 @@ def attempt_view(
         run_if=str(spec.get("run_if") or "ALL_SUCCESS"),
         error_trace=str(output.get("error_trace") or ""),
     )
+    if view.active and view.mlflow_run_id:
+        progress = mlflow_runs(state.store).progress(view.mlflow_run_id)
+        view.training_progress = progress.detailed() if progress else ""
     if not deployment.get("compute"):
         return view  # not a task this workspace could run: nothing more to show
     nodes, _, _ = topology(spec)

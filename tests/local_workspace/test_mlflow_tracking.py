@@ -143,3 +143,30 @@ def test_logging_follows_the_mlflow_api_rules(workloads: Workloads, api: httpx.C
         json={"run_id": run_id, "key": "epoch", "value": "fast", "timestamp": 1},
     )
     assert bad.status_code == 400
+
+
+def test_the_run_page_shows_a_running_attempts_progress(
+    workloads: Workloads, api: httpx.Client, tmp_path
+) -> None:
+    release = tmp_path / "release"
+    command = f"while [ ! -e {release} ]; do sleep 0.05; done\n"
+    run_id = workloads.submit(workloads.command_task(command))
+    try:
+        run = workloads.wait_for(run_id, "RUNNING")
+        mlflow_run = _mlflow_ids(api, run["tasks"][0]["run_id"])["mlflow_run_id"]
+        # eta.go's contract: max_steps, and `epoch` at each global step (10 steps/s here).
+        batch = {
+            "run_id": mlflow_run,
+            "params": [{"key": "max_steps", "value": "1000"}],
+            "metrics": [
+                {"key": "epoch", "value": s / 1000, "timestamp": 100 * s, "step": s}
+                for s in range(100, 301, 50)
+            ],
+        }
+        api.post("/api/2.0/mlflow/runs/log-batch", json=batch).raise_for_status()
+        page = api.get(f"/jobs/runs/{run_id}").text
+        assert '<dt>Progress</dt><dd class="progress">30% · ~1m left</dd>' in page
+    finally:
+        release.touch()
+    workloads.wait(run_id)
+    assert "<dt>Progress</dt>" not in api.get(f"/jobs/runs/{run_id}").text

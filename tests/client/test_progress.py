@@ -1,0 +1,158 @@
+"""Training progress and time left as the CLI computes them (databricks/cli cmd/air/eta.go),
+and shown by `airo get` / `airo list` for a rank that logs with the real `mlflow` client."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from air_runtime import AirClient, TrainingProgress, compute_progress
+from air_runtime._progress import MetricPoint, coarse_duration
+from air_runtime.cli import main as airo
+
+
+def _point(ms: int, step: int, epoch: float) -> MetricPoint:
+    return MetricPoint(value=epoch, step=step, timestamp=ms)
+
+
+def test_steps_win_over_epochs_and_the_rate_is_the_windows():
+    # 4000 steps in 100 s: 40 steps/s, 5000 left -> 125 s; step 5000 of 10000 -> 50%.
+    progress = compute_progress(
+        {"max_steps": "10000", "num_train_epochs": "3"},
+        [_point(0, 1000, 0.3), _point(100_000, 5000, 1.5)],
+    )
+    assert progress == TrainingProgress(percent_complete=50, remaining_seconds=125)
+    assert progress.detailed() == "50% · ~2m left"
+    assert progress.compact() == "50% · ~2m"
+    assert progress.to_dict() == {"est_remaining_seconds": 125, "est_percent_complete": 50}
+
+
+def test_epochs_drive_it_when_max_steps_is_not_positive():
+    # Trainer logs max_steps=-1 when it trains by epochs: 1 epoch in 90 s, 1.5 of 3 left.
+    progress = compute_progress(
+        {"max_steps": "-1", "num_train_epochs": "3"},
+        [_point(0, 100, 0.5), _point(90_000, 900, 1.5)],
+    )
+    assert progress == TrainingProgress(percent_complete=50, remaining_seconds=135)
+
+
+def test_only_the_last_ten_points_count_and_halves_round_up():
+    points = [_point(0, 0, 0), _point(100_000, 10, 0.1)]
+    points += [_point(100_000 + i * 10_000, 10 + i * 100, 0.1 + i / 10) for i in range(1, 11)]
+    progress = compute_progress({"max_steps": "2000"}, points)
+    # 10 steps/s over the window, step 1010: 990 left -> 99 s; 50.5% -> 51 (Go's math.Round).
+    assert progress == TrainingProgress(percent_complete=51, remaining_seconds=99)
+
+
+@pytest.mark.parametrize(
+    ("params", "points"),
+    [
+        ({}, None),
+        ({"max_steps": "-1"}, None),
+        ({"num_train_epochs": "0"}, None),
+        ({"max_steps": "lots"}, None),
+        ({"max_steps": "10000"}, [_point(0, 100, 0.3)]),
+        ({"max_steps": "10000"}, [_point(0, 2, 0.01), _point(30_000, 8, 0.02)]),  # warming up
+        ({"max_steps": "10000"}, [_point(500, 100, 0.3), _point(500, 5000, 1.5)]),  # no time
+        ({"max_steps": "5000"}, None),  # already at the total
+        ({"num_train_epochs": "1.5"}, None),
+        ({"max_steps": "10000"}, [_point(0, 5000, 1.5), _point(100_000, 5000, 1.5)]),
+    ],
+)
+def test_no_estimate(params, points):
+    base = [_point(0, 100, 0.3), _point(100_000, 5000, 1.5)]
+    assert compute_progress(params, points if points is not None else base) is None
+
+
+def test_never_100_percent_while_running():
+    progress = compute_progress(
+        {"max_steps": "1000"}, [_point(0, 900, 0.9), _point(10_000, 999, 0.999)]
+    )
+    assert progress is not None and progress.percent_complete == 99
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "<1m"), (20, "<1m"), (30, "1m"), (80, "1m"), (125, "2m"), (3600, "1h"), (8100, "2h 15m")],
+)
+def test_coarse_duration(seconds, text):
+    assert coarse_duration(seconds) == text
+
+
+# A rank logging as HuggingFace Trainer does: max_steps, then `epoch` at steps 10..100, one
+# second apart by their timestamps (10 steps/s: 900 steps left -> 90 s, 10%); then it holds
+# until the test releases it.
+TRAINING = """experiment_name: cli-progress
+compute: {{accelerator_type: GPU_1xA10, num_accelerators: 1}}
+max_retries: 0
+command: |
+  python - <<'EOF'
+  import os, pathlib, time
+  from mlflow import MlflowClient
+  run_id = os.environ["MLFLOW_RUN_ID"]
+  client = MlflowClient()
+  client.log_param(run_id, "max_steps", 1000)
+  start = int(time.time() * 1000) - 20_000
+  for i, step in enumerate(range(10, 101, 10)):
+      client.log_metric(run_id, "epoch", step / 1000, timestamp=start + 1000 * i, step=step)
+  print("logged progress", flush=True)
+  while not pathlib.Path("{release}").exists():
+      time.sleep(0.05)
+  EOF
+"""
+
+
+def _auth(ws, tmp_path: Path) -> list[str]:
+    token_file = tmp_path / "token"
+    token_file.write_text(ws.token)
+    token_file.chmod(0o600)
+    return ["--host", ws.host, "--token-file", str(token_file)]
+
+
+def _wait_for_line(client: AirClient, run_id: int, text: str) -> None:
+    """Until the run's log shows ``text`` (the event), failing if the run ends first."""
+    while True:
+        state = client.get_run(run_id)
+        if any(text in r.body for r in client.iter_run_logs(run_id)):
+            return
+        assert not state.is_terminal, state.describe()
+        time.sleep(0.05)
+
+
+def test_airo_get_and_list_show_the_progress_a_rank_logs(
+    workspace_factory, tmp_path: Path, capsys
+):
+    pytest.importorskip("mlflow")
+    ws = workspace_factory()
+    auth = _auth(ws, tmp_path)
+    release = tmp_path / "release"
+    job = tmp_path / "job.yaml"
+    job.write_text(TRAINING.format(release=release))
+    assert airo(["run", str(job), *auth]) == 0
+    run_id = int(capsys.readouterr().out.split()[1].rstrip(":"))
+    try:
+        with AirClient(ws.host, ws.token) as client:
+            _wait_for_line(client, run_id, "logged progress")
+            assert client.training_progress(run_id) == TrainingProgress(10, 90)
+            state = client.get_run(run_id)
+            assert client.training_progress(state) == TrainingProgress(10, 90)
+
+        assert airo(["get", str(run_id), "--json", *auth]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert (got["est_percent_complete"], got["est_remaining_seconds"]) == (10, 90)
+        assert airo(["get", str(run_id), *auth]) == 0
+        assert "Progress:      10% · ~2m left" in capsys.readouterr().out
+        assert airo(["list", *auth]) == 0
+        row = [line for line in capsys.readouterr().out.splitlines() if str(run_id) in line]
+        assert len(row) == 1 and "10% · ~2m" in row[0]
+    finally:
+        release.touch()
+    with AirClient(ws.host, ws.token) as client:
+        ended = client.wait(run_id, poll_interval=0.1)
+        assert ended.is_success, ended.describe()
+        assert client.training_progress(ended) is None  # an ended run shows none
+    assert airo(["get", str(run_id), "--json", *auth]) == 0
+    assert json.loads(capsys.readouterr().out)["est_percent_complete"] is None
