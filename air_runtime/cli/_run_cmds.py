@@ -48,6 +48,12 @@ def register(subparsers: Any) -> None:
         help="validate here, then ask the workspace's own check once; nothing is uploaded "
         "or submitted",
     )
+    run.add_argument(
+        "--registry-host",
+        default=None,
+        help="with --dry-run: the Artifact Registry to look Unity Catalog images up in "
+        "(default: derived from the workspace, as for `airo images push`)",
+    )
     run.add_argument("--wait", action="store_true", help="wait until the run ends")
     run.add_argument(
         "--follow-logs", action="store_true", help="print every node's log while waiting"
@@ -85,7 +91,11 @@ def register(subparsers: Any) -> None:
     add_workspace_options(cancel)
     cancel.set_defaults(func=_cancel)
 
-    images = subparsers.add_parser("images", help="Docker Hub image registration")
+    images = subparsers.add_parser(
+        "images",
+        help="container images: copy one into Unity Catalog (push), register a Docker Hub "
+        "image (register)",
+    )
     image_commands = images.add_subparsers(dest="images_command", required=True)
     register_image = image_commands.add_parser(
         "register", help="register an image and wait until it is AVAILABLE"
@@ -209,13 +219,26 @@ def _guidance(args: argparse.Namespace, run_id: int) -> list[str]:
 
 
 def _dry_run(args: argparse.Namespace, workload: Any) -> int:
+    from air_runtime.images._presence import ImageCheck, check_unity_catalog_images
+
     client = None
     try:
         with open_client(args) as client:
             problems = client.preflight(workload)
+            # The workspace refuses at submit an image its Artifact Registry lacks: once its
+            # check passes (which may have looked already), the images are looked up here.
+            images = ImageCheck()
+            if not problems:
+                images = check_unity_catalog_images(
+                    client, workload, registry_host=args.registry_host
+                )
+                problems = list(images.problems)
             host = client.host
     except AirError as error:
         return fail(error, client)
+    if images.unchecked is not None:
+        note = f"note: Unity Catalog images not looked up here: {images.unchecked}"
+        print(client.redactor(note), file=sys.stderr)
     if args.json:
         errors = client.redactor.redact_data([p.to_dict() for p in problems])
         print(json.dumps({"valid": not problems, "errors": errors}))

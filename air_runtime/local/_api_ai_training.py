@@ -20,6 +20,7 @@ from air_runtime.local._request_params import (
     make_page_token,
     read_page_token,
 )
+from air_runtime.local._uc_images import missing_images
 from air_runtime.local._validation import validate_config
 from air_runtime.local._workspace_state import workspace_state
 
@@ -28,8 +29,18 @@ router = APIRouter()
 
 @router.post("/api/2.0/ai-training/config:validate")
 async def config_validate(request: Request) -> dict[str, Any]:
+    """The service's field errors; paired with an Artifact Registry, also the images the
+    submit would refuse (so a dry run learns it before submitting)."""
     state = workspace_state(request)
-    return {"errors": validate_config(await json_body(request), state.options.gpu_pools)}
+    body = await json_body(request)
+    errors = validate_config(body, state.options.gpu_pools)
+    task = body.get("task") if isinstance(body, dict) else None
+    if not errors and isinstance(task, dict):
+        for reason in await missing_images(state, task):
+            errors.append(
+                {"path": "unity_catalog_image_path", "message": reason, "code": "NOT_FOUND"}
+            )
+    return {"errors": errors}
 
 
 _WORKFLOWS_PAGE = 100

@@ -63,6 +63,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve a GPU pool, e.g. pool-a10=GPU_1xA10:8 (repeatable); runs with "
         "compute.pool_id ID count against it",
     )
+    parser.add_argument(
+        "--artifact-registry",
+        default=None,
+        metavar="HOST:PORT",
+        help="pair with this Artifact Registry (a registry taking this workspace's tokens): "
+        "runs and dry runs naming a Unity Catalog image it lacks are refused",
+    )
     parser.add_argument("--faults", default=None, help="fault injection settings as JSON")
     parser.add_argument(
         "--config", default=None, help="any other workspace options as a JSON object"

@@ -437,6 +437,8 @@ def options_from_arguments(args: argparse.Namespace) -> WorkspaceOptions:
             *(values.get("gpu_pools") or []),
             *(parse_pool_argument(text) for text in args.gpu_pool),
         ]
+    if args.artifact_registry:
+        values["artifact_registry_host"] = args.artifact_registry.strip()
     if args.faults:
         values["faults"] = json.loads(args.faults)
     values["faults"] = normalize_faults(values.get("faults"))

@@ -31,35 +31,54 @@ def task_images(ai_task: dict[str, Any]) -> list[str]:
     return [image for image in found if isinstance(image, str) and image]
 
 
-async def check_unity_catalog_images(state: WorkspaceState, body: dict[str, Any]) -> None:
+def _push_command(image: str) -> str:
+    repository, _, tag = image.rpartition(":")
+    catalog, _, rest = repository.partition(".")
+    schema, _, artifact = rest.partition(".")
+    return (
+        f"airo images push SOURCE --catalog {catalog} --schema {schema} --artifact {artifact}:{tag}"
+    )
+
+
+async def missing_images(state: WorkspaceState, ai_task: dict[str, Any]) -> list[str]:
+    """Why each Unity Catalog image of one task cannot run (not in the paired Artifact
+    Registry, or the registry cannot say); empty when unpaired or all are there."""
     host = state.options.artifact_registry_host
     if not host:
-        return
+        return []
+    reasons = []
     async with httpx.AsyncClient(timeout=30.0) as http:
-        for i, task in enumerate(body.get("tasks") or []):
-            for image in task_images(task.get("ai_runtime_task") or {}):
-                repository, _, tag = image.rpartition(":")
-                token = issue_token(
-                    state.data_dir, "local-workspace", [f"repository:{repository}:pull"]
+        for image in task_images(ai_task):
+            repository, _, tag = image.rpartition(":")
+            token = issue_token(
+                state.data_dir, "local-workspace", [f"repository:{repository}:pull"]
+            )
+            try:
+                response = await http.head(
+                    f"http://{host}/v2/{repository}/manifests/{tag}",
+                    headers={"Authorization": f"Bearer {token}", "Accept": _ACCEPT},
                 )
-                try:
-                    response = await http.head(
-                        f"http://{host}/v2/{repository}/manifests/{tag}",
-                        headers={"Authorization": f"Bearer {token}", "Accept": _ACCEPT},
-                    )
-                except httpx.TransportError as error:
-                    raise invalid(
-                        f"tasks[{i}]: the Artifact Registry {host} does not answer "
-                        f"({type(error).__name__}), so {image} cannot be found."
-                    ) from None
-                if response.status_code == 404:
-                    raise invalid(
-                        f"tasks[{i}]: Unity Catalog image {image} is not in the Artifact "
-                        f"Registry {host}; push it first (`airo images push SOURCE --catalog "
-                        "... --schema ... --artifact NAME:TAG`)."
-                    )
-                if response.status_code != 200:
-                    raise invalid(
-                        f"tasks[{i}]: the Artifact Registry {host} answered HTTP "
-                        f"{response.status_code} for {image}."
-                    )
+            except httpx.TransportError as error:
+                reasons.append(
+                    f"the Artifact Registry {host} does not answer "
+                    f"({type(error).__name__}), so {image} cannot be found."
+                )
+                continue
+            if response.status_code == 404:
+                reasons.append(
+                    f"Unity Catalog image {image} is not in the Artifact Registry {host}; "
+                    f"push it first (`{_push_command(image)}`)."
+                )
+            elif response.status_code != 200:
+                reasons.append(
+                    f"the Artifact Registry {host} answered HTTP {response.status_code} "
+                    f"for {image}."
+                )
+    return reasons
+
+
+async def check_unity_catalog_images(state: WorkspaceState, body: dict[str, Any]) -> None:
+    """Refuse a runs/submit body with an image that cannot run (the first one found)."""
+    for i, task in enumerate(body.get("tasks") or []):
+        for reason in await missing_images(state, task.get("ai_runtime_task") or {}):
+            raise invalid(f"tasks[{i}]: {reason}")

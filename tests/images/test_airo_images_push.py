@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from image_registries import HUB_PASSWORD, Registries
 
-from air_runtime.cli._connection import EXIT_ERROR, EXIT_USAGE
+from air_runtime.cli._connection import EXIT_INVALID_WORKLOAD, EXIT_USAGE
 from air_runtime.local import LocalWorkspace
 from air_runtime.local._image_builder import push_generated_image
 
@@ -61,7 +61,7 @@ def test_airo_images_push_then_airo_run_on_the_copied_image(
         "  echo trained on the copied image\n"
     )
     before = _airo(["run", str(workload), "--wait"], env, tmp_path)
-    assert before.returncode == EXIT_ERROR  # the workspace's answer
+    assert before.returncode == EXIT_INVALID_WORKLOAD  # the workspace's check, before submit
     assert (
         "Unity Catalog image main.research.trainer:2.1 is not in the Artifact Registry "
         f"{registries.artifact_registry.host}; push it first" in before.stderr
