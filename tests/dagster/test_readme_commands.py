@@ -1,5 +1,6 @@
-"""The commands of examples/dagster/README.md, run as written (a fresh HOME, so the local
-workspace starts from nothing; a free port instead of 8765, which may be taken)."""
+"""The Dagster guide's commands for the example project (docs/guides/dagster.md, the block
+marked for this file), run as written (a fresh HOME, so the local workspace starts from
+nothing; a free port instead of 8765, which may be taken)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "examples" / "dagster" / "README.md"
+GUIDE = REPO / "docs" / "guides" / "dagster.md"
+MARKER = "<!-- docs-test: script tests/dagster/test_readme_commands.py -->"
 
 
-def _sh_blocks(text: str) -> list[str]:
-    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+def _marked_block(text: str) -> str:
+    (block,) = re.findall(re.escape(MARKER) + r"\n```sh\n(.*?)```", text, flags=re.S)
+    return block
 
 
 def _free_port() -> int:
@@ -29,10 +32,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_the_example_readme_commands_work_as_written(tmp_path):
+def test_the_dagster_guide_s_example_commands_work_as_written(tmp_path):
     if Path(sys.executable).parent != REPO / ".venv" / "bin":
-        pytest.skip("the README activates the repository's .venv (make venv)")
-    (block,) = _sh_blocks(README.read_text())
+        pytest.skip("the guide activates the repository's .venv (make venv)")
+    block = _marked_block(GUIDE.read_text())
     port = str(_free_port())
     script = block.replace("8765", port)
     home = tmp_path / "home"

@@ -1,0 +1,232 @@
+"""Every code and shell block of the documentation runs as written (doc_blocks.py says how
+blocks are found and marked).
+
+- A shell block runs against a fresh local workspace (with the GPU pool `pool-a10` of 4
+  accelerators the pages use) in a fresh HOME, so the workspace's token file is where the
+  pages say; only its address stands in for `http://127.0.0.1:8765` and the last run's id for
+  `RUN_ID`. `airo` commands run in this process (`airo workspace` commands are parsed, not
+  served: the test's workspace stands in for them); other commands, and commands with shell
+  redirections, run in bash with the repository's `.venv/bin` first on PATH.
+- A python block runs as a program with the same HOME and workspace.
+- Every block runs in a folder where `examples/` and `dags/` are the repository's, so relative
+  paths work as they do from a clone and nothing is written into the repository.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from doc_blocks import DOCS_HOST, EXECUTED, ROOT, Block, all_blocks
+
+from air_runtime import load_workload
+from air_runtime.cli import build_parser
+from air_runtime.cli import main as airo
+from air_runtime.local import LocalWorkspace, start_local_workspace
+
+BLOCKS = all_blocks()
+GPU_POOLS = [{"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}]
+SHELL_SYNTAX = (">", "|", "$(", "&&", ";", "`")
+# Blocks that start Airflow or Dagster (imports of seconds, DagBags, definitions) or a
+# process per command are slow by the rule of tests/conftest.py.
+SLOW_WORDS = ("airflow", "dagster", "python -m")
+
+
+def _is_slow(block: Block) -> bool:
+    if block.marker is not None or block.language not in EXECUTED:
+        return False
+    if block.language == "python":
+        return True
+    return any(word in block.body for word in SLOW_WORDS) or any(
+        not command.startswith("airo ") or any(s in command for s in SHELL_SYNTAX)
+        for command in block.commands
+    )
+
+
+def _param(block: Block) -> object:
+    marks = [pytest.mark.slow] if _is_slow(block) else []
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh HOME, the only variables of a workspace the ones the test sets, and a working
+    folder whose examples/ and dags/ are the repository's."""
+    home = tmp_path / "home"
+    (home / ".local" / "share").mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("examples", "dags"):
+        (work / name).symlink_to(ROOT / name)
+    for key in list(os.environ):
+        if key.startswith(("AIRO_", "DATABRICKS_", "DAGSTER_", "AIRFLOW_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(work)
+    return home
+
+
+@pytest.fixture
+def docs_workspace(home: Path) -> Iterator[LocalWorkspace]:
+    with start_local_workspace(
+        data_dir=home / ".local" / "share" / "airo" / "workspace",
+        gpu_pools=GPU_POOLS,
+        image_delay_s=0.2,
+        retry_interval_s=0.05,
+    ) as workspace:
+        yield workspace
+
+
+def _environment(home: Path) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRO_", "DATABRICKS_", "DAGSTER_", "AIRFLOW_", "VIRTUAL_ENV"))
+    }
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        AIRFLOW_HOME=str(home / "airflow"),
+        NO_COLOR="1",
+        # The pages' Dagster definitions name HF_TOKEN in secret_env: it must be set where
+        # they load, as the Dagster guide says.
+        HF_TOKEN="anything",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.defpath}",
+    )
+    return env
+
+
+def _run_airo_workspace(command: str) -> None:
+    from air_runtime.local._server import options_from_arguments
+
+    args = build_parser().parse_args(shlex.split(command, comments=True)[1:])
+    assert options_from_arguments(args).mode in ("execute", "simulate"), command
+
+
+def _parse_airo(command: str) -> None:
+    try:
+        build_parser().parse_args(shlex.split(command, comments=True)[1:])
+    except SystemExit as exit_:
+        raise AssertionError(f"airo does not take: {command}") from exit_
+
+
+def _validate_yaml(block: Block) -> None:
+    document = yaml.safe_load(block.body)
+    assert document is not None, block.id
+    if isinstance(document, dict) and "compute" in document and "experiment_name" in document:
+        load_workload(block.body, base_dir=ROOT / "examples")
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.marker == "skip"])
+def test_blocks_marked_not_runnable_still_parse(block: Block) -> None:
+    assert block.detail, f"{block.id}: say why the block cannot run here"
+    if block.language == "python":
+        ast.parse(block.body)
+    elif block.language in ("sh", "bash"):
+        subprocess.run(["bash", "-n"], input=block.body, text=True, check=True)
+        for command in block.commands:
+            if command.startswith("airo "):
+                _parse_airo(command)
+    elif block.language == "yaml":
+        _validate_yaml(block)
+    elif block.language == "json":
+        json.loads(block.body)
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.marker == "script"])
+def test_scripts_are_run_by_the_test_they_name(block: Block) -> None:
+    test_file = ROOT / block.detail
+    assert test_file.is_file(), f"{block.id}: no test file {block.detail}"
+    relative = str(block.path.relative_to(ROOT))
+    assert relative in test_file.read_text(), f"{block.detail} does not read {relative}"
+    subprocess.run(["bash", "-n"], input=block.body, text=True, check=True)
+
+
+@pytest.mark.parametrize(
+    "block", [_param(b) for b in BLOCKS if b.marker is None and b.language in ("yaml", "json")]
+)
+def test_yaml_and_json_blocks_load(block: Block) -> None:
+    if block.language == "json":
+        json.loads(block.body)
+    else:
+        _validate_yaml(block)
+
+
+@pytest.mark.parametrize(
+    "block", [_param(b) for b in BLOCKS if b.marker is None and b.language == "python"]
+)
+def test_python_blocks_run(block: Block, home: Path, docs_workspace: LocalWorkspace) -> None:
+    program = Path.cwd() / "block.py"
+    program.write_text(block.body.replace(DOCS_HOST, docs_workspace.host))
+    out = subprocess.run(
+        [sys.executable, str(program)],
+        env=_environment(home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, f"{block.id}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize(
+    "block", [_param(b) for b in BLOCKS if b.marker is None and b.language in ("sh", "bash")]
+)
+def test_shell_blocks_run(
+    block: Block, home: Path, docs_workspace: LocalWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id: str | None = None
+    for command in block.commands:
+        command = command.replace(DOCS_HOST, docs_workspace.host)
+        if "RUN_ID" in command:
+            assert run_id is not None, f"{block.id}: RUN_ID before any run: {command}"
+            command = command.replace("RUN_ID", run_id)
+        if command.startswith("airo workspace"):
+            _run_airo_workspace(command)
+            continue
+        if command.startswith("airo ") and not any(s in command for s in SHELL_SYNTAX):
+            argv = []
+            for word in shlex.split(command, comments=True)[1:]:
+                argv += sorted(glob.glob(word)) if "*" in word else [word]
+            code = airo(argv)
+            out, err = capsys.readouterr()
+        else:
+            result = subprocess.run(
+                ["bash", "-c", f"set -euo pipefail\n{command}"],
+                env=_environment(home),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            code, out, err = result.returncode, result.stdout, result.stderr
+        assert code == 0, f"{block.id}: {command}\n{out[-3000:]}\n{err[-3000:]}"
+        if (
+            command.startswith("airo run ")
+            and "--dry-run" not in command
+            and "--json" not in command
+        ):
+            run_id = out.split()[1].rstrip(":")
+
+
+def test_every_code_block_runs_or_says_why_not() -> None:
+    """The counts the pages are held to: a code block runs, or is marked with its reason."""
+    executed = [b for b in BLOCKS if b.marker is None and b.language in EXECUTED]
+    marked = [b for b in BLOCKS if b.marker == "skip"]
+    assert all(b.detail for b in marked)
+    assert len(executed) > len(marked), "most examples must run"
+    print(
+        f"\n{len(BLOCKS)} code blocks: {len(executed)} executed, "
+        f"{sum(b.marker == 'script' for b in BLOCKS)} run by the test they name, "
+        f"{sum(b.marker is None and b.language not in EXECUTED for b in BLOCKS)} loaded, "
+        f"{len(marked)} marked not runnable (parsed)"
+    )
