@@ -8,8 +8,7 @@ does not pay for what it does not use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from air_runtime._errors import (
     AirError,
@@ -25,6 +24,7 @@ from air_runtime._errors import (
     RunTimeout,
     WorkloadError,
 )
+from air_runtime._lazy import lazy_exports
 from air_runtime._progress import TrainingProgress, compute_progress
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
@@ -113,13 +113,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'air_runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _LAZY)
 
 
 __all__ = [
@@ -128,13 +122,10 @@ __all__ = [
     "CapacityError",
     "CodeSnapshot",
     "CodeSource",
-    "DockerCredential",
     "Compute",
     "ConfigurationError",
     "Container",
     "DockerImage",
-    "DockerRef",
-    "DockerRefError",
     "Environment",
     "InvalidResponse",
     "NotFound",
@@ -165,14 +156,6 @@ __all__ = [
     "lint_workload",
     "load_workload",
     "make_idempotency_token",
-    "find_docker_credentials",
-    "has_template_placeholders",
-    "render_workload_sample",
-    "sample_template_context",
-    "workload_template_environment",
-    "normalize_docker_ref",
-    "normalize_host",
-    "parse_docker_ref",
     "workload_json_schema",
     *_LAZY,
 ]

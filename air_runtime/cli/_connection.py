@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from air_runtime._auth import deprecated_variable
 from air_runtime._errors import AirError, ConfigurationError, RunFailed, WorkloadError
+from air_runtime._loopback import is_loopback_name
 
 HOST_ENV = "DATABRICKS_HOST"
 TOKEN_ENV = "DATABRICKS_TOKEN"
@@ -67,9 +68,8 @@ def add_workspace_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_loopback(host: str) -> bool:
-    from air_runtime.client._core import _is_loopback as loopback_name
-
-    return loopback_name(urlsplit(host if "://" in host else f"http://{host}").hostname)
+    """Whether a --host URL (or bare host) names this machine."""
+    return is_loopback_name(urlsplit(host if "://" in host else f"http://{host}").hostname)
 
 
 def _local_token_file() -> Path | None:

@@ -10,7 +10,6 @@ retrying and every multi-step operation exist in exactly one place (like httpx's
 from __future__ import annotations
 
 import email.utils
-import ipaddress
 import logging
 import random
 import ssl
@@ -33,6 +32,7 @@ from .._errors import (
     RateLimited,
     retryable_status,
 )
+from .._loopback import is_loopback_name
 from .._redaction import Redactor, credential_secrets
 
 logger = logging.getLogger("air_runtime.client")
@@ -234,18 +234,6 @@ def _error_body(response: httpx.Response) -> tuple[str | None, str]:
     return (code if isinstance(code, str) else None), str(message)[:1000]
 
 
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _is_tls_failure(exc: BaseException) -> bool:
     """Whether a transport error came from the TLS handshake (an ``ssl.SSLError`` among its
     causes), not from the connection itself."""
@@ -366,7 +354,7 @@ class ClientCore:
             return
         self._plain_http_checked = True
         parts = urlsplit(self.host)
-        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        if parts.scheme == "http" and not is_loopback_name(parts.hostname):
             logger.warning(
                 "sending a token over plain http to %s: anyone on the network path can read "
                 "it; use https:// (plain http is only safe for a workspace on this machine)",
@@ -400,7 +388,7 @@ class ClientCore:
             f"host {netloc} answered plain HTTP to the TLS handshake (the client used "
             "https://, the default for a host without scheme): "
         )
-        if _is_loopback(parts.hostname):
+        if is_loopback_name(parts.hostname):
             return message + f"use {plain} as the host"
         return message + (
             f"use {plain} as the host only if this server is meant to be reached without TLS "

@@ -139,20 +139,22 @@ class SecretInfo:
 
 
 @dataclass(frozen=True)
-class SubmissionKey:
-    """What a key name written by ``SubmissionSecrets`` says about itself."""
+class ParsedSecretKey:
+    """A secret key name written by ``SubmissionSecrets``, parsed: the tags of its task and
+    submission, and the run id when it is the marker key. (The submission itself is named by
+    ``air_runtime.SubmissionKey``.)"""
 
     task_tag: str
     submission_tag: str
     marker_run_id: int | None  # set for the marker key
 
 
-def parse_submission_key(key: str) -> SubmissionKey | None:
+def parse_secret_key(key: str) -> ParsedSecretKey | None:
     match = _SUBMISSION_KEY.match(key)
     if match is None:
         return None
     marker = _MARKER.match(match["rest"])
-    return SubmissionKey(
+    return ParsedSecretKey(
         match["task"], match["submission"], int(marker["run_id"]) if marker else None
     )
 
@@ -270,15 +272,15 @@ def _run_ended(core: ClientCore, run_id: int) -> Flow[bool]:
 def _ended_groups(
     core: ClientCore,
     listed: list[SecretInfo],
-    select: Callable[[SubmissionKey], bool],
+    select: Callable[[ParsedSecretKey], bool],
 ) -> Flow[dict[tuple[str, str], list[SecretInfo]]]:
     """Submission key groups (by task and submission tag) that ``select`` picks and whose
     marked runs have all ended, each with the keys that are safe to delete: the values
     written no later than the newest marker (a retry re-writing them now is left alone),
     and the markers."""
-    groups: dict[tuple[str, str], list[tuple[SecretInfo, SubmissionKey]]] = {}
+    groups: dict[tuple[str, str], list[tuple[SecretInfo, ParsedSecretKey]]] = {}
     for info in listed:
-        parsed = parse_submission_key(info.key)
+        parsed = parse_secret_key(info.key)
         if parsed is not None and select(parsed):
             groups.setdefault((parsed.task_tag, parsed.submission_tag), []).append((info, parsed))
     ended: dict[tuple[str, str], list[SecretInfo]] = {}
@@ -315,7 +317,7 @@ def sweep_ended_submissions(core: ClientCore, secrets: SubmissionSecrets) -> Flo
     )
     deleted = 0
     for infos in ended.values():
-        values = [i.key for i in infos if parse_submission_key(i.key).marker_run_id is None]  # type: ignore[union-attr]
+        values = [i.key for i in infos if parse_secret_key(i.key).marker_run_id is None]  # type: ignore[union-attr]
         markers = [i.key for i in infos if i.key not in values]
         deleted += yield from _delete_keys(core, secrets.scope, values)
         deleted += yield from _delete_keys(core, secrets.scope, markers)
@@ -338,7 +340,7 @@ def prune_submission_secrets(
     old = [
         info
         for info in listed
-        if parse_submission_key(info.key) is not None
+        if parse_secret_key(info.key) is not None
         and info.last_updated_ms is not None
         and info.last_updated_ms < cutoff
     ]
@@ -347,13 +349,13 @@ def prune_submission_secrets(
     # submit never happened, or the worker died before marking) only by age.
     groups: dict[tuple[str, str], list[SecretInfo]] = {}
     for info in listed:
-        parsed = parse_submission_key(info.key)
+        parsed = parse_secret_key(info.key)
         if parsed is not None:
             groups.setdefault((parsed.task_tag, parsed.submission_tag), []).append(info)
     marked = {
         tags
         for tags, infos in groups.items()
-        if any(parse_submission_key(i.key).marker_run_id is not None for i in infos)  # type: ignore[union-attr]
+        if any(parse_secret_key(i.key).marker_run_id is not None for i in infos)  # type: ignore[union-attr]
     }
     ended = yield from _ended_groups(
         core, listed, lambda k: (k.task_tag, k.submission_tag) in marked
@@ -368,7 +370,7 @@ def prune_submission_secrets(
                     (deletable if info.key in allowed else kept).append(info.key)
         else:
             deletable.extend(i.key for i in infos if i.key in old_keys)
-    values = sorted(k for k in deletable if parse_submission_key(k).marker_run_id is None)  # type: ignore[union-attr]
+    values = sorted(k for k in deletable if parse_secret_key(k).marker_run_id is None)  # type: ignore[union-attr]
     markers = sorted(set(deletable) - set(values))
     if not dry_run:
         yield from _delete_keys(core, scope, values)

@@ -9,7 +9,6 @@ insecure registry); every other host over HTTPS.
 from __future__ import annotations
 
 import base64
-import ipaddress
 import logging
 import re
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 
 from .._errors import AirError, AuthError, NotFound, PlatformError
+from .._loopback import is_loopback_host
 
 logger = logging.getLogger("air_runtime.images")
 
@@ -55,17 +55,6 @@ class RegistryAuthError(AuthError):
 
 class RegistryError(PlatformError):
     """A registry answered something the copy cannot go on from."""
-
-
-def is_loopback_host(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 class Registry:

@@ -6,8 +6,9 @@ package without paying for the server (FastAPI, uvicorn) on every command."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from air_runtime._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from air_runtime.local._app import create_app as create_app
@@ -39,13 +40,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'air_runtime.local' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _LAZY)
 
 
 __all__ = sorted(_LAZY)

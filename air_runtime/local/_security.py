@@ -10,7 +10,6 @@ comparison, and answers in the platform's error shape for anything malformed.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import os
 import secrets
@@ -18,11 +17,11 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from air_runtime._loopback import is_loopback_name as is_loopback
 from air_runtime.local._errors import ApiError
 
 TOKEN_FILE = "token"
 TOKEN_ENV = "AIRO_WORKSPACE_TOKEN"
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 MAX_JSON_DEPTH = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Bodies of these paths are file contents, bounded by `max_upload_bytes` instead.
@@ -155,16 +154,6 @@ def token_matches(token: str | None, candidates: Iterable[str]) -> bool:
 
 
 # --- hosts --------------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    name = host.strip("[]").lower()
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def header_host(value: str) -> str:

@@ -13,7 +13,7 @@ from air_runtime.cli._secrets_cmd import parse_duration
 from air_runtime.client import _secrets
 from air_runtime.client._secrets import (
     SubmissionSecrets,
-    parse_submission_key,
+    parse_secret_key,
 )
 
 
@@ -50,14 +50,14 @@ def test_keys_differ_per_deployment_run_task_and_map_index():
     key = base.key("HF_TOKEN")
     assert key.startswith("airo.train.") and key.endswith(".HF_TOKEN")
     assert _secrets.secret_key_name(key) == key
-    parsed = parse_submission_key(key)
+    parsed = parse_secret_key(key)
     assert parsed is not None and parsed.task_tag == base.task_tag
     assert parsed.marker_run_id is None
-    assert parse_submission_key(base.marker(1234)).marker_run_id == 1234
-    assert parse_submission_key(base.key("A", stage="run-7")).marker_run_id is None
-    assert parse_submission_key("dagster.job.HF_TOKEN") is None
+    assert parse_secret_key(base.marker(1234)).marker_run_id == 1234
+    assert parse_secret_key(base.key("A", stage="run-7")).marker_run_id is None
+    assert parse_secret_key("dagster.job.HF_TOKEN") is None
     long = _group("r", task="x" * 300).key("N" * 200)
-    assert len(long) <= 128 and parse_submission_key(long) is not None
+    assert len(long) <= 128 and parse_secret_key(long) is not None
 
 
 def test_token_namespace_keeps_old_tokens_and_separates_deployments():
