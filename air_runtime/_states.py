@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._diagnosis import Diagnosis, Termination
 from .platform import GPUS_PER_NODE
 
 IN_FLIGHT_STATES = frozenset(
@@ -95,11 +96,14 @@ class TaskState:
     end_time: int | None = None
     accelerator_type: str | None = None
     num_accelerators: int | None = None
+    max_retries: int | None = None  # -1: unlimited (format.go maxRetries)
+    termination: Termination | None = None  # status.termination_details
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> TaskState:
         life_cycle, result, message = _state_fields(body)
         accelerator_type, num_accelerators = _compute(body)
+        retries = body.get("max_retries")
         return cls(
             task_key=_text(body.get("task_key")) or "",
             run_id=_int(body.get("run_id")),
@@ -111,6 +115,10 @@ class TaskState:
             end_time=_int(body.get("end_time")) or None,
             accelerator_type=accelerator_type,
             num_accelerators=num_accelerators,
+            max_retries=retries
+            if isinstance(retries, int) and not isinstance(retries, bool)
+            else None,
+            termination=Termination.from_api(body),
         )
 
     @property
@@ -204,6 +212,9 @@ class RunState:
     attempts: tuple[TaskState, ...] = field(default=())
     # The original run and its repairs, when asked for (``include_history``).
     repairs: tuple[RepairItem, ...] = field(default=())
+    # The run a one-stage view (``stage``) was taken of: its run_id is then the task run's.
+    stage_of: int | None = None
+    termination: Termination | None = None  # status.termination_details
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> RunState:
@@ -242,6 +253,7 @@ class RunState:
             job_id=_int(body.get("job_id")),
             attempts=tuple(attempts),
             repairs=repairs,
+            termination=Termination.from_api(body),
         )
 
     @property
@@ -313,6 +325,7 @@ class RunState:
             return self
         return replace(
             self,
+            stage_of=self.stage_of or self.run_id,
             run_id=task.run_id or self.run_id,
             life_cycle_state=task.life_cycle_state,
             result_state=task.result_state,
@@ -360,17 +373,25 @@ def failure_message(
     output: Mapping[str, Any] | None = None,
     log_tail: Sequence[str] | None = None,
     node: int | None = None,
+    diagnosis: Diagnosis | None = None,
 ) -> str:
-    """A message a user can act on: what ended how, where, the last log lines, the error
-    and its trace, MLflow ids and the run page. ``node`` is the node ``log_tail`` came from."""
+    """A message a user can act on: why it failed first (``diagnosis``, when known), then
+    what ended how, where, the last log lines, the error and its trace, MLflow ids and the
+    run page. ``node`` is the node ``log_tail`` came from. The run named is the run, never
+    a task run of it (that one is named beside)."""
     name = f" ({state.run_name})" if state.run_name else ""
+    run_id = state.stage_of or state.run_id
     result = state.result_state or state.life_cycle_state
-    lines = [f"Run {state.run_id}{name} ended {result}: {explain_result(state.result_state)}."]
     if state.life_cycle_state == "INTERNAL_ERROR" and state.result_state is None:
-        lines[0] = (
-            f"Run {state.run_id}{name} ended INTERNAL_ERROR: {explain_result('INTERNAL_ERROR')}."
-        )
+        result = "INTERNAL_ERROR"
     task = state.failed_task
+    beside = ""
+    if task is not None and task.run_id is not None and task.run_id != run_id:
+        beside = f", task run {task.run_id}"
+    explained = explain_result(result if result == "INTERNAL_ERROR" else state.result_state)
+    lines = [f"Run {run_id}{name} ended {result}{beside}: {explained}."]
+    if diagnosis is not None:
+        lines.insert(0, f"Run {run_id}{name} failed{beside}: {diagnosis.headline()}")
     output = output or {}
     runtime_output = output.get("ai_runtime_task_output")
     if not isinstance(runtime_output, Mapping):

@@ -34,7 +34,9 @@ def register(subparsers: Any) -> None:
     pool_get.set_defaults(func=_pools_get)
 
     get = subparsers.add_parser(
-        "get", help="a run: state, duration, attempt, experiment, MLflow link, GPU-hours"
+        "get",
+        help="a run: state, why it failed, retries, progress, tasks, experiment, MLflow link, "
+        "GPU-hours (a task-run id shows its run)",
     )
     get.add_argument("run_id", type=int, metavar="RUN_ID")
     add_workspace_options(get)
@@ -128,6 +130,13 @@ def _accelerators(summary: Any) -> str:
     return f"{summary.num_accelerators}x {summary.accelerator_type.rsplit('x', 1)[-1]}"
 
 
+def _retries(attempt_number: int, max_retries: int | None) -> str:
+    """The CLI's count (Retries, Max Retries): 0 is the first try."""
+    if max_retries is None:
+        return str(attempt_number)
+    return f"{attempt_number} of {'unlimited' if max_retries < 0 else max_retries}"
+
+
 def _get(args: argparse.Namespace) -> int:
     client = None
     try:
@@ -136,14 +145,19 @@ def _get(args: argparse.Namespace) -> int:
     except AirError as error:
         return fail(error, client)
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        print(client.redactor(json.dumps(summary.to_dict(), indent=2)))
         return EXIT_OK
+    write = print
+    if summary.asked_for is not None:
+        write(f"{summary.asked_for} is a task run of run {summary.run_id}; showing the run.")
+    if summary.diagnosis is not None:
+        write(client.redactor(f"Run {summary.run_id} failed: {summary.diagnosis.headline()}"))
     state = summary.status + (f": {summary.state_message}" if summary.state_message else "")
     for label, value in (
         ("Run ID", summary.run_id),
         ("Status", state),
         ("Submitted", summary.started_at),
-        ("Attempt", summary.attempt_number + 1),
+        ("Retries", _retries(summary.attempt_number, summary.max_retries)),
         ("Duration", _duration(summary.duration_seconds)),
         ("Progress", summary.progress.detailed() if summary.progress else None),
         ("Experiment", summary.experiment_name),
@@ -153,7 +167,23 @@ def _get(args: argparse.Namespace) -> int:
         ("Run URL", summary.run_page_url),
         ("MLflow URL", summary.mlflow_run_url),
     ):
-        print(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
+        write(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
+    if summary.tasks:
+        write("")
+        write(f"{'Task':<28}{'Task run':<14}{'Status':<16}{'Retries':<12}GPU-hours")
+        for task in summary.tasks:
+            run = "-" if task.task_run_id is None else str(task.task_run_id)
+            write(
+                client.redactor(
+                    f"{task.task_key[:27]:<28}{run:<14}{task.status:<16}"
+                    f"{_retries(task.attempt_number, task.max_retries):<12}{task.gpu_hours:.4f}"
+                )
+            )
+    if summary.last_lines:
+        write("")
+        write(f"Last lines of node {summary.failed_node}:")
+        for line in summary.last_lines:
+            write(client.redactor(f"  | {line}"))
     return EXIT_OK
 
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from .._diagnosis import Diagnosis
 from .._errors import AirError, ConfigurationError
 from .._progress import PROGRESS_METRIC, MetricPoint, TrainingProgress, compute_progress, has_total
 from .._states import RunState, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
-from ._runs import RUNS_API, cancel, get_output, get_run_body
+from ._runs import RUNS_API, cancel, failure_report, get_output, get_run_body
 
 # list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
 LIST_PAGE_LIMIT = 25
@@ -51,6 +52,30 @@ def is_ai_runtime_run(body: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskLine:
+    """One task of a run as ``airo get`` lists it: its newest attempt's state and retry
+    (0-based, as the CLI counts retries), the retries allowed, and the GPU-hours of all its
+    attempts."""
+
+    task_key: str
+    task_run_id: int | None
+    status: str
+    attempt_number: int
+    max_retries: int | None
+    gpu_hours: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_key": self.task_key,
+            "task_run_id": None if self.task_run_id is None else str(self.task_run_id),
+            "status": self.status,
+            "attempt_number": self.attempt_number,
+            "max_retries": self.max_retries,
+            "gpu_hours": self.gpu_hours,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """One run as ``airo get`` and ``airo list`` show it."""
 
@@ -74,6 +99,14 @@ class RunSummary:
     mlflow_run_id: str | None = None
     mlflow_run_url: str | None = None
     progress: TrainingProgress | None = None  # a running run's, when it logs one (eta.go)
+    max_retries: int | None = None  # of the newest task (format.go maxRetries)
+    tasks: tuple[TaskLine, ...] = ()
+    # A failed run: why (the core's diagnosis), and the last lines of the node that failed.
+    diagnosis: Diagnosis | None = None
+    failed_node: int | None = None
+    last_lines: tuple[str, ...] = ()
+    # The task-run id the summary was asked for, when one was given instead of the run's.
+    asked_for: int | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -115,6 +148,12 @@ class RunSummary:
             "mlflow_run_url": self.mlflow_run_url,
             "est_remaining_seconds": self.progress.remaining_seconds if self.progress else None,
             "est_percent_complete": self.progress.percent_complete if self.progress else None,
+            "max_retries": self.max_retries,
+            "tasks": [t.to_dict() for t in self.tasks],
+            "diagnosis": self.diagnosis.headline() if self.diagnosis else None,
+            "failed_node": self.failed_node,
+            "last_lines": list(self.last_lines),
+            "task_run_id": None if self.asked_for is None else str(self.asked_for),
         }
 
 
@@ -132,6 +171,17 @@ def summarize(
     duration = (end - state.start_time) // 1000 if state.start_time and end else None
     newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
     experiment_id, mlflow_run = mlflow_ids(output or {})
+    lines = tuple(
+        TaskLine(
+            task_key=t.task_key,
+            task_run_id=t.run_id,
+            status=t.result_state or t.life_cycle_state,
+            attempt_number=t.attempt_number,
+            max_retries=t.max_retries,
+            gpu_hours=round(state.gpu_hours(t.task_key, now_ms=now), 6),
+        )
+        for t in state.tasks
+    )
     return RunSummary(
         run_id=state.run_id,
         status=state.result_state or state.life_cycle_state,
@@ -153,6 +203,8 @@ def summarize(
         mlflow_run_id=mlflow_run,
         mlflow_run_url=mlflow_run_url(host, experiment_id, mlflow_run),
         progress=progress,
+        max_retries=newest.max_retries if newest else None,
+        tasks=lines,
     )
 
 
@@ -221,9 +273,17 @@ def _state_of(core: ClientCore, run_id: int) -> Flow[RunState]:
 
 
 def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
-    """runs/get, and the newest task's runs/get-output for the MLflow ids (list_detail.go, mlflow.go mlflowIDs); a
-    missing output only leaves the MLflow link out."""
+    """runs/get, and the newest task's runs/get-output for the MLflow ids (list_detail.go,
+    mlflow.go mlflowIDs); a missing output only leaves the MLflow link out. A task-run id
+    is read as its run (``asked_for`` keeps it). A running run gets its progress, a failed
+    one its diagnosis and the failing node's last lines."""
     body = yield from get_run_body(core, run_id)
+    asked_for = None
+    if _text(body.get("task_key")) and not body.get("tasks"):
+        ref = yield from _task_run_ref_of(core, run_id, body)
+        if ref.parent_run_id is not None:
+            asked_for = run_id
+            body = yield from get_run_body(core, ref.parent_run_id)
     state = RunState.from_api(body)
     output: dict[str, Any] = {}
     newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
@@ -234,7 +294,16 @@ def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
     _, mlflow_run = mlflow_ids(output)
     if mlflow_run and not state.is_terminal:
         progress = yield from mlflow_progress(core, mlflow_run)
-    return summarize(body, core.host, output, progress)
+    summary = summarize(body, core.host, output, progress)
+    if state.is_terminal and not state.is_success and state.result_state != "CANCELED":
+        report = yield from failure_report(core, state)
+        summary = replace(
+            summary,
+            diagnosis=report.diagnosis,
+            failed_node=report.node,
+            last_lines=tuple(report.tail or ()),
+        )
+    return replace(summary, asked_for=asked_for) if asked_for is not None else summary
 
 
 def _submit_time_ms(value: Any) -> int:
@@ -410,13 +479,18 @@ class TaskRunRef:
 
 
 def task_run_ref(core: ClientCore, run_id: int) -> Flow[TaskRunRef | None]:
-    """None when ``run_id`` is a run; else the task run it names. runs/get answers a task
-    run with its ``task_key`` and no ``tasks``; its run is searched for among the newest
-    runs (their expanded tasks)."""
+    """None when ``run_id`` is a run; else the task run it names."""
     body = yield from core.call("GET", f"{RUNS_API}/get", params={"run_id": run_id})
-    task_key = _text(body.get("task_key"))
-    if task_key is None or body.get("tasks"):
+    if _text(body.get("task_key")) is None or body.get("tasks"):
         return None
+    return (yield from _task_run_ref_of(core, run_id, body))
+
+
+def _task_run_ref_of(core: ClientCore, run_id: int, body: Mapping[str, Any]) -> Flow[TaskRunRef]:
+    """The task run ``body`` (its runs/get, which names its ``task_key`` and has no
+    ``tasks``) and its run: ``parent_run_id`` when the answer has it, else searched for
+    among the newest runs (their expanded tasks)."""
+    task_key = str(body.get("task_key"))
     parent = body.get("parent_run_id")
     if isinstance(parent, int) and parent != run_id:
         return TaskRunRef(run_id, task_key, parent)

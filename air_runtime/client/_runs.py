@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._diagnosis import Diagnosis, diagnose
 from .._errors import AirError, NotFound, PlatformError, RunFailed
 from .._polling import Pause, jittered, until_ended
 from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
-from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep
+from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep, gather
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -389,22 +390,44 @@ def log_tail(core: ClientCore, run_id: int, node: int) -> Flow[list[str] | None]
     return lines[-_LOG_TAIL:]
 
 
-def _failing_node_logs(core: ClientCore, run_id: int) -> Flow[tuple[list[str] | None, int | None]]:
-    """The tail of the node whose command failed (the one with the launcher's error line),
-    else of node 0."""
-    first: list[str] | None = None
-    for node in range(_MAX_NODES_SEARCHED):
-        try:
-            tail = yield from log_tail(core, run_id, node)
-        except AirError:
-            break
-        if not tail:
-            break
-        if node == 0:
-            first = tail
-        if any(_FAILED_SCRIPT_MARK in line for line in tail):
-            return tail, node
-    return first, (0 if first else None)
+@dataclass(frozen=True)
+class FailureReport:
+    """What the logs of a failed task say: each node's last lines, the node whose command
+    failed (the launcher's error line; else node 0) and the diagnosis."""
+
+    tails: dict[int, list[str]] = field(default_factory=dict)
+    node: int | None = None
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def tail(self) -> list[str] | None:
+        return self.tails.get(self.node) if self.node is not None else None
+
+
+def failure_report(core: ClientCore, state: RunState) -> Flow[FailureReport]:
+    """The last lines of every node of the failed task's newest attempt (read at once, up to
+    8 nodes) and the diagnosis they, its exit code and the platform's termination reason
+    give. Logs that cannot be read leave the diagnosis to the termination reason."""
+    task = state.failed_task
+    log_run = task.run_id if task is not None and task.run_id else state.run_id
+    nodes = min(task.node_count if task is not None else 1, _MAX_NODES_SEARCHED)
+    tails: dict[int, list[str]] = {}
+    try:
+        read = yield from gather([log_tail(core, log_run, n) for n in range(nodes)], nodes)
+        tails = {n: lines for n, lines in enumerate(read) if lines}
+    except AirError as error:
+        logger.debug("no logs for run %s: %s", state.run_id, error)
+    failed = next((n for n, t in tails.items() if any(_FAILED_SCRIPT_MARK in x for x in t)), None)
+    node = failed if failed is not None else (0 if 0 in tails else None)
+    diagnosis = diagnose(
+        tails,
+        task_key=task.task_key if task is not None else None,
+        attempt_number=task.attempt_number if task is not None else None,
+        max_retries=task.max_retries if task is not None else None,
+        termination=(task.termination if task is not None else None) or state.termination,
+        failed_node=node,
+    )
+    return FailureReport(tails, node, diagnosis)
 
 
 @dataclass(frozen=True)
@@ -465,17 +488,18 @@ def raise_for_failure(core: ClientCore, state: RunState) -> Flow[None]:
             output = yield from get_output(core, task.run_id)
         except AirError as error:
             logger.debug("no output for task run %s: %s", task.run_id, error)
-    tail: list[str] | None = None
-    node: int | None = None
+    report = FailureReport()
     if state.result_state not in ("SKIPPED", "MAXIMUM_CONCURRENT_RUNS_REACHED", "CANCELED"):
-        try:
-            # The failed task's own run id narrows the logs to its last attempt.
-            log_run = task.run_id if task is not None and task.run_id else state.run_id
-            tail, node = yield from _failing_node_logs(core, log_run)
-        except AirError as error:
-            logger.debug("no logs for run %s: %s", state.run_id, error)
+        # The failed task's own run id narrows the logs to its last attempt.
+        report = yield from failure_report(core, state)
     raise RunFailed(
-        failure_message(state, output=output, log_tail=tail, node=node),
+        failure_message(
+            state,
+            output=output,
+            log_tail=report.tail,
+            node=report.node,
+            diagnosis=report.diagnosis,
+        ),
         run_id=state.run_id,
         result_state=state.result_state or state.life_cycle_state,
         run_page_url=state.run_page_url,

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from air_runtime._diagnosis import diagnose
 from air_runtime._states import TaskState
 from air_runtime.local._execution import roles, topology
 from air_runtime.local._logs import Record
@@ -91,6 +92,8 @@ class AttemptView(Progress):
     containers: list[ContainerView] = field(default_factory=list)
     # "45% · ~2h 15m left" while the attempt runs and logs progress to MLflow (eta.go).
     training_progress: str = ""
+    # Why a failed attempt failed, in one line (the core's diagnosis of its nodes' lines).
+    diagnosis: str = ""
 
     @property
     def url(self) -> str:
@@ -113,6 +116,11 @@ class RunView(Progress):
     gpu_hours: float
     mode: str
     tasks: list[TaskView]
+
+    @property
+    def diagnosis(self) -> str:
+        """The first failed task's diagnosis, named for the run's headline."""
+        return next((t.latest.diagnosis for t in self.tasks if t.latest.diagnosis), "")
 
     @property
     def url(self) -> str:
@@ -240,7 +248,23 @@ def attempt_view(
                 )
             )
         view.containers.append(container)
+    if with_logs and row["result_state"] not in (None, "SUCCESS", "CANCELED"):
+        view.diagnosis = _diagnosis(view, spec)
     return view
+
+
+def _diagnosis(view: AttemptView, spec: dict[str, Any]) -> str:
+    nodes = [n for c in view.containers for n in c.nodes]
+    failed = next((n.index for n in nodes if n.state == "FAILED"), None)
+    retries = spec.get("max_retries")
+    found = diagnose(
+        {n.index: n.lines for n in nodes},
+        task_key=view.task_key,
+        attempt_number=view.attempt_number,
+        max_retries=retries if isinstance(retries, int) else None,
+        failed_node=failed,
+    )
+    return found.headline() if found is not None else ""
 
 
 def _specs(run: sqlite3.Row) -> dict[str, dict[str, Any]]:
