@@ -12,14 +12,13 @@ import dagster as dg
 from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._execution import AirEvent
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters
-from ._ranges import check_range_support, run_step
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
-from ._step_submission import AirWorkflow, LoadedStage
+from ._step import AirEvent, AirStep
 from ._translator import DagsterAirTranslator, stage_asset_key
+from ._workflow import AirAssetOptions, AirWorkflow, LoadedStage
 
 
 def _load_stages(
@@ -109,63 +108,27 @@ def check_env_vars_set(names: Mapping[str, str], what: str) -> None:
 
 
 def _workflow_and_specs(
-    *,
     name: str,
     stages: Sequence[AirStage],
-    translator: DagsterAirTranslator | None,
-    base_dir: str | os.PathLike[str] | None,
-    partitions_def: dg.PartitionsDefinition | None,
-    resource_key: str,
-    secret_env: Mapping[str, str] | None,
-    partition_parameters: PartitionParameters | None,
-    partition_env: str | None,
-    log_node: int | None,
-    run_env: Mapping[str, str] | None = None,
+    options: AirAssetOptions,
     check_specs: Sequence[dg.AssetCheckSpec] = (),
-    output_env: str | None = None,
-    backfill_policy: dg.BackfillPolicy | None = None,
-    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
 ) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
-    _check_partition_coverage(partitions_def, partition_parameters)
-    check_range_support(
-        stages=len(stages),
-        partitions_def=partitions_def,
-        backfill_policy=backfill_policy,
-        max_tasks_per_run=max_tasks_per_run,
-    )
-    check_env_vars_set(secret_env or {}, "secret_env")
-    translator = translator or DagsterAirTranslator()
-    loaded, specs = _load_stages(stages, translator, base_dir, partitions_def)
-    workflow = AirWorkflow(
-        name=name,
-        stages=tuple(loaded),
-        resource_key=resource_key,
-        secret_env=dict(secret_env or {}),
-        partition_parameters=partition_parameters,
-        partition_env=partition_env if partitions_def is not None else None,
-        log_node=log_node,
-        run_env=dict(run_env or {}),
-        always_workflow=len(loaded) > 1,
-        output_env=output_env,
-        max_tasks_per_run=max_tasks_per_run,
-        translator=translator,
-    )
+    _check_partition_coverage(options.partitions_def, options.partition_parameters)
+    options.check(len(stages))
+    check_env_vars_set(options.secret_env or {}, "secret_env")
+    translator = options.translator or DagsterAirTranslator()
+    loaded, specs = _load_stages(stages, translator, options.base_dir, options.partitions_def)
+    workflow = AirWorkflow(name=name, stages=tuple(loaded), options=options, translator=translator)
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
     return workflow, specs, checks
 
 
 def _multi_asset(
-    *,
     name: str,
     specs: list[dg.AssetSpec],
     check_specs: list[dg.AssetCheckSpec],
-    resource_key: str,
-    retry_policy: dg.RetryPolicy | None,
-    pool: str | None,
-    op_tags: Mapping[str, Any] | None,
-    backfill_policy: dg.BackfillPolicy | None,
-    io_manager_key: str | None,
+    options: AirAssetOptions,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """The multi-asset decorator every factory uses. With ``io_manager_key`` the stages are
@@ -175,17 +138,17 @@ def _multi_asset(
         "name": name,
         "check_specs": check_specs or None,
         "can_subset": len(specs) > 1,
-        "required_resource_keys": {resource_key},
-        "retry_policy": retry_policy,
-        "pool": pool,
-        "op_tags": op_tags,
-        "backfill_policy": backfill_policy,
+        "required_resource_keys": {options.resource_key},
+        "retry_policy": options.retry_policy,
+        "pool": options.pool,
+        "op_tags": options.op_tags,
+        "backfill_policy": options.backfill_policy,
         "description": description,
     }
-    if io_manager_key is None:
+    if options.io_manager_key is None:
         return dg.multi_asset(specs=specs, **common)
     outs = {
-        "__".join(spec.key.path): dg.AssetOut.from_spec(spec, io_manager_key=io_manager_key)
+        "__".join(spec.key.path): dg.AssetOut.from_spec(spec, io_manager_key=options.io_manager_key)
         for spec in specs
     }
     return dg.multi_asset(outs=outs, **common)
@@ -264,40 +227,34 @@ def build_air_assets(
             variable, the location the upstream stage last recorded.
     """
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
-    op_name = name or "__".join(s.key for s in stage_list)
-    workflow, specs, checks = _workflow_and_specs(
-        name=op_name,
-        stages=stage_list,
-        translator=translator,
-        base_dir=base_dir,
-        partitions_def=partitions_def,
-        resource_key=resource_key,
-        secret_env=secret_env,
-        partition_parameters=partition_parameters,
-        partition_env=partition_env,
-        log_node=log_node,
-        run_env=run_env,
-        check_specs=check_specs,
-        output_env=output_env,
-        backfill_policy=backfill_policy,
+    options = AirAssetOptions(
+        translator=translator, base_dir=base_dir, partitions_def=partitions_def,
+        partition_parameters=partition_parameters, partition_env=partition_env,
+        secret_env=secret_env, resource_key=resource_key, log_node=log_node, run_env=run_env,
+        retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
+        io_manager_key=io_manager_key, output_env=output_env,
         max_tasks_per_run=max_tasks_per_run,
-    )
+    )  # fmt: skip
+    return air_assets(stage_list, options, name=name, check_specs=check_specs,
+                      op_description=op_description)  # fmt: skip
 
-    @_multi_asset(
-        name=op_name,
-        specs=specs,
-        check_specs=checks,
-        resource_key=resource_key,
-        retry_policy=retry_policy,
-        pool=pool,
-        op_tags=op_tags,
-        backfill_policy=backfill_policy,
-        io_manager_key=io_manager_key,
-        description=op_description,
-    )
+
+def air_assets(
+    stages: Sequence[AirStage],
+    options: AirAssetOptions,
+    *,
+    name: str | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec] = (),
+    op_description: str | None = None,
+) -> dg.AssetsDefinition:
+    """``build_air_assets`` with its options as one object (what the component builds)."""
+    op_name = name or "__".join(s.key for s in stages)
+    workflow, specs, checks = _workflow_and_specs(op_name, stages, options, check_specs)
+
+    @_multi_asset(op_name, specs, checks, options, op_description)
     def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
-        workspace = getattr(context.resources, resource_key)
-        yield from run_step(context, workflow, workspace, config)
+        workspace = getattr(context.resources, options.resource_key)
+        yield from AirStep.run(context, workflow, workspace, config)
 
     return _air_assets
 
@@ -335,7 +292,7 @@ class AirInvocation:
         the one the asset was defined with, as dagster-dbt's ``dbt.cli(...,
         dagster_dbt_translator=...)``.
         """
-        yield from run_step(
+        yield from AirStep.run(
             self.context, self.workflow, self.workspace, self.config, overrides, translator
         )
 
@@ -406,41 +363,25 @@ def air_workload_asset(
                     check_specs=list(check_specs),
                 )
             ]
+        options = AirAssetOptions(
+            translator=translator, base_dir=base_dir, partitions_def=partitions_def,
+            partition_parameters=partition_parameters, partition_env=partition_env,
+            secret_env=secret_env, resource_key=resource_key, log_node=log_node,
+            run_env=run_env, retry_policy=retry_policy, pool=pool, op_tags=op_tags,
+            backfill_policy=backfill_policy, io_manager_key=io_manager_key,
+            output_env=output_env, max_tasks_per_run=max_tasks_per_run,
+        )  # fmt: skip
         workflow, specs, checks = _workflow_and_specs(
-            name=fn.__name__,
-            stages=stage_list,
-            translator=translator,
-            base_dir=base_dir,
-            partitions_def=partitions_def,
-            resource_key=resource_key,
-            secret_env=secret_env,
-            partition_parameters=partition_parameters,
-            partition_env=partition_env,
-            log_node=log_node,
-            run_env=run_env,
-            check_specs=stage_checks,
-            output_env=output_env,
-            backfill_policy=backfill_policy,
-            max_tasks_per_run=max_tasks_per_run,
+            fn.__name__, stage_list, options, stage_checks
         )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]
 
-        @_multi_asset(
-            name=fn.__name__,
-            specs=specs,
-            check_specs=checks,
-            resource_key=resource_key,
-            retry_policy=retry_policy,
-            pool=pool,
-            op_tags=op_tags,
-            backfill_policy=backfill_policy,
-            io_manager_key=io_manager_key,
-        )
+        @_multi_asset(fn.__name__, specs, checks, options)
         def _air_asset(
             context: dg.AssetExecutionContext, config: AirRunConfig
         ) -> Iterator[AirEvent]:
-            workspace = getattr(context.resources, resource_key)
+            workspace = getattr(context.resources, options.resource_key)
             result = fn(context, AirInvocation(context, workflow, workspace, config))
             if result is not None:
                 yield from result

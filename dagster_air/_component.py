@@ -38,12 +38,13 @@ from dagster.components.resolved.core_models import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._assets import build_air_assets, check_env_vars_set
+from ._assets import air_assets, check_env_vars_set
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
+from ._workflow import AirAssetOptions
 
 
 def _described(description: str) -> dg.Resolver:
@@ -524,10 +525,8 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         return found
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        assets = build_air_assets(
-            self._stages(context),
-            **self._op_settings(context),
-            max_tasks_per_run=self.max_tasks_per_run,
+        op = self._op_settings(context)
+        options = AirAssetOptions(
             translator=self.translator,
             base_dir=context.path,
             partitions_def=self.partitions_def,
@@ -538,8 +537,15 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             log_node=self.log_node,
             run_env=self.run_env,
             retry_policy=self._retry_policy(),
+            pool=op["pool"],
+            op_tags=op["op_tags"],
+            backfill_policy=op["backfill_policy"],
             io_manager_key=self.io_manager_key,
             output_env=self.output_env,
+            max_tasks_per_run=self.max_tasks_per_run,
+        )
+        assets = air_assets(
+            self._stages(context), options, name=op["name"], op_description=op["op_description"]
         )
         if self.workspace is not None:
             check_env_vars_set(self.workspace.env_vars(), f"{context.path}: workspace")

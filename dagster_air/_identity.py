@@ -1,10 +1,13 @@
 """Which remote run a Dagster step owns: the idempotency token's inputs.
 
-The submission is ``air_runtime.SubmissionKey("dagster", <deployment namespace>, job, dagster
-run id, step key, partition)``; its idempotency token for a generation is
-``make_idempotency_token("dagster", job, dagster run id, step key, partition, generation,
-namespace=<deployment namespace>)``. Everything but the generation is fixed for a
-step of a Dagster run; a new materialization is a new Dagster run, hence a new remote run.
+The submission of one planned run (``_plan``) is ``air_runtime.SubmissionKey("dagster",
+<deployment namespace>, job, <lineage head run id>, step key, index)``, the index being the
+partition (or a range run's first...last partition key, with a digest of its tasks when its
+lineage kept some rows); its idempotency token for a generation comes from that key. The
+head is the run the step's Dagster run continues (``_lineage``): the root run for a run
+retry or a re-execution from failure, the run itself for a new run or "Re-execute all". So
+a retry of a killed run worker names the same submission as its parent and gets the
+parent's remote run back, never a second one.
 
 The namespace names the Dagster instance (its run storage): two instances sharing a workspace
 (dev and prod, a wiped storage) must never get each other's runs, even for equal run ids
@@ -14,22 +17,20 @@ once and kept in the instance's key-value store (``dagster_air/deployment_namesp
 every run worker of the instance reads the same value.
 
 The generation is *not* Dagster's retry number. A step can be retried because its worker
-died (the multiprocess executor reports a crashed step process as a failure and applies
-the retry policy; run monitoring resumes runs whose worker vanished): the remote run it
-started is still the right one, and resubmitting with the same token hands it back, so no
-second GPU run starts. A step retried because its remote run *ended* unsuccessfully must
-start a new remote run. So the generation counts the terminal remote failures this step
-already saw in this Dagster run. Each one is written to the event log (an observation of
-the asset with ``dagster-air/generation``) before the step fails, and a retry reads them
-back: the count is deterministic and survives any crash of the worker.
+died (the multiprocess executor reports a crashed step process as a failure; run monitoring
+and run retries start the work again): the remote run it started is still the right one,
+and resubmitting with the same token hands it back. A step retried because its remote run
+*ended* unsuccessfully must start a new remote run. So the generation counts the terminal
+remote failures the lineage already saw for this step. Each one is written to the event log
+(an observation of the asset with ``dagster-air/generation``) before the step fails, and a
+retry reads them back: the count is deterministic and survives any crash of the worker.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -37,69 +38,28 @@ from air_runtime import RunState, SubmissionKey, SubmittedRun
 
 from ._translator import META_PREFIX
 
+if TYPE_CHECKING:
+    from ._lineage import Lineage
+    from ._resource import AirWorkspace
+
 NAMESPACE_KEY = "dagster_air/deployment_namespace"
 _SETTLE_S = 1.0
 GENERATION_KEY = f"{META_PREFIX}generation"
 STEP_KEY_KEY = f"{META_PREFIX}step_key"
 
 
-@dataclass(frozen=True)
-class StepIdentity:
-    pipeline_id: str
-    run_id: str
-    step_key: str
-    partition: str | None
-
-    @classmethod
-    def of(cls, context: dg.AssetExecutionContext) -> StepIdentity:
-        partition: str | None = None
-        if context.has_partition_key:
-            partition = str(context.partition_key)
-        elif context.has_partition_key_range:
-            key_range = context.partition_key_range
-            partition = f"{key_range.start}...{key_range.end}"
-        return cls(
-            pipeline_id=context.job_name,
-            run_id=context.run_id,
-            step_key=str(context.op_handle),
-            partition=partition,
-        )
-
-    @classmethod
-    def submission_of(
-        cls, context: dg.AssetExecutionContext, configured_namespace: str | None
-    ) -> tuple[StepIdentity, SubmissionKey, int]:
-        """The step's identity, its submission and the generation this attempt submits."""
-        identity = cls.of(context)
-        namespace = deployment_namespace(context.instance, configured_namespace)
-        key = SubmissionKey(
-            "dagster",
-            namespace,
-            identity.pipeline_id,
-            identity.run_id,
-            identity.step_key,
-            identity.partition,
-        )
-        return identity, key, identity.generation(context)
-
-    def generation(self, context: dg.AssetExecutionContext) -> int:
-        """1 + the highest generation whose remote run ended unsuccessfully in an earlier
-        attempt of this step (0 on a first attempt)."""
-        if context.retry_number == 0:
-            return 0
-        records = context.instance.get_records_for_run(
-            run_id=self.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION
-        ).records
-        seen = -1
-        for record in records:
-            event = record.event_log_entry.dagster_event
-            if event is None or event.step_key != self.step_key:
-                continue
-            metadata = event.event_specific_data.asset_observation.metadata
-            value = metadata.get(GENERATION_KEY)
-            if value is not None and metadata.get(STEP_KEY_KEY) is not None:
-                seen = max(seen, int(value.value))
-        return seen + 1
+def submission_key(
+    context: dg.AssetExecutionContext,
+    workspace: AirWorkspace,
+    lineage: Lineage,
+    index: str | None,
+) -> SubmissionKey:
+    """The submission of one planned run of the step: the lineage head's, so a run retry
+    or a re-execution from failure names the same submission as the run it continues."""
+    namespace = deployment_namespace(context.instance, workspace.deployment_namespace)
+    return SubmissionKey(
+        "dagster", namespace, context.job_name, lineage.head.run_id, str(context.op_handle), index
+    )
 
 
 def deployment_namespace(instance: dg.DagsterInstance, configured: str | None = None) -> str:

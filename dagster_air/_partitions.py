@@ -22,7 +22,7 @@ import dagster as dg
 PartitionParameters = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any]]
 
 DEFAULT_PARTITION_ENV = "DAGSTER_PARTITION_KEY"
-# Tasks per remote run of a step over a partition range (see ``_ranges``).
+# Tasks per remote run of a step over a partition range (see ``_plan``).
 DEFAULT_MAX_TASKS_PER_RUN = 100
 
 

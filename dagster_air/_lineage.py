@@ -1,0 +1,191 @@
+"""A step's lineage: the Dagster runs it continues, and what they already did.
+
+A run *continues* its parent when Dagster made it to finish the parent's work: a
+re-execution from failure or from asset failure (``dagster/is_resume_retry``,
+``dagster/is_asset_resume_retry``), or a run retry of the daemon (``dagster/retry_number``,
+with either retry strategy). "Re-execute all" carries none of these tags: it is the user
+asking for everything again, and it starts a lineage of its own.
+
+The lineage of a step is its run and the runs it continues, up to the first that does not
+continue another (the *head*, usually the root run). From it the step learns:
+
+- which (asset, partition) rows the lineage materialized, with the same code version: a
+  continuing run does not train them again (``materialized``);
+- the remote runs the lineage launched for this step (``launches``, written as engine
+  events the moment a run is submitted): a retry adopts the one still going, or cancels it
+  before submitting another;
+- the generations whose remote run ended unsuccessfully (``failed_generations``, the
+  observations ``_identity`` writes), so a retry never gets a failed run back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from dagster._core.events import EngineEventData
+from dagster._core.storage.tags import (
+    ASSET_RESUME_RETRY_TAG,
+    RESUME_RETRY_TAG,
+    RETRY_NUMBER_TAG,
+)
+
+from ._identity import GENERATION_KEY, STEP_KEY_KEY
+from ._translator import META_PREFIX
+
+LAUNCH_KEY = f"{META_PREFIX}launch"
+CODE_VERSION_TAG = "dagster/code_version"
+_MAX_DEPTH = 64  # a guard against a cycle of parent run ids
+
+
+def continues_parent(run: dg.DagsterRun) -> bool:
+    """Whether Dagster started ``run`` to finish its parent's work (see the docstring)."""
+    if run.parent_run_id is None:
+        return False
+    tags = run.tags
+    return (
+        tags.get(RESUME_RETRY_TAG) == "true"
+        or tags.get(ASSET_RESUME_RETRY_TAG) == "true"
+        or RETRY_NUMBER_TAG in tags
+    )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A remote run the lineage submitted for a step."""
+
+    dagster_run_id: str
+    run_id: int
+    run_page_url: str
+    index: str | None
+    generation: int
+    task_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lineage:
+    instance: dg.DagsterInstance
+    runs: tuple[dg.DagsterRun, ...]  # the current run first, the head last
+
+    @classmethod
+    def of(cls, context: dg.AssetExecutionContext) -> Lineage:
+        instance = context.instance
+        runs = [context.run]
+        while continues_parent(runs[-1]) and len(runs) < _MAX_DEPTH:
+            parent = instance.get_run_by_id(str(runs[-1].parent_run_id))
+            if parent is None or any(r.run_id == parent.run_id for r in runs):
+                break
+            runs.append(parent)
+        return cls(instance, tuple(runs))
+
+    @property
+    def head(self) -> dg.DagsterRun:
+        return self.runs[-1]
+
+    @property
+    def continued(self) -> tuple[dg.DagsterRun, ...]:
+        """The earlier runs this one continues (empty for a run of its own)."""
+        return self.runs[1:]
+
+    @property
+    def explicit_reexecution_of(self) -> str | None:
+        """The parent of a run the user re-executed whole ("Re-execute all")."""
+        head = self.head
+        return head.parent_run_id if head.parent_run_id is not None else None
+
+    def materialized(
+        self, asset_key: dg.AssetKey, code_version: str | None
+    ) -> dict[str | None, tuple[str, dict[str, Any]]]:
+        """Partition (None: unpartitioned) -> (the Dagster run, its metadata) of the newest
+        materialization of ``asset_key`` by a run of the lineage with ``code_version``."""
+        found: dict[str | None, tuple[str, dict[str, Any]]] = {}
+        for run in self.runs:  # newest first: the first found wins
+            records = self.instance.get_records_for_run(
+                run_id=run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ).records
+            for record in reversed(records):
+                materialization = record.asset_materialization
+                if materialization is None or materialization.asset_key != asset_key:
+                    continue
+                tags = materialization.tags or {}
+                if code_version is not None and tags.get(CODE_VERSION_TAG) not in (
+                    None,
+                    code_version,
+                ):
+                    continue
+                partition = materialization.partition
+                found.setdefault(
+                    str(partition) if partition is not None else None,
+                    (run.run_id, dict(materialization.metadata)),
+                )
+        return found
+
+    def _step_events(
+        self, step_key: str, of_type: dg.DagsterEventType
+    ) -> Iterable[tuple[str, dg.DagsterEvent]]:
+        for run in reversed(self.runs):  # oldest first
+            for record in self.instance.get_records_for_run(
+                run_id=run.run_id, of_type=of_type
+            ).records:
+                event = record.event_log_entry.dagster_event
+                if event is not None and event.step_key == step_key:
+                    yield run.run_id, event
+
+    def launches(self, step_key: str) -> list[Launch]:
+        """The remote runs the lineage submitted for the step, oldest first."""
+        found = []
+        for run_id, event in self._step_events(step_key, dg.DagsterEventType.ENGINE_EVENT):
+            value = event.engine_event_data.metadata.get(LAUNCH_KEY)
+            if value is None:
+                continue
+            try:
+                data = json.loads(str(value.value))
+                found.append(
+                    Launch(
+                        run_id,
+                        int(data["run_id"]),
+                        str(data.get("run_page_url") or ""),
+                        data.get("index"),
+                        int(data["generation"]),
+                        tuple(data["task_keys"]),
+                    )
+                )
+            except (ValueError, KeyError, TypeError):
+                continue  # not one of ours, or unreadable: never fail the step for it
+        return found
+
+    def failed_generations(self, step_key: str) -> set[int]:
+        """The generations of the step whose remote run ended unsuccessfully."""
+        found = set()
+        for _, event in self._step_events(step_key, dg.DagsterEventType.ASSET_OBSERVATION):
+            metadata = event.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+            value = metadata.get(GENERATION_KEY)
+            if value is not None and metadata.get(STEP_KEY_KEY) is not None:
+                found.add(int(value.value))  # type: ignore[arg-type]
+        return found
+
+
+def record_launch(context: dg.AssetExecutionContext, launch: Launch) -> None:
+    """Write the launch to the event log at once (an engine event of the step), before the
+    step waits: a run worker killed in the wait leaves it for the retry that continues it."""
+    data = {
+        "run_id": launch.run_id,
+        "run_page_url": launch.run_page_url,
+        "index": launch.index,
+        "generation": launch.generation,
+        "task_keys": list(launch.task_keys),
+    }
+    context.instance.report_engine_event(
+        f"submitted run {launch.run_id} (generation {launch.generation})",
+        dagster_run=context.run,
+        engine_event_data=EngineEventData(
+            metadata={
+                LAUNCH_KEY: dg.MetadataValue.text(json.dumps(data)),
+                f"{META_PREFIX}run_url": dg.MetadataValue.url(launch.run_page_url),
+            }
+        ),
+        step_key=str(context.op_handle),
+    )

@@ -1,0 +1,977 @@
+"""One Dagster step: its plan of rows (``_plan``) submitted as remote runs, waited on, and
+recorded one result per row.
+
+- *Submission* turns rows into workloads (run-time overrides, the partition's parameters,
+  ``run_env``, the upstream output location, the orchestrator secrets, the Pipes
+  environment) and submits each planned run through ``air_runtime.Submission``, whose key
+  and generation say which remote run is the step's (``_identity``, ``_lineage``).
+- *The wait* turns state changes and node log lines into the step's log lines, one
+  observation per ended attempt, and reads Pipes messages (``_pipes``) and blocking checks.
+- *The results* are one loop over rows (trained, kept from the lineage, or failed) and one
+  renderer for materializations and check results; then the failure, if any row failed.
+
+Every line about a run goes through this step's own ``context.log``: the background loop
+that watches runs for every step of the process only puts what it sees into the queue of
+the step that waits (``_watch``), and this step's thread logs it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import queue
+import re
+import sys
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from dagster._core.errors import DagsterExecutionInterruptedError
+
+from air_runtime import (
+    AirClient,
+    AirError,
+    AuthError,
+    ConfigurationError,
+    Redactor,
+    RunFailed,
+    RunOutcome,
+    RunState,
+    Stage,
+    Submission,
+    SubmittedRun,
+    Workload,
+    WorkloadError,
+)
+
+from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
+from ._config import AirRunConfig
+from ._identity import submission_key, terminal_failure_observation
+from ._interrupts import deferred_interrupts
+from ._lineage import Launch, Lineage, record_launch
+from ._partitions import partition_overrides
+from ._pipes import (
+    PartitionScope,
+    StepPipes,
+    earlier_attempt_observation,
+    open_step_pipes,
+    pipes_env,
+)
+from ._plan import KeptRow, PlannedRun, TaskRow, plan_step
+from ._resource import AirWorkspace
+from ._secrets import resolve_secret_env
+from ._translator import GPU_HOURS_KEY, META_PREFIX, DagsterAirTranslator
+from ._watch import watch_in_background
+from ._workflow import AirWorkflow, LoadedStage
+
+OUTPUT_URI_KEY = "dagster/uri"
+PARTITION_KEY = f"{META_PREFIX}partition"
+KEPT_FROM_KEY = f"{META_PREFIX}kept_from_run"
+_LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
+
+# What a step yields; a step over a partition range also yields per-partition
+# materializations and check evaluations, and its checks' outputs.
+AirEvent = (
+    dg.MaterializeResult
+    | dg.AssetObservation
+    | dg.AssetCheckResult
+    | dg.AssetMaterialization
+    | dg.AssetCheckEvaluation
+    | dg.Output
+)
+
+
+def config_failure(error: Exception | str, what: str) -> dg.Failure:
+    return dg.Failure(description=f"{what}: {error}", allow_retries=False)
+
+
+def _refusal(error: AirError, otherwise: str) -> str:
+    """What a non-retryable error is about: the credentials, the setup, or the request."""
+    if isinstance(error, AuthError):
+        return "the workspace refused the credentials of the air_workspace resource"
+    if isinstance(error, ConfigurationError):
+        return "the workspace setup needs a change"
+    return otherwise
+
+
+@dataclass
+class RemoteRun:
+    """One planned run of the step and the core's submission behind it."""
+
+    planned: PlannedRun
+    submission: Submission
+    submitted: SubmittedRun | None = None
+    state: RunState | None = None  # once the step saw it end
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """What one row of the step ended as."""
+
+    row: TaskRow | KeptRow
+    metadata: dict[str, Any] | None = None  # materialized (trained or kept)
+    data_version: dg.DataVersion | None = None
+    checks: tuple[dg.AssetCheckResult, ...] = ()
+    failure: str | None = None  # why it is not materialized
+
+
+class AirStep:
+    """One Dagster step materializing the selected stages (see the module docstring)."""
+
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        workflow: AirWorkflow,
+        workspace: AirWorkspace,
+        config: AirRunConfig,
+        extra_overrides: Mapping[str, Any] | Sequence[str] | None = None,
+        translator: DagsterAirTranslator | None = None,
+    ) -> None:
+        self.context = context
+        self.workflow = workflow
+        self.options = workflow.options
+        self.workspace = workspace
+        self.config = config
+        self.extra_overrides = extra_overrides
+        self.translator = translator or workflow.translator
+        self.redact: Redactor = Redactor(())
+        self.pipes: StepPipes | None = None
+        self.blocking: BlockingChecks | None = None
+        self.runs: list[RemoteRun] = []
+        self.generation = 0
+        self._client: AirClient | None = None
+        self._attempts_seen: set[tuple[str, int]] = set()
+        self._last_state: RunState | None = None
+
+    @classmethod
+    def run(cls, *args: Any, **kwargs: Any) -> Iterator[AirEvent]:
+        """Run one step (the arguments are the constructor's)."""
+        yield from cls(*args, **kwargs).execute()
+
+    # --- the whole step -------------------------------------------------------------
+
+    def execute(self) -> Iterator[AirEvent]:
+        if not self.workflow.selected(self.context):
+            return
+        self.lineage = Lineage.of(self.context)
+        self.step_key = str(self.context.op_handle)
+        self.plan = plan_step(self.context, self.workflow, self._kept)
+        self._tell_recovery()
+        with contextlib.ExitStack() as stack:
+            self._client = client = stack.enter_context(self.workspace.get_client())
+            workloads: dict[str, Workload] = {}
+            if self.plan.runs:
+                try:
+                    workloads = self._submit(client)
+                    if self.workspace.pipes:  # open while the step waits and records
+                        writers = sum(w.num_nodes for w in workloads.values())  # one per node
+                        self.pipes = stack.enter_context(open_step_pipes(self.context, writers))
+                    for run in self.runs:
+                        assert run.submitted is not None
+                        run.state = yield from self._wait(run.submitted)
+                except DagsterExecutionInterruptedError:
+                    yield from self._interrupted(client)
+                    raise
+                for run in self.runs:
+                    run.submission.finish(client, run.state)
+            results = list(self._results(client, workloads))
+            yield from self._earlier
+            yield from self._render(results)
+            yield from self._fail_if_any(client, results)
+
+    # --- recovery -------------------------------------------------------------------
+
+    def _kept(self, loaded: LoadedStage, partition: str | None) -> KeptRow | None:
+        """The row as its lineage materialized it, when this run continues one."""
+        if not self.lineage.continued and self.context.retry_number == 0:
+            return None
+        by_asset = self.__dict__.setdefault("_materialized", {})
+        if loaded.asset_key not in by_asset:
+            version = self.context.assets_def.code_versions_by_key.get(loaded.asset_key)
+            by_asset[loaded.asset_key] = self.lineage.materialized(loaded.asset_key, version)
+        found = by_asset[loaded.asset_key].get(partition)
+        if found is None:
+            return None
+        return KeptRow(loaded, partition, found[0], found[1])
+
+    def _tell_recovery(self) -> None:
+        log, plan = self.context.log, self.plan
+        if plan.kept:
+            rows = ", ".join(_row_name(k.stage, k.partition) for k in plan.kept)
+            runs = ", ".join(sorted({k.dagster_run_id for k in plan.kept}))
+            log.info(
+                f"already materialized by run {runs} with the same code version, recorded as "
+                f"done and not trained again: {rows}"
+            )
+        parent = self.lineage.explicit_reexecution_of
+        if parent is not None and not self.lineage.continued:
+            rows = ", ".join(_row_name(r.stage, r.partition) for r in plan.rows.values())
+            log.info(
+                f"re-executing everything of run {parent} as asked (not from failure): "
+                f"training again {rows}"
+            )
+
+    def _generation(self, client: AirClient) -> tuple[int, list[Launch]]:
+        """The generation this attempt submits, and the launches of the lineage it must
+        cancel before submitting. A generation whose run ended unsuccessfully is never
+        submitted again; an earlier attempt's run of this generation that is still going
+        (or ended well, unrecorded) is adopted: the same token gives it back."""
+        if not self.lineage.continued and self.context.retry_number == 0:
+            return 0, []
+        failed = self.lineage.failed_generations(self.step_key)
+        generation = max(failed, default=-1) + 1
+        launches = self.lineage.launches(self.step_key)
+        states: dict[int, RunState | None] = {}
+        for launch in sorted(launches, key=lambda x: x.generation):
+            states[launch.run_id] = state = self._state_of(client, launch.run_id)
+            ended_badly = state is not None and state.is_terminal and not state.is_success
+            if launch.generation == generation and ended_badly:
+                generation += 1  # its worker died before it could say so
+        planned = {(r.index, r.task_keys) for r in self.plan.runs}
+        stale = [
+            launch
+            for launch in launches
+            if (launch.generation != generation or (launch.index, launch.task_keys) not in planned)
+            and (state := states.get(launch.run_id)) is not None
+            and not state.is_terminal
+        ]
+        return generation, list({x.run_id: x for x in stale}.values())
+
+    def _state_of(self, client: AirClient, run_id: int) -> RunState | None:
+        try:
+            return client.get_run(run_id)
+        except AirError as error:
+            self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
+            return None
+
+    # --- the submission -------------------------------------------------------------
+
+    def _submit(self, client: AirClient) -> dict[str, Workload]:
+        """Build the rows' workloads, cancel what cannot be adopted, then submit each
+        planned run (an interrupt during a submit is held until the run id is known).
+        Returns the workloads as submitted, secrets included, without the Pipes env."""
+        context = self.context
+        workloads = {key: self._workload(row) for key, row in self.plan.rows.items()}
+        self.redact = client.redactor.with_values(())
+        values = self._secret_values(client)
+        self.generation, stale = self._generation(client)
+        for launch in stale:
+            context.log.warning(
+                f"cancelling run {launch.run_id} ({launch.run_page_url}), started by Dagster run "
+                f"{launch.dagster_run_id} and still going: this attempt cannot adopt it "
+                f"(generation {launch.generation}, now {self.generation}), and never runs both"
+            )
+            Submission(submission_key(context, self.workspace, self.lineage, launch.index)).attach(
+                launch.run_id
+            ).cancel(client)
+        adoptable = {
+            launch.run_id: launch
+            for launch in self.lineage.launches(self.step_key)
+            if launch.generation == self.generation
+        } if self.lineage.continued or context.retry_number else {}  # fmt: skip
+        stored: dict[str, Workload] = {}
+        for planned in self.plan.runs:
+            key = submission_key(context, self.workspace, self.lineage, planned.index)
+            run = RemoteRun(planned, Submission(key, log=context.log, redact=self._redact_text))
+            self.runs.append(run)
+            mine = self._with_secrets(client, run.submission, values, planned.task_keys, workloads)
+            stored.update(mine)
+            with deferred_interrupts():
+                run.submitted = submitted = self._send(client, run, self._with_pipes(mine))
+            record_launch(
+                context,
+                Launch(
+                    context.run_id,
+                    submitted.run_id,
+                    submitted.run_page_url,
+                    planned.index,
+                    self.generation,
+                    planned.task_keys,
+                ),
+            )
+            earlier = adoptable.get(submitted.run_id)
+            adopted = (
+                f", adopted: started by Dagster run {earlier.dagster_run_id}"
+                if earlier is not None and earlier.dagster_run_id != context.run_id
+                else ""
+            )
+            context.log.info(
+                f"run {submitted.run_id} for {planned.label}: {submitted.run_page_url} "
+                f"(generation {self.generation}{adopted})"
+            )
+        if self.plan.is_range:
+            context.log.info(
+                f"{len(self.plan.partitions)} partitions x {len(self.plan.selected)} stage(s): "
+                f"{len(self.plan.rows)} tasks in {len(self.runs)} run(s) of at most "
+                f"{self.options.max_tasks_per_run} tasks"
+            )
+        return stored
+
+    def _redact_text(self, text: str) -> str:
+        return self.redact(text)
+
+    def _workload(self, row: TaskRow) -> Workload:
+        """A row's workload: its stage with the run-time overrides, its partition's
+        parameters, ``run_env`` and the upstream output location."""
+        loaded = row.stage
+        workload = loaded.workload
+        typed, text = self._partition_overrides(row.partition)
+        config_typed, config_text = self.config.overrides_for(loaded.key)
+        try:
+            for overrides in (
+                {**config_typed, **typed},
+                [*text, *config_text],
+                self.extra_overrides,
+            ):
+                if overrides:
+                    workload = workload.with_overrides(overrides)
+        except WorkloadError as error:
+            raise config_failure(
+                error, f"stage {loaded.key}: the run-time overrides do not give a valid workload"
+            ) from None
+        for extra in (self._run_env(loaded.key, row.partition), self._upstream_output(row)):
+            if extra:
+                workload = workload.with_overrides(extra)
+        return workload
+
+    def _partition_overrides(self, partition: str | None) -> tuple[dict[str, Any], list[str]]:
+        if partition is None:
+            return {}, []
+        partitions_def = self.context.assets_def.partitions_def
+        key: str | dg.MultiPartitionKey = partition
+        if isinstance(partitions_def, dg.MultiPartitionsDefinition):
+            key = partitions_def.get_partition_key_from_str(partition)
+        what = f"partition {partition}" if self.plan.is_range else "the partition"
+        env = self.options.partition_env if self.options.partitions_def is not None else None
+        try:
+            return partition_overrides(key, self.options.partition_parameters, env)
+        except (KeyError, ValueError) as error:
+            raise config_failure(error, f"cannot map {what} to parameters") from None
+
+    def _run_env(self, stage_key: str, partition: str | None) -> dict[str, str]:
+        fields = {
+            "run_id": self.context.run_id,
+            "partition_key": partition or "",
+            "stage": stage_key,
+        }
+        try:
+            return {
+                f"env_variables.{name}": template.format(**fields)
+                for name, template in (self.options.run_env or {}).items()
+            }
+        except (KeyError, IndexError, ValueError) as error:
+            raise config_failure(
+                error, "run_env may only use {run_id}, {partition_key} and {stage}"
+            ) from None
+
+    def _upstream_output(self, row: TaskRow) -> dict[str, str]:
+        """A row planned without an upstream stage of its workflow (not selected, or kept)
+        reads where that stage last wrote: ``output_env`` gets the upstream's latest
+        recorded ``dagster/uri`` for the row's partition."""
+        name = self.options.output_env
+        planned = {r.stage.key for r in self.plan.rows.values() if r.partition == row.partition}
+        missing = [d for d in row.stage.stage.depends_on if d not in planned]
+        if not name or not missing:
+            return {}
+        by_key = {s.key: s for s in self.workflow.stages}
+        for dependency in missing:
+            uri = self._latest_uri(by_key[dependency].asset_key, row.partition)
+            if uri:
+                self.context.log.info(
+                    f"stage {row.stage.key}: {name}={uri} (where {dependency} last wrote)"
+                )
+                return {f"env_variables.{name}": uri}
+        raise config_failure(
+            f"no materialization of {', '.join(missing)} records an output location "
+            f"({OUTPUT_URI_KEY})",
+            f"stage {row.stage.key} runs without its upstream stage",
+        )
+
+    def _latest_uri(self, asset_key: dg.AssetKey, partition: str | None) -> str | None:
+        partitions = [partition] if partition is not None else None
+        records = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
+        ).records
+        for record in records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
+            if value is not None:
+                return str(value.value)
+        return None
+
+    def _secret_values(self, client: AirClient) -> dict[str, str]:
+        """The secret_env values (resolved where the step runs), redacted from then on."""
+        secret_env = {**self.workspace.secret_env, **(self.options.secret_env or {})}
+        if not secret_env:
+            return {}
+        values = resolve_secret_env(secret_env)
+        self.redact = client.redactor.with_values(values.values())
+        if self.redact.ignored:
+            self.context.log.warning(
+                f"{self.redact.ignored} secret_env value(s) are shorter than 4 characters: they "
+                "are not redacted from messages and logs (too short to tell from ordinary text)"
+            )
+        return values
+
+    def _with_secrets(
+        self,
+        client: AirClient,
+        submission: Submission,
+        values: Mapping[str, str],
+        keys: Sequence[str],
+        workloads: Mapping[str, Workload],
+    ) -> dict[str, Workload]:
+        """The workloads ``keys`` with the secret_env values written under keys of this
+        submission alone (the core deletes first what earlier runs of the step left behind
+        once their runs ended)."""
+        mine = {key: workloads[key] for key in keys}
+        if not values:
+            return mine
+        try:
+            refs = submission.store(client, values, scope=self.workspace.secret_scope)
+        except AirError as error:
+            if error.retryable:
+                raise
+            raise config_failure(
+                self.redact(str(error)), _refusal(error, "cannot store the orchestrator secrets")
+            ) from None
+        return {key: w.with_secrets(refs) for key, w in mine.items()}
+
+    def _with_pipes(self, workloads: Mapping[str, Workload]) -> dict[str, Workload]:
+        """The workloads with their Pipes environment, when the resource enables Pipes."""
+        if not self.workspace.pipes:
+            return dict(workloads)
+        partitions_def = self.context.assets_def.partitions_def
+        out = {}
+        for key, workload in workloads.items():
+            row = self.plan.rows[key]
+            scope = None
+            if self.plan.is_range and row.partition is not None:
+                window = None
+                if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+                    window = partitions_def.time_window_for_partition_key(row.partition)
+                scope = PartitionScope(row.partition, window)
+            env = pipes_env(self.context, row.stage.asset_key, row.stage.key, scope)
+            out[key] = workload.with_overrides(
+                {f"env_variables.{name}": value for name, value in env.items()}
+            )
+        return out
+
+    def _send(
+        self, client: AirClient, run: RemoteRun, workloads: dict[str, Workload]
+    ) -> SubmittedRun:
+        planned = run.planned
+        payload: Workload | list[Stage]
+        if planned.multi_task:
+            payload = [
+                Stage(task_key=r.task_key, workload=workloads[r.task_key], depends_on=r.depends_on,
+                      run_if=r.stage.stage.run_if if r.depends_on else "ALL_SUCCESS")
+                for r in self.plan.rows_of(planned)
+            ]  # fmt: skip
+        else:
+            (payload,) = workloads.values()
+        run_name = self.workflow.name if planned.multi_task else None
+        try:
+            return run.submission.submit(client, payload, self.generation, run_name=run_name)
+        except AirError as error:
+            if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
+                raise config_failure(
+                    self.redact(str(error)), _refusal(error, "the workspace refused the workload")
+                ) from None
+            raise dg.Failure(
+                description=f"submitting the run failed: {self.redact(str(error))}"
+            ) from None
+
+    def _interrupted(self, client: AirClient) -> Iterator[AirEvent]:
+        """The Dagster run was terminated: stop the GPU runs too; a retry of this step
+        (Dagster retries interrupted steps that have a retry policy) must not reattach to
+        the runs just cancelled."""
+        for run in self.runs:
+            if run.submitted is None:
+                continue
+            ended = run.state or self._cancel_remote(client, run)
+            if ended is not None:
+                run.submission.finish(client, ended)
+            first = self.plan.rows_of(run.planned)[0].stage.asset_key
+            yield terminal_failure_observation(
+                self.context, first, run.submitted, ended, self.generation
+            )
+
+    def _cancel_remote(self, client: AirClient, run: RemoteRun) -> RunState | None:
+        """Cancel one remote run and wait a little for it to end, so the event log says how
+        it ended. Returns the final state when it ended within ``cancel_wait``."""
+        log = self.context.log
+        submitted = run.submitted
+        assert submitted is not None
+        log.warning(
+            f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
+        )
+        try:
+            state = run.submission.cancel(
+                client,
+                wait_s=self.workspace.cancel_wait,
+                poll_interval=min(1.0, self.workspace.poll_interval),
+            )
+        except AirError as error:
+            log.error(f"could not cancel run {submitted.run_id}: {self.redact(str(error))}")
+            return None
+        if state is not None:
+            log.warning(f"run {submitted.run_id} ended {state.describe()}")
+        elif self.workspace.cancel_wait > 0:
+            log.warning(
+                f"run {submitted.run_id} is still ending after {self.workspace.cancel_wait:g}s"
+            )
+        return state
+
+    # --- the wait -------------------------------------------------------------------
+
+    def _wait(self, submitted: SubmittedRun) -> Generator[AirEvent, None, RunState]:
+        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        # Every node is followed (Pipes messages may come from any rank); log_node only
+        # narrows what is printed. The queue is this step's alone: whichever step's wait
+        # the shared watcher serves, what it sees of this run lands here.
+        future = watch_in_background(
+            self.workspace,
+            submitted.run_id,
+            events,
+            follow_logs=self.workspace.stream_logs or self.pipes is not None,
+        )
+        try:
+            while True:
+                yield from self._drain(events, submitted.run_id)
+                try:
+                    state = future.result(timeout=0.5)
+                    break
+                except concurrent.futures.TimeoutError:
+                    self._recheck_blocking(submitted.run_id)
+            yield from self._drain(events, submitted.run_id)
+            # The end as any state the wait shows: blocking checks first, then the attempts.
+            self._last_state = state
+            self._follow_blocking(state)
+            yield from self._attempt_ends(state)
+            return state
+        except BaseException:
+            future.cancel()  # stop following this run on the background loop
+            raise
+
+    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
+        while True:
+            try:
+                item = events.get_nowait()
+            except queue.Empty:
+                return
+            yield from self._show(item, run_id)
+
+    def _show(self, item: tuple[str, Any], run_id: int) -> Iterator[AirEvent]:
+        kind, value = item
+        if kind == "state":
+            state: RunState = value
+            text = f"run {run_id}: {state.describe()}"
+            if state.is_waiting_for_capacity:
+                text += " (waiting for GPU capacity)"
+            self.context.log.info(self.redact(text))
+            self._last_state = state
+            self._follow_blocking(state)
+            yield from self._attempt_ends(state)
+        elif kind == "warning":
+            self.context.log.warning(self.redact(str(value)))
+        elif kind == "log":
+            record, line = value
+            line = self.redact(line)
+            # Pipes messages of every node; printed lines of every node or the chosen one.
+            if self.pipes is not None and self.pipes.reader.handle_line(
+                line, record.task_key, record.attempt
+            ):
+                # A check may arrive after the state that ended its task (logs lag states).
+                if self._last_state is not None:
+                    self._follow_blocking(self._last_state)
+                return
+            node = self.options.log_node
+            node = node if node is not None else self.workspace.log_node
+            if self.workspace.stream_logs and (node is None or record.node_index == node):
+                sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
+                sys.stdout.flush()
+
+    def _run_tasks(self) -> dict[str, RunTask]:
+        """The rows as the blocking checks see them."""
+        return {
+            key: RunTask(
+                key,
+                row.stage.asset_key,
+                row.partition if self.plan.is_range else None,
+                row.depends_on,
+            )
+            for key, row in self.plan.rows.items()
+        }
+
+    def _follow_blocking(self, state: RunState) -> None:
+        if self.blocking is None:
+            self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
+        if self.pipes is not None:
+            self.blocking.update(
+                self._cancel_run if self._client is not None else None,
+                state,
+                self.pipes.reports(),
+                self.context.log,
+                self.redact,
+            )
+
+    def _recheck_blocking(self, run_id: int) -> None:
+        """Read the run again while a failed blocking check waits for its task's end."""
+        state = self._last_state
+        if (
+            self.blocking is None
+            or self.pipes is None
+            or self._client is None
+            or state is None
+            or state.run_id != run_id
+            or not self.blocking.awaiting_end(state, self.pipes.reports())
+        ):
+            return
+        try:
+            fresh = self._client.get_run(run_id)
+        except AirError as error:
+            self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
+            return
+        self._last_state = fresh
+        self._follow_blocking(fresh)
+
+    def _cancel_run(self, run_id: int) -> None:
+        """Cancel one of the step's remote runs (every unfinished task of it is blocked)."""
+        assert self._client is not None
+        for run in self.runs:
+            if run.submitted is not None and run.submitted.run_id == run_id:
+                run.submission.cancel(self._client)
+
+    def _attempt_ends(self, state: RunState) -> Iterator[AirEvent]:
+        """One observation per attempt of a row that ended (platform retries included), on
+        that row's asset, as soon as the step sees it."""
+        for attempt in state.attempts:
+            key = (attempt.task_key, attempt.attempt_number)
+            if not attempt.is_terminal or key in self._attempts_seen:
+                continue
+            self._attempts_seen.add(key)
+            row = self.plan.rows.get(attempt.task_key)
+            if row is None:
+                continue
+            final = attempt.result_state or attempt.life_cycle_state
+            shown = dataclasses.replace(attempt, state_message=self.redact(attempt.state_message))
+            self.context.log.info(
+                f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number + 1} "
+                f"ended {final}"
+            )
+            yield dg.AssetObservation(
+                asset_key=row.stage.asset_key,
+                partition=row.partition,
+                metadata=self.translator.get_attempt_metadata(
+                    row.stage.stage, row.stage.workload, state.run_id, shown
+                ),
+            )
+
+    # --- the results: one per row ---------------------------------------------------
+
+    def _results(self, client: AirClient, workloads: Mapping[str, Workload]) -> Iterator[RowResult]:
+        self._earlier: list[AirEvent] = []
+        for kept in self.plan.kept:
+            yield RowResult(kept, metadata=self._kept_metadata(kept))
+        blocked = self.blocking.blocked if self.blocking is not None else {}
+        for run in self.runs:
+            submitted, state = run.submitted, run.state
+            assert submitted is not None and state is not None
+            reported: dict[str, AttemptReports] = {}
+            if self.pipes is not None:  # each run's wait followed its blocking checks
+                final, earlier = self.pipes.final_reports(state)
+                for reports in earlier:
+                    row = self.plan.rows.get(reports.task_key)
+                    if row is not None:
+                        self._earlier.append(
+                            earlier_attempt_observation(
+                                reports, row.stage.asset_key, row.partition, submitted.run_id
+                            )
+                        )
+                reported = {r.task_key: r for r in final}
+                if not run.planned.multi_task:  # a plain run's one task reports for its row
+                    reported = {run.planned.task_keys[0]: _merged(final)} if final else {}
+            for row in self.plan.rows_of(run.planned):
+                yield self._row_result(
+                    client, row, workloads[row.task_key], submitted, state, reported, blocked
+                )
+
+    def _row_result(
+        self,
+        client: AirClient,
+        row: TaskRow,
+        workload: Workload,
+        submitted: SubmittedRun,
+        state: RunState,
+        reported: Mapping[str, AttemptReports],
+        blocked: Mapping[str, str],
+    ) -> RowResult:
+        reports = reported.get(row.task_key)
+        checks = tuple(reports.checks) if reports is not None else ()
+        if row.task_key in blocked:
+            return RowResult(row, checks=checks, failure=blocked[row.task_key])
+        task = state.task(row.task_key)
+        succeeded = task.is_success if task is not None else state.is_success
+        try:
+            outcome: RunOutcome | None = RunOutcome.read(client, state, row.task_key)
+        except AirError:
+            outcome = None
+        if not succeeded or outcome is None:
+            why = outcome.message if outcome is not None and outcome.message else None
+            why = why or state.stage(row.task_key).describe()
+            return RowResult(row, checks=checks, failure=self.redact(why))
+        outcome = dataclasses.replace(outcome, run_page_url=submitted.run_page_url)
+        metadata = self.translator.get_materialization_metadata(
+            row.stage.stage,
+            workload,
+            outcome,
+            state=state,
+            idempotency_token=submitted.idempotency_token,
+        )
+        metadata.update(self._output_metadata(workload))
+        if self.plan.is_range:
+            metadata[PARTITION_KEY] = row.partition
+        from_pipes = reports.materializations.get(row.stage.asset_key) if reports else None
+        # What the workload reports adds to, never replaces, what the run says.
+        metadata = {**((from_pipes.metadata or {}) if from_pipes else {}), **metadata}
+        return RowResult(
+            row,
+            metadata=metadata,
+            data_version=from_pipes.data_version if from_pipes else None,
+            checks=checks,
+        )
+
+    def _kept_metadata(self, kept: KeptRow) -> dict[str, Any]:
+        """A kept row's materialization says where it came from and costs nothing here."""
+        metadata: dict[str, Any] = {
+            KEPT_FROM_KEY: kept.dagster_run_id,
+            GPU_HOURS_KEY: dg.MetadataValue.float(0.0),
+        }
+        for name in (f"{META_PREFIX}run_id", f"{META_PREFIX}run_url", OUTPUT_URI_KEY):
+            if name in kept.metadata:
+                metadata[name] = kept.metadata[name]
+        if self.plan.is_range:
+            metadata[PARTITION_KEY] = kept.partition
+        return metadata
+
+    def _output_metadata(self, workload: Workload) -> dict[str, Any]:
+        name = self.options.output_env
+        value = workload.env_variables.get(name) if name else None
+        if not value:
+            return {}
+        metadata: dict[str, Any] = {f"{META_PREFIX}output/{name}": value}
+        if _LOCATION.match(value):  # a path or a URL, not some other kind of value
+            metadata[OUTPUT_URI_KEY] = value
+        return metadata
+
+    # --- the renderer ---------------------------------------------------------------
+
+    def _render(self, results: list[RowResult]) -> Iterator[AirEvent]:
+        """The materializations and check results of every row.
+
+        A step over one partition (or none) yields a ``MaterializeResult`` per asset it
+        materialized; a kept asset gets one only where Dagster requires the output (the one
+        asset of a step that cannot be subset: Dagster would record it anyway, without
+        metadata). A step over a range materialized in full (trained and kept rows) yields
+        one ``MaterializeResult`` per asset, each partition's metadata its own: Dagster
+        records a range output for every partition of the range, so a kept partition is
+        recorded again there, saying which run made it (``dagster-air/kept_from_run``) and
+        0 GPU-hours. A range not materialized in full yields the partitions that were
+        trained, and the step fails after."""
+        failed = any(r.failure is not None for r in results)
+        required = not self.context.assets_def.can_subset
+        by_asset: dict[dg.AssetKey, list[RowResult]] = {}
+        for result in results:
+            if result.metadata is not None:
+                by_asset.setdefault(result.row.stage.asset_key, []).append(result)
+        for loaded in self.plan.selected:
+            done = by_asset.get(loaded.asset_key, [])
+            trained = [r for r in done if isinstance(r.row, TaskRow)]
+            if not self.plan.is_range:
+                for r in done:
+                    if trained or required:
+                        yield dg.MaterializeResult(
+                            asset_key=loaded.asset_key,
+                            metadata=r.metadata,
+                            data_version=r.data_version,
+                        )
+                continue
+            complete = not failed and len(done) == len(self.plan.partitions)
+            if complete and (trained or required):
+                for r in done:
+                    assert r.metadata is not None
+                    self.context.add_asset_metadata(
+                        r.metadata, asset_key=loaded.asset_key, partition_key=r.row.partition
+                    )
+                yield dg.MaterializeResult(asset_key=loaded.asset_key)
+                continue
+            for r in trained:
+                yield dg.AssetMaterialization(
+                    asset_key=loaded.asset_key, partition=r.row.partition, metadata=r.metadata
+                )
+        yield from self._checks(results)
+
+    def _checks(self, results: list[RowResult]) -> Iterator[AirEvent]:
+        """The check results each trained row reported, for the checks this step runs; a
+        declared check a materialized row did not report fails (it cannot pass unseen). A
+        range step's are evaluations of each row's partition, and its checks' outputs once."""
+        selected = self.context.selected_asset_check_keys
+        assets_def = self.context.assets_def
+        seen: set[tuple[dg.AssetCheckKey, str | None]] = set()
+        evaluated: set[dg.AssetCheckKey] = set()
+        for result in results:
+            row = result.row
+            if not isinstance(row, TaskRow):
+                continue
+            materialized = result.metadata is not None
+            for check in result.checks:
+                key = dg.AssetCheckKey(row.stage.asset_key, str(check.check_name))
+                if key not in selected or (key, row.partition) in seen:
+                    where = f"partition {row.partition}" if self.plan.is_range else "the workload"
+                    self.context.log.warning(
+                        f"{where} reported check {check.check_name} of "
+                        f"{key.asset_key.to_user_string()}, which this step does not run: ignored"
+                    )
+                    continue
+                seen.add((key, row.partition))
+                evaluated.add(key)
+                yield self._check(assets_def, key, row, check.passed, check.severity,
+                                  dict(check.metadata or {}), check)  # fmt: skip
+            for key in sorted(selected, key=str):
+                if (
+                    key.asset_key == row.stage.asset_key
+                    and materialized
+                    and (key, row.partition) not in seen
+                ):
+                    seen.add((key, row.partition))
+                    evaluated.add(key)
+                    yield self._check(
+                        assets_def, key, row, False, dg.AssetCheckSeverity.ERROR,
+                        {"reason": "the workload did not report this check (dagster-pipes)"}, None,
+                    )  # fmt: skip
+        if self.plan.is_range:
+            for key in sorted(evaluated, key=str):
+                # The check's output, once (its evaluations, one per partition, are above).
+                yield dg.Output(None, output_name=assets_def.output_names_by_entity_key[key])
+
+    def _check(
+        self,
+        assets_def: dg.AssetsDefinition,
+        key: dg.AssetCheckKey,
+        row: TaskRow,
+        passed: bool,
+        severity: dg.AssetCheckSeverity,
+        metadata: dict[str, Any],
+        reported: dg.AssetCheckResult | None,
+    ) -> AirEvent:
+        if not self.plan.is_range:
+            if reported is not None:
+                return reported
+            return dg.AssetCheckResult(
+                asset_key=key.asset_key, check_name=key.name, passed=passed, metadata=metadata
+            )
+        spec = assets_def.get_spec_for_check_key(key)
+        return dg.AssetCheckEvaluation(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=passed,
+            metadata={**metadata, PARTITION_KEY: row.partition},
+            severity=severity,
+            blocking=spec.blocking,
+            # An unpartitioned check of a partitioned asset is evaluated once per partition,
+            # each evaluation naming its partition in its metadata.
+            partition=row.partition if spec.partitions_def is not None else None,
+        )
+
+    # --- the failure ----------------------------------------------------------------
+
+    def _fail_if_any(self, client: AirClient, results: list[RowResult]) -> Iterator[AirEvent]:
+        failed = [r for r in results if r.failure is not None and isinstance(r.row, TaskRow)]
+        if not failed:
+            return
+        blocked = self.blocking.blocked if self.blocking is not None else {}
+        failing_runs = {r.row.run for r in failed if isinstance(r.row, TaskRow)}
+        failing = [run for i, run in enumerate(self.runs) if i in failing_runs]
+        for run in failing:
+            # A retry of the step starts a new generation (see ``_identity``).
+            assert run.submitted is not None and run.state is not None
+            yield terminal_failure_observation(
+                self.context, self._failed_asset(run, failed), run.submitted, run.state,
+                self.generation,
+            )  # fmt: skip
+        first = failing[0]
+        assert first.submitted is not None and first.state is not None
+        metadata = self.translator.get_run_metadata(
+            first.submitted.run_id, first.submitted.run_page_url, first.state
+        )
+        if self.plan.is_range:
+            lines = [
+                f"{r.row.stage.asset_key.to_user_string()} partition {r.row.partition} "
+                f"(task {r.row.task_key}): {r.failure}"  # type: ignore[union-attr]
+                for r in failed
+            ]
+            partitions = sorted({str(r.row.partition) for r in failed})
+            metadata[f"{META_PREFIX}failed_partitions"] = ", ".join(partitions)
+            message = (
+                f"{len(partitions)} of {len(self.plan.partitions)} partitions not materialized: "
+                f"{', '.join(partitions)}\n" + "\n".join(lines)
+            )
+        elif any(r.row.task_key in blocked for r in failed):  # type: ignore[union-attr]
+            for r in failed:
+                if r.row.task_key in blocked:  # type: ignore[union-attr]
+                    self.context.log.warning(
+                        f"stage {r.row.stage.key} is not recorded as materialized: {r.failure}"
+                    )
+            cancelled = self.blocking is not None and bool(self.blocking.cancelled)
+            tail = " (their unfinished tasks were cancelled)" if cancelled else ""
+            message = (
+                "downstream of a failed blocking check"
+                + tail
+                + ":\n"
+                + "\n".join(
+                    f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())
+                )
+            )
+        else:
+            state = first.state
+            try:
+                client.raise_for_failure(state)
+                message = f"run {first.submitted.run_id} ended {state.describe()}"
+            except RunFailed as error:
+                message = str(error)
+            except AirError as error:
+                message = f"run {first.submitted.run_id} ended {state.describe()} ({error})"
+        raise dg.Failure(description=self.redact(message), metadata=metadata)
+
+    def _failed_asset(self, run: RemoteRun, failed: list[RowResult]) -> dg.AssetKey:
+        """The asset of the run's failed task (the first failed row's otherwise)."""
+        assert run.state is not None
+        failed_task = run.state.failed_task
+        rows = self.plan.rows_of(run.planned)
+        if failed_task is not None:
+            for row in rows:
+                if row.task_key == failed_task.task_key:
+                    return row.stage.asset_key
+        mine = [
+            r for r in failed if isinstance(r.row, TaskRow) and r.row.run == self.runs.index(run)
+        ]
+        return (mine[0].row.stage if mine else rows[0].stage).asset_key
+
+
+def _merged(reports: Sequence[AttemptReports]) -> AttemptReports:
+    """The reports of a plain run's final attempt as one (its logs may name its task
+    differently from the row)."""
+    materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
+    checks: list[dg.AssetCheckResult] = []
+    for reports_of_task in reports:
+        materializations.update(reports_of_task.materializations)
+        checks.extend(reports_of_task.checks)
+    return AttemptReports(reports[0].task_key, reports[0].attempt, materializations, checks)
+
+
+def _row_name(stage: LoadedStage, partition: str | None) -> str:
+    name = stage.asset_key.to_user_string()
+    return f"{name} partition {partition}" if partition is not None else name
