@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import contextvars
 import hashlib
 import logging
 import math
@@ -61,6 +62,21 @@ LIST_PAGE_SIZE = 25
 _PARALLEL_GETS = 8
 
 OnUpdate = Callable[[RunState], None]
+
+
+def _in_waiter_context(on_update: OnUpdate) -> OnUpdate:
+    """``on_update`` bound to the context of the task that waits.
+
+    The poller task serves every waiter, so a callback run there would log in the poller's
+    context: the one of whichever waiter started it. Orchestrators route log lines by context
+    (Airflow's triggerer binds each trigger's task instance into contextvars), so a run's
+    lines must be emitted in its own waiter's context, never in another's."""
+    context = contextvars.copy_context()
+
+    def run_in_waiter_context(state: RunState) -> None:
+        context.run(on_update, state)
+
+    return run_in_waiter_context
 
 
 class TokenBucket:
@@ -227,10 +243,13 @@ class RunWatcher:
             first = now + self._rng.uniform(0, min(self.interval, YOUNG_MIN_INTERVAL))
             watched = self._runs[run_id] = _Watched(run_id, now, first, self.interval)
         future: asyncio.Future[RunState] = loop.create_future()
-        entry = (future, on_update)
+        entry = (future, None if on_update is None else _in_waiter_context(on_update))
         watched.waiters.append(entry)
         if self._poller is None or self._poller.done():
-            self._poller = loop.create_task(self._poll_forever(), name="air-run-watcher")
+            # A context of its own: the poller belongs to no waiter (see _in_waiter_context).
+            self._poller = loop.create_task(
+                self._poll_forever(), name="air-run-watcher", context=contextvars.Context()
+            )
         try:
             if not limits:
                 return await future

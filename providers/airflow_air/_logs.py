@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,10 +46,19 @@ class StateLogger:
             self.log.info("%s", text)
 
 
-def _log_record(log: TaskLog, record: Any) -> None:
-    """One node's record in the task log, each line labelled ``[<task> node N attempt A]``."""
+def _printed_at(record: Any) -> str:
+    """When the node printed the record, as the platform stamped it (UTC, milliseconds)."""
+    printed = datetime.fromtimestamp(record.time_unix_nano / 1e9, tz=UTC)
+    return printed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _log_record(log: TaskLog, record: Any, *, stamped: bool = False) -> None:
+    """One node's record in the task log, each line labelled ``[<task> node N attempt A]``;
+    ``stamped``: prefixed with the time the node printed it, for lines copied after the fact
+    (the task log's own timestamp is then the copy's, the same instant for every line)."""
+    stamp = f"{_printed_at(record)} " if stamped else ""
     for line in record.body.splitlines() or [""]:
-        log.info("[%s] %s", record.label, line)
+        log.info("%s[%s] %s", stamp, record.label, line)
 
 
 class LogStreamer:
@@ -137,7 +147,7 @@ class _BoundedLogCopy:
                 where,
             )
             return False
-        _log_record(self.log, record)
+        _log_record(self.log, record, stamped=True)
         self.written += lines
         return True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from urllib.parse import parse_qs
 
@@ -225,3 +226,31 @@ async def test_sweep_finds_each_end_once_from_completed_listings(workspace_facto
     assert requests["jobs/runs/list"] <= 50 * (watched_for + 1), (requests, watched_for)
     assert all(count == 1 for count in terminal_updates.values()), terminal_updates
     assert set(terminal_updates) == {old, *waiting}
+
+
+async def test_each_waiter_hears_its_run_in_its_own_context(workspace_factory):
+    """The poller task serves every waiter; each on_update still runs in the context of the
+    task that waits (orchestrators route log lines by it), whichever waiter started the poller
+    and whatever context the poller itself was created in."""
+    ws = workspace_factory(
+        mode="simulate", simulate={"pending_s": 0.5, "running_s": 1.0, "result": "SUCCESS"}
+    )
+    run_ids = await _submit_many(ws, 4, "contexts")
+    owner: contextvars.ContextVar[int] = contextvars.ContextVar("owner")
+    heard: dict[int, set[int]] = {run_id: set() for run_id in run_ids}
+    async with AsyncAirClient(ws.host, ws.token) as client:
+        watcher = RunWatcher(client, interval=1.0)
+
+        async def wait_as_owner(run_id: int) -> None:
+            owner.set(run_id)
+
+            def on_update(state) -> None:
+                heard[state.run_id].add(owner.get(-1))
+
+            await watcher.wait(run_id, timeout=60, on_update=on_update)
+
+        # Each waiter is its own task with its own copy of the context, as a trigger is.
+        await asyncio.gather(*(asyncio.create_task(wait_as_owner(r)) for r in run_ids))
+
+    for run_id in run_ids:
+        assert heard[run_id] == {run_id}, heard
