@@ -28,7 +28,7 @@ same code: ``finish`` in a worker and ``afinish`` in an Airflow triggerer do the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -174,13 +174,13 @@ class RunOutcome:
     @classmethod
     def read(cls, client: AirClient, state: RunState, task_key: str | None = None) -> RunOutcome:
         """The outcome of the ended run ``state`` (or of its task ``task_key``)."""
-        return _run_sync(client, outcome_flow(client._core, state, task_key))
+        return client.run_flow(lambda core: outcome_flow(core, state, task_key))
 
     @classmethod
     async def aread(
         cls, client: AsyncAirClient, state: RunState, task_key: str | None = None
     ) -> RunOutcome:
-        return await _run_async(client, outcome_flow(client._core, state, task_key))
+        return await client.run_flow(lambda core: outcome_flow(core, state, task_key))
 
     @classmethod
     def unfinished(
@@ -226,14 +226,6 @@ def outcome_flow(
 
 
 # --- the submission -----------------------------------------------------------------------
-
-
-def _run_sync(client: AirClient, flow: Flow[T]) -> T:
-    return client._run(flow)
-
-
-def _run_async(client: AsyncAirClient, flow: Flow[T]) -> Awaitable[T]:
-    return client._run(flow)
 
 
 @dataclass
@@ -295,7 +287,7 @@ class Submission:
         """Sweep ``scope`` (once), store ``values`` under this submission's keys (of one
         ``stage`` of a multi-task run); ``{NAME: "scope/key"}`` for ``Workload.with_secrets``.
         A failure to store raises (``AirError``); the sweep only warns."""
-        return _run_sync(client, self.store_flow(client._core, values, scope=scope, stage=stage))
+        return client.run_flow(lambda core: self.store_flow(core, values, scope=scope, stage=stage))
 
     def prepare(
         self,
@@ -345,7 +337,7 @@ class Submission:
     ) -> SubmittedRun:
         """Submit generation ``generation`` (the same generation gives the same run back)
         and mark the keys with its run."""
-        return _run_sync(client, self.submit_flow(client._core, workload, generation, run_name))
+        return client.run_flow(lambda core: self.submit_flow(core, workload, generation, run_name))
 
     def plan(
         self,
@@ -361,14 +353,13 @@ class Submission:
         stores no secret keys (nothing would mark them with the run)."""
         if self.secrets:
             raise RuntimeError("a submission with secret keys is submitted with submit()")
-        return _run_sync(
-            client,
-            _submit.plan_workload(
-                client._core,
+        return client.run_flow(
+            lambda core: _submit.plan_workload(
+                core,
                 workload,
                 idempotency_token=self.key.idempotency_token(generation),
                 run_name=run_name,
-            ),
+            )
         )
 
     def attach(self, run_id: int, run_page_url: str = "") -> Submission:
@@ -388,13 +379,13 @@ class Submission:
         self, client: AirClient, state: RunState, task_key: str | None = None
     ) -> RunOutcome:
         """The outcome of the ended run (or of its task ``task_key``)."""
-        return _run_sync(client, outcome_flow(client._core, state, task_key, self.run_page_url))
+        return client.run_flow(lambda core: outcome_flow(core, state, task_key, self.run_page_url))
 
     async def aoutcome(
         self, client: AsyncAirClient, state: RunState, task_key: str | None = None
     ) -> RunOutcome:
-        return await _run_async(
-            client, outcome_flow(client._core, state, task_key, self.run_page_url)
+        return await client.run_flow(
+            lambda core: outcome_flow(core, state, task_key, self.run_page_url)
         )
 
     # --- 4. finish or cancel ------------------------------------------------------------
@@ -442,11 +433,11 @@ class Submission:
     def finish(self, client: AirClient, state: RunState | None = None) -> bool:
         """Delete this submission's keys once its whole run has ended; True when nothing of
         it is left (or nothing was written). ``state``: the run as last read, if known."""
-        return _run_sync(client, self.finish_flow(client._core, state))
+        return client.run_flow(lambda core: self.finish_flow(core, state))
 
     async def afinish(self, client: AsyncAirClient, state: RunState | None = None) -> bool:
         """``finish`` from async code (an Airflow trigger)."""
-        return await _run_async(client, self.finish_flow(client._core, state))
+        return await client.run_flow(lambda core: self.finish_flow(core, state))
 
     def cancel_flow(
         self, core: ClientCore, wait_s: float, poll_interval: float
@@ -468,12 +459,12 @@ class Submission:
     ) -> RunState | None:
         """Cancel the whole run; with ``wait_s``, wait that long for it to end and return
         its final state (None when it is still ending)."""
-        return _run_sync(client, self.cancel_flow(client._core, wait_s, poll_interval))
+        return client.run_flow(lambda core: self.cancel_flow(core, wait_s, poll_interval))
 
     async def acancel(
         self, client: AsyncAirClient, *, wait_s: float = 0.0, poll_interval: float = 1.0
     ) -> RunState | None:
-        return await _run_async(client, self.cancel_flow(client._core, wait_s, poll_interval))
+        return await client.run_flow(lambda core: self.cancel_flow(core, wait_s, poll_interval))
 
     # --- carrying it elsewhere ----------------------------------------------------------
 

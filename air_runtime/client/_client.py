@@ -225,6 +225,12 @@ class AirClient(_BaseClient, SyncOperations):
             return result
         raise TypeError(f"flow emitted {item!r} but was run, not iterated")
 
+    def run_flow(self, start: Callable[[ClientCore], Flow[T]]) -> T:
+        """Run a flow of requests composed over this client's core: an operation written
+        once for both clients outside this package (``air_runtime.Submission``'s steps),
+        with this client's transport, credentials and retries."""
+        return self._run(start(self._core))
+
     # --- operations ---------------------------------------------------------------------
 
     def prefetch_identity(self) -> None:
@@ -421,6 +427,7 @@ class AirClient(_BaseClient, SyncOperations):
         ``docker_credential`` (stored as a secret first), else what ``docker login`` left
         on this machine, else none."""
         from . import _images
+
         return self._run(
             _images.register_image(
                 self._core,
@@ -434,6 +441,7 @@ class AirClient(_BaseClient, SyncOperations):
 
     def get_image(self, ref: str) -> ImageRegistration | None:
         from . import _images
+
         return self._run(_images.get_image(self._core, ref))
 
     def wait_for_image(
@@ -444,16 +452,19 @@ class AirClient(_BaseClient, SyncOperations):
         poll_interval: float | None = None,
     ) -> ImageRegistration:
         from . import _images
+
         return self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
     def check_image_access(self, ref: str) -> bool | None:
         from . import _images
+
         return self._run(_images.check_image_access(self._core, ref))
 
     def ensure_images_registered(self, plan: SubmissionPlan) -> None:
         from . import _images
+
         self._run(_images.ensure_images_registered(self._core, plan.docker_images))
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -577,6 +588,10 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 answer = await self._perform(step)
             except Exception as exc:
                 error = exc
+
+    async def run_flow(self, start: Callable[[ClientCore], Flow[T]]) -> T:
+        """``AirClient.run_flow`` for async code."""
+        return await self._run(start(self._core))
 
     # --- operations ---------------------------------------------------------------------
 
@@ -751,6 +766,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         ``docker_credential`` (stored as a secret first), else what ``docker login`` left
         on this machine, else none."""
         from . import _images
+
         return await self._run(
             _images.register_image(
                 self._core,
@@ -764,6 +780,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
 
     async def get_image(self, ref: str) -> ImageRegistration | None:
         from . import _images
+
         return await self._run(_images.get_image(self._core, ref))
 
     async def wait_for_image(
@@ -774,16 +791,19 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         poll_interval: float | None = None,
     ) -> ImageRegistration:
         from . import _images
+
         return await self._run(
             _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
         )
 
     async def check_image_access(self, ref: str) -> bool | None:
         from . import _images
+
         return await self._run(_images.check_image_access(self._core, ref))
 
     async def ensure_images_registered(self, plan: SubmissionPlan) -> None:
         from . import _images
+
         await self._run(_images.ensure_images_registered(self._core, plan.docker_images))
 
     # --- lifecycle ----------------------------------------------------------------------

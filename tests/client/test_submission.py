@@ -302,3 +302,40 @@ def test_the_sync_and_async_clients_offer_the_same_operations():
         }
 
     assert operations(AirClient) == operations(AsyncAirClient)
+
+
+class PublicOnly:
+    """A client seen only through its public attributes (``run_flow`` among them)."""
+
+    def __init__(self, client: AirClient | AsyncAirClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(f"{name} is private to the client")
+        return getattr(self._client, name)
+
+
+async def test_a_submission_uses_the_client_through_its_public_api_only(local_workspace):
+    host, token = local_workspace.host, local_workspace.token
+    async with AsyncAirClient(host, token) as async_client:
+        with AirClient(host, token) as sync_client:
+            client: AirClient = PublicOnly(sync_client)  # type: ignore[assignment]
+            aclient: AsyncAirClient = PublicOnly(async_client)  # type: ignore[assignment]
+            submission = Submission(_key("public__1"))
+            workload = submission.prepare(client, _workload("train", "true"), VALUES, scope=SCOPE)
+            submitted = submission.submit(client, workload, "0.0")
+            state = sync_client.wait(submitted.run_id, poll_interval=0.1, timeout=120)
+            assert submission.outcome(client, state).succeeded
+            assert RunOutcome.read(client, state).run_id == submitted.run_id
+            assert submission.finish(client, state)
+            assert not any(k.startswith(submission.secrets[0].prefix) for k in _keys(sync_client))
+
+            second = Submission(_key("public__2"))
+            assert second.plan(client, _workload("train", "sleep 30"), "0.0").submit_body
+            run = second.submit(client, _workload("train", "sleep 30"), "0.0")
+            ended = await second.acancel(aclient, wait_s=60, poll_interval=0.1)
+            assert ended is not None and ended.result_state == "CANCELED"
+            assert (await second.aoutcome(aclient, ended)).status == "failed"
+            assert (await RunOutcome.aread(aclient, ended)).run_id == run.run_id
+            assert await second.afinish(aclient, ended)
