@@ -35,7 +35,8 @@ with DAG(
     catchup=False,
     template_searchpath=[str(RL_EXAMPLES)],
     params={
-        "output_root": "/tmp/airo-rl",
+        # Relative: a folder under the user's ~/.cache/airo-rl (examples/rl/rl_common.py).
+        "output_root": "airflow",
         "source_registry": "docker.io",
         "artifact_registry_host": "",
     },

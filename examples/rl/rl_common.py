@@ -52,9 +52,35 @@ def _parse_flat_yaml(text: str) -> dict[str, Any]:
     return values
 
 
+def output_root() -> Path:
+    """This user's folder for the pipeline's outputs, ``~/.cache/airo-rl``: never one folder
+    shared by every user of the machine (the ranks get HOME, so an orchestrator process of
+    the same user finds the same folder)."""
+    return Path.home() / ".cache" / "airo-rl"
+
+
 def output_dir() -> Path:
-    """``$RL_OUTPUT_DIR``, shared by the trainer (writer) and the evaluation (reader)."""
-    return Path(os.environ.get("RL_OUTPUT_DIR") or "rl_output").resolve()
+    """``$RL_OUTPUT_DIR``, shared by the trainer (writer) and the evaluation (reader): an
+    absolute path as it is, a relative one under ``output_root()``, unset the root itself."""
+    given = os.environ.get("RL_OUTPUT_DIR") or ""
+    return (output_root() / given).resolve()
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` and each missing parent with mode 0700 (``mkdir(parents=True)`` gives
+    the parents the umask's mode instead); an existing folder is left as it is."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile by another rank
+            continue
+        folder.chmod(0o700)  # whatever the umask
+    return path
 
 
 def fail(role: str, message: str, code: int = 2) -> None:

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from rl_common import METRICS_FILE, fail, load_hyperparameters, log, output_dir
+from rl_common import METRICS_FILE, fail, load_hyperparameters, log, make_private_dir, output_dir
 
 ROLE = "trainer"
 DEFAULTS = {
@@ -139,8 +139,7 @@ def main() -> int:
         "final_policy": {"probs": probs, "best_action": probs.index(max(probs))},
         "train_seconds": round(time.monotonic() - started, 3),
     }
-    out = output_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_private_dir(output_dir())
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     log(
         ROLE,

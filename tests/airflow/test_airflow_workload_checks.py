@@ -25,7 +25,7 @@ def test_validate_dag_workloads_checks_every_task():
     nightly = workloads["scheduled_training.train"]
     assert nightly.env_variables["TRAINING_DATE"] == "2026-01-01"
     grpo_env = workloads["rl_pipeline.rl.grpo"].raw_mapping()["env_variables"]
-    assert grpo_env["RL_OUTPUT_DIR"].startswith("/tmp/airo-rl/rl_pipeline/manual__2026-01-01")
+    assert grpo_env["RL_OUTPUT_DIR"].startswith("airflow/rl_pipeline/manual__2026-01-01")
 
     with pytest.raises(DagWorkloadError) as caught:
         validate_dag_workloads(TEST_DAGS)

@@ -23,8 +23,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def platform_env(rank: int, port: int, output_dir: Path, **extra: str) -> dict[str, str]:
-    """What docs/spec/workload.md §7 promises every container of a 2-node run (plus RL_OUTPUT_DIR)."""
+def platform_env(rank: int, port: int, output_dir: Path | str, **extra: str) -> dict[str, str]:
+    """What docs/spec/workload.md §7 promises every container of a 2-node run (plus
+    RL_OUTPUT_DIR, left unset when empty)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RL_"))}
     env.update(
         NUM_NODES="2",
@@ -39,6 +40,8 @@ def platform_env(rank: int, port: int, output_dir: Path, **extra: str) -> dict[s
         RL_OUTPUT_DIR=str(output_dir),
     )
     env.update(extra)
+    if not output_dir:
+        del env["RL_OUTPUT_DIR"]
     return env
 
 
@@ -207,3 +210,38 @@ def test_policy_server_endpoints_and_idle_timeout(tmp_path: Path) -> None:
     rc, out = finish(server, timeout=15)
     assert rc == 1
     assert "no request for 2s, giving up" in out
+
+
+@pytest.mark.parametrize("given", ["", "airflow/rl_pipeline/manual__1"])
+def test_the_default_output_folder_is_the_users_own_and_private(tmp_path: Path, given: str) -> None:
+    """Unset (the example YAMLs) or relative (the example Dag and Dagster sweep), the output
+    goes under ~/.cache/airo-rl of the user running the ranks, created 0700, and the
+    evaluation reads it from there: never a folder shared by every user of the machine."""
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    params = container_dir(tmp_path, "trainer", HYPERPARAMETERS)
+    server = start("policy_server.py", params, platform_env(0, port, given, HOME=str(home)))
+    trainer = start("trainer.py", params, platform_env(1, port, given, HOME=str(home)))
+    trainer_rc, trainer_log = finish(trainer)
+    server_rc, server_log = finish(server)
+    assert (trainer_rc, server_rc) == (0, 0), trainer_log + server_log
+
+    root = home / ".cache" / "airo-rl"
+    out = root / given
+    assert (out / "metrics.json").is_file(), trainer_log
+    for folder in {home / ".cache", root, out, *[p for p in out.parents if root in p.parents]}:
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    evaluation = container_dir(tmp_path, "evaluate", {"min_reward": 0.0})
+    rc, log = finish(start("evaluate.py", evaluation, platform_env(0, 0, given, HOME=str(home))))
+    assert rc == 0 and "PASS" in log, log
+
+
+def test_no_example_writes_to_a_folder_shared_by_every_user() -> None:
+    repo = RL_DIR.parents[1]
+    files = [
+        *(repo / "examples").rglob("*.y*ml"),
+        *(repo / "examples").rglob("*.py"),
+        repo / "dags" / "rl_pipeline.py",
+    ]
+    assert [str(f) for f in files if "/tmp/airo-rl" in f.read_text()] == []

@@ -56,7 +56,7 @@ def test_rl_example_shape() -> None:
     assert [(c.name, c.ranks, c.unity_catalog_image) for c in w.containers] == [
         ("inference", (0,), "main.rl.vllm:0.8.5"),
         ("trainer", (1,), "main.rl.pytorch:2.6.0-cuda12.4-cudnn9-runtime")]
-    assert w.env_variables == {"MODEL_ID": "Qwen/Qwen2.5-0.5B-Instruct", "RL_OUTPUT_DIR": "/tmp/airo-rl"}
+    assert w.env_variables == {"MODEL_ID": "Qwen/Qwen2.5-0.5B-Instruct"}
     assert {k: str(v) for k, v in w.secrets.items()} == {"HF_TOKEN": "research/hf_token"}
     assert w.parameters == {"learning_rate": 0.05, "epochs": 5, "rollouts_per_epoch": 16}
     assert w.code_source is not None and w.base_dir == str(REPO / "examples" / "rl")

@@ -20,7 +20,8 @@ from dagster_air import (
 )
 
 RL_EXAMPLES = Path(__file__).resolve().parents[3] / "rl"
-OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT", "/tmp/airo-rl/dagster")
+# A relative RL_OUTPUT_DIR is a folder under the user's ~/.cache/airo-rl (rl_common.py).
+OUTPUT_ROOT = os.environ.get("RL_OUTPUT_ROOT") or "dagster"
 HF_TOKEN = {"HF_TOKEN": dg.EnvVar("HF_TOKEN")}
 
 SOURCE_REGISTRY = os.environ.get("RL_SOURCE_REGISTRY", "docker.io")
