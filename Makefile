@@ -69,7 +69,7 @@ test-fast: venv
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
 docs-build: venv
-	$(MKDOCS) build --strict --quiet
+	$(MKDOCS) build --strict
 
 # Serves the site on this machine only, rebuilt on every change.
 docs: venv

@@ -230,3 +230,15 @@ def test_every_code_block_runs_or_says_why_not() -> None:
         f"{sum(b.marker is None and b.language not in EXECUTED for b in BLOCKS)} loaded, "
         f"{len(marked)} marked not runnable (parsed)"
     )
+
+
+def test_the_readme_links_lead_to_files() -> None:
+    """The README is read on the code host, outside the site: its relative links are
+    checked here, as `mkdocs build --strict` checks the pages' links."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?://|#)([^)#\s]+)", text)
+    assert targets, "the README links into the site"
+    missing = [target for target in targets if not (ROOT / target).exists()]
+    assert not missing, missing
