@@ -1,0 +1,48 @@
+"""A job for the re-execution tests, importable by ``dg.reconstructable`` (a re-execution
+runs a job Dagster can load again): a 4-partition sweep backfilled as one run, whose
+partition ``c`` runs out of GPU memory once. Every training appends its partition key to
+``$COUNT_DIR/trained`` (the run config's ``env``, which re-executions keep), so the tests
+count trainings by what the ranks did."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_checks import workload
+
+from dagster_air import AirStage, AirWorkspace, build_air_assets
+
+KEYS = ["a", "b", "c", "d"]
+
+TRAINER = """\
+echo "$DAGSTER_PARTITION_KEY" >> "$COUNT_DIR/trained"
+if [ "$DAGSTER_PARTITION_KEY" = c ] && [ ! -e "$COUNT_DIR/oom_once" ]; then
+  touch "$COUNT_DIR/oom_once"
+  echo "torch.OutOfMemoryError: CUDA out of memory"
+  exit 1
+fi
+"""
+
+
+def run_config(count_dir: str) -> dict:
+    return {"ops": {"sweep": {"config": {"env": {"COUNT_DIR": count_dir}}}}}
+
+
+def sweep_job() -> dg.JobDefinition:
+    assets = build_air_assets(
+        AirStage(
+            key="sweep",
+            workload=workload("sweep", TRAINER),
+        ),
+        partitions_def=dg.StaticPartitionsDefinition(KEYS),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    defs = dg.Definitions(
+        assets=[assets],
+        jobs=[dg.define_asset_job("sweep_job", executor_def=dg.in_process_executor)],
+        resources={
+            "air_workspace": AirWorkspace(
+                host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+            )
+        },
+    )
+    return defs.resolve_job_def("sweep_job")

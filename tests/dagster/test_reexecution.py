@@ -1,0 +1,123 @@
+"""Re-execution trains only what is missing: a 4-partition sweep backfilled as one run
+(``BackfillPolicy.single_run()``), one partition out of GPU memory once. Trainings are
+counted by what the ranks wrote, not by the API's view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster_checks import counters, failure_data
+from reexecution_jobs import KEYS, run_config, sweep_job
+
+RANGE = {
+    "dagster/asset_partition_range_start": KEYS[0],
+    "dagster/asset_partition_range_end": KEYS[-1],
+}
+# What the UI's "Re-execute from failure" adds to the parent's tags (execute_job does not).
+FROM_FAILURE = {**RANGE, "dagster/is_resume_retry": "true"}
+
+
+@pytest.fixture
+def count_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, air_workspace) -> Path:
+    folder = tmp_path / "count"
+    folder.mkdir()
+    return folder
+
+
+def _trained(count_dir: Path) -> list[str]:
+    path = count_dir / "trained"
+    return path.read_text().split() if path.exists() else []
+
+
+def _materialized(instance: dg.DagsterInstance) -> set[str]:
+    return set(instance.get_materialized_partitions(dg.AssetKey("sweep")))
+
+
+def _step_log(instance: dg.DagsterInstance, run_id: str) -> str:
+    return "\n".join(e.user_message for e in instance.all_logs(run_id) if e.user_message)
+
+
+def test_a_reexecution_from_failure_trains_only_the_failed_partition(
+    count_dir, instance, local_workspace
+):
+    job = dg.reconstructable(sweep_job)
+    config = run_config(str(count_dir))
+    with dg.execute_job(
+        job, instance, tags=RANGE, run_config=config, raise_on_error=False
+    ) as first:
+        assert not first.success
+        parent = first.run_id
+    assert sorted(_trained(count_dir)) == KEYS  # one training each, c out of memory
+    assert _materialized(instance) == {"a", "b", "d"}
+
+    # The UI's "Re-execute from failure" keeps the parent's tags and run config; execute_job
+    # is given them, as the UI would.
+    options = dg.ReexecutionOptions.from_failure(parent, instance)
+    with dg.execute_job(
+        job, instance, tags=FROM_FAILURE, run_config=config, reexecution_options=options
+    ) as second:
+        assert second.success
+        child = second.run_id
+    assert sorted(_trained(count_dir)) == sorted([*KEYS, "c"])  # c alone trained again
+    assert _materialized(instance) == set(KEYS)
+    assert counters(local_workspace)["runs_created"] == 2
+    log = _step_log(instance, child)
+    assert f"already materialized by run {parent}" in log
+    assert "sweep partition a, sweep partition b, sweep partition d" in log
+    # Each partition's newest materialization: c trained by the child's remote run, the
+    # others kept from the parent's, at no GPU cost here.
+    newest = {
+        str(r.partition_key): r.asset_materialization
+        for r in reversed(instance.fetch_materializations(dg.AssetKey("sweep"), limit=100).records)
+    }
+    assert newest["c"].metadata["dagster-air/gpu_hours"].value > 0
+    assert "dagster-air/kept_from_run" not in newest["c"].metadata
+    for key in ("a", "b", "d"):
+        assert newest[key].metadata["dagster-air/kept_from_run"].value == parent
+        assert newest[key].metadata["dagster-air/gpu_hours"].value == 0
+
+
+def test_reexecute_all_trains_everything_again_and_says_so(count_dir, instance, local_workspace):
+    job = dg.reconstructable(sweep_job)
+    config = run_config(str(count_dir))
+    (count_dir / "oom_once").touch()  # no failure: a successful run re-executed whole
+    with dg.execute_job(job, instance, tags=RANGE, run_config=config) as first:
+        assert first.success
+        parent = first.run_id
+    options = dg.ReexecutionOptions(parent_run_id=parent)  # "Re-execute all"
+    with dg.execute_job(
+        job, instance, tags=RANGE, run_config=config, reexecution_options=options
+    ) as second:
+        assert second.success
+        child = second.run_id
+    assert sorted(_trained(count_dir)) == sorted(KEYS * 2)
+    assert counters(local_workspace)["runs_created"] == 2
+    log = _step_log(instance, child)
+    assert f"re-executing everything of run {parent} as asked" in log
+    assert "training again sweep partition a, sweep partition b" in log
+
+
+def test_a_reexecution_without_the_partition_tags_is_refused_before_submitting(
+    count_dir, instance, local_workspace
+):
+    job = dg.reconstructable(sweep_job)
+    config = run_config(str(count_dir))
+    with dg.execute_job(
+        job, instance, tags=RANGE, run_config=config, raise_on_error=False
+    ) as first:
+        assert not first.success
+        parent = first.run_id
+    trained = _trained(count_dir)
+    # A re-execution that carries no partition tags would train some default configuration.
+    options = dg.ReexecutionOptions.from_failure(parent, instance)
+    with dg.execute_job(
+        job, instance, run_config=config, reexecution_options=options, raise_on_error=False
+    ) as child:
+        assert not child.success
+        message = failure_data(child).error.message
+    assert "this run names no partition" in message
+    assert "re-execute a partitioned run from its run page" in message
+    assert _trained(count_dir) == trained
+    assert counters(local_workspace)["runs_created"] == 1
