@@ -20,6 +20,16 @@ _COMMAND_MODULES = (
 )
 
 
+def _version() -> str:
+    """The installed air-orchestration's version (what the client's User-Agent names)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("air-orchestration")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airo",
@@ -28,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check); 2 bad arguments; 3 the waited-for run did not succeed; 4 credentials, "
         "connection or an error of the workspace; 130/143 interrupted",
     )
+    parser.add_argument("--version", action="version", version=f"airo {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         try:

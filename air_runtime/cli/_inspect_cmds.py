@@ -51,6 +51,15 @@ def register(subparsers: Any) -> None:
     runs.add_argument(
         "--all-status", action="store_true", help="runs in every state, not only active ones"
     )
+    runs.add_argument("--all-users", action="store_true", help="runs of every user, not only yours")
+    runs.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only runs that match (repeatable): experiment=GLOB, name=GLOB, state=FAILED, "
+        "user=EMAIL, accelerator_type=H100, num_accelerators=N",
+    )
     add_workspace_options(runs)
     runs.set_defaults(func=_list)
 
@@ -193,10 +202,24 @@ def _list(args: argparse.Namespace) -> int:
             f"airo list: invalid --limit {args.limit}: must be a positive integer", file=sys.stderr
         )
         return EXIT_USAGE
+    from air_runtime.client._run_views import RunFilters
+
     client = None
     try:
+        filters = RunFilters.parse(args.filter)
+    except AirError as error:
+        print(f"airo list: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if filters.state is not None and not args.all_status:
+        args.all_status = True  # an ended state is only found among every state's runs
+    try:
         with open_client(args) as client:
-            runs = client.list_run_summaries(limit=args.limit, all_status=args.all_status)
+            runs = client.list_run_summaries(
+                limit=args.limit,
+                all_status=args.all_status,
+                filters=filters,
+                all_users=args.all_users,
+            )
     except AirError as error:
         return fail(error, client)
     if args.json:

@@ -14,6 +14,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -32,6 +34,7 @@ from air_runtime.cli._connection import (
     open_client,
 )
 from air_runtime.client import LogRecord
+from air_runtime.client._log_reads import task_keys_named
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -72,10 +75,27 @@ def register(subparsers: Any) -> None:
         help="print a run's logs: every node of every task and attempt, each line labelled",
     )
     logs.add_argument("run_id", type=int, metavar="RUN_ID")
-    logs.add_argument("--task", metavar="KEY", help="only this task of a multi-task run")
+    logs.add_argument(
+        "--task",
+        metavar="KEY",
+        help="only this task of a multi-task run: its key, its stage's name (every task of "
+        "the stage) or its partition key",
+    )
     logs.add_argument("--node", type=int, help="only this node (0 is the first)")
     logs.add_argument(
         "--attempt", type=int, metavar="K", help="only attempt K (1 is the first, as labelled)"
+    )
+    logs.add_argument(
+        "--retry",
+        type=int,
+        metavar="N",
+        help="only retry N (0 is the first try; as `databricks air logs --retry`)",
+    )
+    logs.add_argument(
+        "--download-to",
+        metavar="DIR",
+        help="write every task's, node's and retry's log to its own file under DIR/logs/ "
+        "(<task>/attempt_<retry>/node_<n>.log) instead of printing them",
     )
     window = logs.add_mutually_exclusive_group()
     window.add_argument("--tail", type=int, metavar="N", help="the last N lines of each node")
@@ -84,8 +104,8 @@ def register(subparsers: Any) -> None:
     add_workspace_options(logs)
     logs.set_defaults(func=_logs)
 
-    cancel = subparsers.add_parser("cancel", help="cancel a run, or all of your active runs")
-    cancel.add_argument("run_id", type=int, nargs="?", metavar="RUN_ID")
+    cancel = subparsers.add_parser("cancel", help="cancel runs, or all of your active runs")
+    cancel.add_argument("run_ids", type=int, nargs="*", metavar="RUN_ID")
     cancel.add_argument("--all", action="store_true", help="cancel all of your active runs")
     cancel.add_argument("-y", "--yes", action="store_true", help="skip the confirmation of --all")
     add_workspace_options(cancel)
@@ -270,7 +290,9 @@ def _run(args: argparse.Namespace) -> int:
             run_id = submitted.run_id
             if not (args.wait or args.follow_logs):
                 if args.json:
-                    print(json.dumps({"run_id": run_id, "run_page_url": submitted.run_page_url}))
+                    print(
+                        json.dumps({"run_id": str(run_id), "run_page_url": submitted.run_page_url})
+                    )
                 else:
                     print(f"run {run_id}: {submitted.run_page_url}")
                     print("\n".join(_guidance(args, run_id)))
@@ -310,7 +332,7 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
         print(
             json.dumps(
                 {
-                    "run_id": run_id,
+                    "run_id": str(run_id),  # as every --json prints run ids (the CLI's)
                     "result_state": state.result_state,
                     "life_cycle_state": state.life_cycle_state,
                     "duration_seconds": (state.end_time - state.start_time) // 1000
@@ -386,31 +408,51 @@ def _logs(args: argparse.Namespace) -> int:
     if args.node is not None and args.node < 0:
         print(f"airo logs: --node must not be negative, got {args.node}", file=sys.stderr)
         return EXIT_USAGE
+    if args.retry is not None and (args.retry < 0 or args.attempt is not None):
+        print("airo logs: --retry must be 0 or more, and not with --attempt", file=sys.stderr)
+        return EXIT_USAGE
+    if args.download_to is not None and (args.follow or args.tail or args.minutes):
+        print("airo logs: --download-to writes whole logs (no --follow/--tail/--minutes)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    attempt = args.retry if args.retry is not None else (
+        None if args.attempt is None else args.attempt - 1
+    )  # fmt: skip
     client = None
     try:
         with open_client(args) as client:
             refused = _task_run_given(client, args.run_id, "logs")
             if refused is not None:
                 return refused
+            task_keys: list[str | None] = [None]
             if args.task is not None:
                 state = client.get_run(args.run_id)
-                if all(t.task_key != args.task for t in state.tasks):
+                found = task_keys_named(state, args.task)
+                if not found:
                     keys = ", ".join(sorted({t.task_key for t in state.tasks})) or "none"
                     print(
                         f"airo: run {args.run_id} has no task {args.task!r} (its tasks: {keys})",
                         file=sys.stderr,
                     )
                     return EXIT_USAGE
+                task_keys = list(found)
+            records = (
+                record
+                for key in task_keys
+                for record in client.read_logs(
+                    args.run_id,
+                    task_key=key,
+                    node=args.node,
+                    attempt=attempt,
+                    tail=args.tail,
+                    minutes=args.minutes,
+                    follow=args.follow,
+                )
+            )
+            if args.download_to is not None:
+                return _download(args, client, records)
             printed = 0
-            for record in client.read_logs(
-                args.run_id,
-                task_key=args.task,
-                node=args.node,
-                attempt=None if args.attempt is None else args.attempt - 1,
-                tail=args.tail,
-                minutes=args.minutes,
-                follow=args.follow,
-            ):
+            for record in records:
                 printed += 1
                 if args.json:
                     line = {
@@ -424,48 +466,103 @@ def _logs(args: argparse.Namespace) -> int:
                 else:
                     _print_record(client, record)
             if not printed:
-                state = client.get_run(args.run_id)
-                ended = (
-                    f"Run terminated in state {state.result_state}"
-                    if state.is_terminal
-                    else f"Run is {state.life_cycle_state}"
-                )
-                print(f"No logs available for run {args.run_id}. {ended}", file=sys.stderr)
+                _no_logs(client, args.run_id)
         return EXIT_OK
     except AirError as error:
         return fail(error, client)
 
 
+def _no_logs(client: Any, run_id: int) -> None:
+    state = client.get_run(run_id)
+    ended = (
+        f"Run terminated in state {state.result_state}"
+        if state.is_terminal
+        else f"Run is {state.life_cycle_state}"
+    )
+    print(f"No logs available for run {run_id}. {ended}", file=sys.stderr)
+
+
+def _download(args: argparse.Namespace, client: Any, records: Iterator[LogRecord]) -> int:
+    """Each (task, retry, node) stream to its own file, lines in order and unchanged
+    (logdownload.go: one file per node under <dir>/logs/; ours adds the task and the retry,
+    in the artifact layout's attempt_<n> folders)."""
+    root = Path(args.download_to).resolve()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"airo logs: failed to create {root}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    files: dict[tuple[str, int, int], Any] = {}
+    try:
+        for record in records:
+            key = (record.task_key or "run", record.attempt, record.node_index)
+            handle = files.get(key)
+            if handle is None:
+                path = root / "logs" / key[0] / f"attempt_{key[1]}" / f"node_{key[2]}.log"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = files[key] = path.open("w", encoding="utf-8")
+            handle.write(client.redactor(record.body) + "\n")
+    finally:
+        for handle in files.values():
+            handle.close()
+    if not files:
+        _no_logs(client, args.run_id)
+        return EXIT_OK
+    paths = {k: root / "logs" / k[0] / f"attempt_{k[1]}" / f"node_{k[2]}.log" for k in files}
+    if args.json:
+        rows = [
+            {"task": t, "attempt_number": a, "node": n, "path": str(p)}
+            for (t, a, n), p in sorted(paths.items())
+        ]
+        print(json.dumps({"run_id": str(args.run_id), "files": rows}))
+        return EXIT_OK
+    print(f"Downloaded {len(files)} log file(s) of run {args.run_id} to {root}")
+    for (task, retry, node), path in sorted(paths.items()):
+        print(f"  task {task} retry {retry} node {node}: {path}")
+    return EXIT_OK
+
+
 def _cancel(args: argparse.Namespace) -> int:
-    if args.all == (args.run_id is not None):
-        print("airo cancel: give a RUN_ID, or --all (not both)", file=sys.stderr)
+    if args.all == bool(args.run_ids):
+        print("airo cancel: give RUN_IDs, or --all (not both)", file=sys.stderr)
         return EXIT_USAGE
     client = None
     try:
         with open_client(args) as client:
             if args.all:
                 return _cancel_all(args, client)
-            refused = _task_run_given(client, args.run_id, "cancel")
-            if refused is not None:
-                return refused
-            state = client.get_run(args.run_id)
-            if state.is_terminal:
-                message = f"run {args.run_id} has already ended: {state.describe()}"
-                if args.json:
-                    print(
-                        json.dumps(
-                            {"cancelled": [], "ended": {str(args.run_id): state.result_state}}
-                        )
-                    )
+            # Every id is checked before the first cancel: a task-run id cancels nothing.
+            ended: dict[str, str | None] = {}
+            active: list[int] = []
+            for run_id in dict.fromkeys(args.run_ids):
+                refused = _task_run_given(client, run_id, "cancel")
+                if refused is not None:
+                    return refused
+                state = client.get_run(run_id)
+                if state.is_terminal:
+                    ended[str(run_id)] = state.result_state
+                    if not args.json:
+                        message = f"run {run_id} has already ended: {state.describe()}"
+                        print(client.redactor(message))
                 else:
-                    print(client.redactor(message))
-                return EXIT_OK
-            client.cancel(args.run_id)
+                    active.append(run_id)
+            result = client.cancel_runs(active)
         if args.json:
-            print(json.dumps({"cancelled": [str(args.run_id)]}))
+            payload: dict[str, Any] = {"cancelled": [str(i) for i in result.cancelled]}
+            if ended:
+                payload["ended"] = ended
+            if result.failed:
+                payload["failed"] = [{"run_id": str(i), "error": e} for i, e in result.failed]
+            print(client.redactor(json.dumps(payload)))
         else:
-            print(f"cancellation of run {args.run_id} requested")
-        return EXIT_OK
+            for run_id in result.cancelled:
+                print(f"cancellation of run {run_id} requested")
+            for run_id, error in result.failed:
+                print(
+                    client.redactor(f"run {run_id} could not be cancelled: {error}"),
+                    file=sys.stderr,
+                )
+        return EXIT_ERROR if result.failed else EXIT_OK
     except AirError as error:
         return fail(error, client)
 

@@ -17,6 +17,7 @@ import httpx
 
 from .._errors import AirError, ConfigurationError, InvalidResponse, PlatformError
 from .._states import RunState, TaskState, mlflow_ids
+from ..plan._workflow import task_key_for
 from ._core import ClientCore, Emit, Flow, LogRecord, Sleep, Transmit
 from ._runs import FOLLOW_POLL_S, get_output, get_run, iter_run_logs
 
@@ -29,6 +30,23 @@ _OLD_NODE_DIR_RE = re.compile(r"^logs/node_\d+$")
 MLFLOW_RUNS_GET = "/api/2.0/mlflow/runs/get"
 ARTIFACTS_LIST = "/api/2.0/mlflow/artifacts/list"
 CREDENTIALS_FOR_READ = "/api/2.0/mlflow/artifacts/credentials-for-read"
+
+
+def task_keys_named(state: RunState, name: str) -> tuple[str, ...]:
+    """The run's task keys ``name`` addresses: the key itself; else the key made of it
+    (``task_key_for``, as a stage's key is made of its name); else every task of the stage
+    ``name`` (keys ``<stage>__<partition>_<hash>``, one per partition or range value); else
+    the tasks of the partition key ``name`` (its part of those keys)."""
+    keys = [t.task_key for t in state.tasks]
+    if name in keys:
+        return (name,)
+    made = task_key_for(name)
+    if made in keys:
+        return (made,)
+    stage = tuple(k for k in keys if k.startswith(f"{made}__"))
+    if stage:
+        return stage
+    return tuple(k for k in keys if f"__{made}_" in k or k.endswith(f"__{made}"))
 
 
 def check_attempt(state: RunState, attempt: int | None, task_key: str | None) -> None:

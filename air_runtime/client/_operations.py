@@ -14,7 +14,7 @@ from .._states import RunState
 from . import _dry_run, _log_reads, _pools, _run_views, _runs
 from ._core import ClientCore, Flow, LogRecord
 from ._pools import GpuPool
-from ._run_views import CancelResult, RunSummary, TaskRunRef
+from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
 
 if TYPE_CHECKING:
     from ..plan import Stage
@@ -54,9 +54,25 @@ class SyncOperations:
         """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
         return self._run(_run_views.run_summary(self._core, run_id))
 
-    def list_run_summaries(self, *, limit: int = 20, all_status: bool = False) -> list[RunSummary]:
-        """The caller's newest AI Runtime runs: active ones, or with ``all_status`` all."""
-        return self._run(_run_views.list_runs(self._core, limit=limit, all_status=all_status))
+    def list_run_summaries(
+        self,
+        *,
+        limit: int = 20,
+        all_status: bool = False,
+        filters: RunFilters | None = None,
+        all_users: bool = False,
+    ) -> list[RunSummary]:
+        """The caller's newest AI Runtime runs (``all_users``: everyone's) that pass
+        ``filters``: active ones, or with ``all_status`` all."""
+        return self._run(
+            _run_views.list_runs(
+                self._core,
+                limit=limit,
+                all_status=all_status,
+                filters=filters,
+                all_users=all_users,
+            )
+        )
 
     def task_run_ref(self, run_id: int) -> TaskRunRef | None:
         """None when ``run_id`` is a run; the task (and its run) when it is a task run."""
@@ -143,9 +159,22 @@ class AsyncOperations:
         return await self._run(_run_views.run_summary(self._core, run_id))
 
     async def list_run_summaries(
-        self, *, limit: int = 20, all_status: bool = False
+        self,
+        *,
+        limit: int = 20,
+        all_status: bool = False,
+        filters: RunFilters | None = None,
+        all_users: bool = False,
     ) -> list[RunSummary]:
-        return await self._run(_run_views.list_runs(self._core, limit=limit, all_status=all_status))
+        return await self._run(
+            _run_views.list_runs(
+                self._core,
+                limit=limit,
+                all_status=all_status,
+                filters=filters,
+                all_users=all_users,
+            )
+        )
 
     async def task_run_ref(self, run_id: int) -> TaskRunRef | None:
         return await self._run(_run_views.task_run_ref(self._core, run_id))

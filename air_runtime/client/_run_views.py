@@ -6,6 +6,7 @@ belongs to."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -155,6 +156,89 @@ class RunSummary:
             "last_lines": list(self.last_lines),
             "task_run_id": None if self.asked_for is None else str(self.asked_for),
         }
+
+
+# list_filter.go supportedFilterKeys, and ours: the run's state and its name.
+FILTER_KEYS = ("accelerator_type", "experiment", "num_accelerators", "user", "state", "name")
+# format.go gpuDisplayNames: accelerator_type filters match the short name shown.
+_GPU_DISPLAY_NAMES = {"h100_80gb": "H100", "a10": "A10", "GPU_1xA10": "A10", "GPU_8xH100": "H100"}
+_GPU_DISPLAY_NAMES["GPU_1xH100"] = "H100"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilters:
+    """``airo list --filter KEY=VALUE`` (list_filter.go listFilters): ``user`` the exact
+    creator, ``experiment`` a case-insensitive glob, ``accelerator_type`` a case-insensitive
+    substring of the accelerator's short name (H100, A10), ``num_accelerators`` the exact
+    count; and ours: ``state`` the status word (a result, else the life-cycle state; any
+    case), ``name`` a case-insensitive glob of the run's name."""
+
+    user: str | None = None
+    experiment: str | None = None
+    accelerator_type: str | None = None
+    num_accelerators: int | None = None
+    state: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def parse(cls, items: list[str]) -> RunFilters:
+        """From ``KEY=VALUE`` items, refused as list_filter.go parseListFilters refuses."""
+        values: dict[str, Any] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigurationError(f'invalid --filter "{item}": expected KEY=VALUE')
+            if key not in FILTER_KEYS:
+                raise ConfigurationError(
+                    f'unsupported --filter key "{key}": supported keys are {", ".join(FILTER_KEYS)}'
+                )
+            if key == "num_accelerators":
+                if not value.isdigit() or int(value) <= 0:
+                    raise ConfigurationError(
+                        f'invalid --filter num_accelerators="{value}": must be a positive integer'
+                    )
+                values[key] = int(value)
+            else:
+                values[key] = value
+        return cls(**values)
+
+    def keeps(self, body: Mapping[str, Any]) -> bool:
+        """Whether a run (runs/get or expanded runs/list) passes every filter but ``user``
+        (matched while scanning, on the run's creator)."""
+        state = RunState.from_api(body)
+        newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
+        if self.experiment is not None and not fnmatch.fnmatchcase(
+            (_experiment(body) or state.run_name or "").lower(), self.experiment.lower()
+        ):
+            return False
+        if self.name is not None and not fnmatch.fnmatchcase(
+            (state.run_name or "").lower(), self.name.lower()
+        ):
+            return False
+        gpu_type = (newest.accelerator_type if newest else None) or ""
+        if self.accelerator_type is not None:
+            shown = _GPU_DISPLAY_NAMES.get(gpu_type, gpu_type).lower()
+            if self.accelerator_type.lower() not in shown:
+                return False
+        count = newest.num_accelerators if newest else None
+        if self.num_accelerators is not None and count != self.num_accelerators:
+            return False
+        status = state.result_state or state.life_cycle_state
+        return self.state is None or status.upper() == self.state.upper()
+
+    @property
+    def on_runs(self) -> bool:
+        """Whether a filter other than ``user`` is set (list_filter.go hasTaskFilter)."""
+        return any(
+            v is not None
+            for v in (
+                self.experiment,
+                self.accelerator_type,
+                self.num_accelerators,
+                self.state,
+                self.name,
+            )
+        )
 
 
 def summarize(
@@ -352,10 +436,16 @@ def list_workflows(core: ClientCore, *, active_only: bool) -> Flow[list[tuple[in
 
 
 def _scan_runs(
-    core: ClientCore, *, active_only: bool, user: str | None, want: int | None
+    core: ClientCore,
+    *,
+    active_only: bool,
+    user: str | None,
+    want: int | None,
+    filters: RunFilters | None = None,
 ) -> Flow[tuple[list[dict[str, Any]], bool]]:
-    """AI Runtime submit runs of ``user`` from runs/list, newest first (list.go
-    jobsScanStrategy), up to ``want``; and whether the scan stopped at its cap."""
+    """AI Runtime submit runs of ``user`` (every user's when None) from runs/list that pass
+    ``filters``, newest first (list.go jobsScanStrategy), up to ``want``; and whether the
+    scan stopped at its cap."""
     found: list[dict[str, Any]] = []
     scanned = 0
     token: str | None = None
@@ -376,6 +466,8 @@ def _scan_runs(
                 continue
             if user is not None and run.get("creator_user_name") not in (None, user):
                 continue
+            if filters is not None and not filters.keeps(run):
+                continue
             found.append(dict(run))
             if want is not None and len(found) >= want:
                 break
@@ -387,26 +479,47 @@ def _scan_runs(
     return found, False
 
 
-def list_runs(core: ClientCore, *, limit: int, all_status: bool) -> Flow[list[RunSummary]]:
-    """The caller's newest AI Runtime runs: the active ones from runs/list; with
-    ``all_status`` every state, from the AI Runtime index hydrated by runs/get, falling back
-    to the runs/list scan when the index is not available (list.go newListStrategy)."""
+def list_runs(
+    core: ClientCore,
+    *,
+    limit: int,
+    all_status: bool,
+    filters: RunFilters | None = None,
+    all_users: bool = False,
+) -> Flow[list[RunSummary]]:
+    """The newest AI Runtime runs that pass ``filters``: the caller's (``user=`` another's,
+    ``all_users`` everyone's); the active ones from runs/list; with ``all_status`` every
+    state, from the caller's AI Runtime index hydrated by runs/get, falling back to the
+    runs/list scan when the index is not available or another user's runs are asked for
+    (list.go newListStrategy)."""
     if limit < 1:
         raise ConfigurationError(f"invalid limit {limit}: must be a positive integer")
-    identity = yield from whoami(core)
-    if all_status:
+    filters = filters or RunFilters()
+    user = filters.user
+    current: str | None = None
+    if user is None and not all_users:
+        identity = yield from whoami(core)
+        user = current = identity.user_name
+    if all_status and current is not None:  # the index holds only the caller's own runs
         try:
             refs = yield from list_workflows(core, active_only=False)
         except AirError:
             refs = None
         if refs is not None:
-            newest = sorted(refs, key=lambda ref: ref[1], reverse=True)[:limit]
-            bodies = yield from gather(
-                [get_run_body(core, run_id) for run_id, _ in newest], _HYDRATE_CONCURRENCY
-            )
-            return (yield from _summaries_with_progress(core, bodies))
+            newest = [r for r, _ in sorted(refs, key=lambda ref: ref[1], reverse=True)]
+            bodies: list[dict[str, Any]] = []
+            # With a filter on the runs, read on until ``limit`` pass (list.go: the index
+            # is not cut to the newest N first, so a dropped run does not shrink the list).
+            while newest and len(bodies) < limit:
+                batch = newest[: limit if not filters.on_runs else LIST_PAGE_LIMIT]
+                newest = newest[len(batch) :]
+                read = yield from gather(
+                    [get_run_body(core, run_id) for run_id in batch], _HYDRATE_CONCURRENCY
+                )
+                bodies.extend(b for b in read if filters.keeps(b))
+            return (yield from _summaries_with_progress(core, bodies[:limit]))
     runs, _ = yield from _scan_runs(
-        core, active_only=not all_status, user=identity.user_name, want=limit
+        core, active_only=not all_status, user=user, want=limit, filters=filters
     )
     return (yield from _summaries_with_progress(core, runs))
 

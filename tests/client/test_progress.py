@@ -122,9 +122,7 @@ def _wait_for_line(client: AirClient, run_id: int, text: str) -> None:
         time.sleep(0.05)
 
 
-def test_airo_get_and_list_show_the_progress_a_rank_logs(
-    workspace_factory, tmp_path: Path, capsys
-):
+def test_airo_get_and_list_show_the_progress_a_rank_logs(workspace_factory, tmp_path: Path, capsys):
     pytest.importorskip("mlflow")
     ws = workspace_factory()
     auth = _auth(ws, tmp_path)
