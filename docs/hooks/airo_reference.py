@@ -42,8 +42,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return markdown
 
 
+def _prose(text: str) -> str:
+    """Help text as Markdown: `<data dir>` is a placeholder, not an HTML tag."""
+    return " ".join(text.split()).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return _prose(text).replace("|", "\\|")
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
@@ -71,7 +76,7 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
         details = _cell(action.help or "")
         if action.choices and not isinstance(action.choices, dict):
             details += f" (one of: {', '.join(f'`{c}`' for c in action.choices)})"
-        shows_default = action.default not in (None, False, argparse.SUPPRESS)
+        shows_default = action.default not in (None, False, [], argparse.SUPPRESS)
         if shows_default and action.nargs != 0 and "default" not in details:
             details += f" (default `{action.default}`)"
         rows.append(f"| {name} | {details} |")
@@ -81,15 +86,15 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
 def _command_section(path: str, summary: str, parser: argparse.ArgumentParser) -> list[str]:
     lines = [f"## `{path}`", ""]
     if summary:
-        lines += [summary[0].upper() + summary[1:] + ".", ""]
+        lines += [_prose(summary[0].upper() + summary[1:]) + ".", ""]
     lines += ["```text", parser.format_usage().strip(), "```", ""]
     if parser.description and parser.description != summary:
-        lines += [parser.description, ""]
+        lines += [_prose(parser.description), ""]
     rows = _argument_rows(parser)
     if rows:
         lines += ["| argument | meaning |", "|---|---|", *rows, ""]
     if parser.epilog:
-        lines += [parser.epilog, ""]
+        lines += [_prose(parser.epilog), ""]
     for name, help_text, sub in _subcommands(parser):
         lines += _command_section(f"{path} {name}", help_text, sub)
     return lines
@@ -100,22 +105,25 @@ def airo_reference() -> str:
 
     from air_runtime.cli import build_parser
 
-    # argparse wraps usage lines to the terminal's width: one width, so the page is the same
-    # wherever it is built.
-    previous = os.environ.get("COLUMNS")
+    # argparse wraps usage lines to the terminal's width, and defaults such as the data
+    # folder come from the environment: one width and a home written as ~, so the page is
+    # the same wherever it is built.
+    saved = {name: os.environ.get(name) for name in ("COLUMNS", "XDG_DATA_HOME")}
     os.environ["COLUMNS"] = "100"
+    os.environ["XDG_DATA_HOME"] = "~/.local/share"
     try:
         parser = build_parser()
         lines = []
         if parser.epilog:
-            lines += [parser.epilog[0].upper() + parser.epilog[1:] + ".", ""]
+            lines += [_prose(parser.epilog[0].upper() + parser.epilog[1:]) + ".", ""]
         for name, help_text, sub in _subcommands(parser):
             lines += _command_section(f"airo {name}", help_text, sub)
     finally:
-        if previous is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return "\n".join(lines)
 
 
