@@ -1,0 +1,92 @@
+"""Each step's logs (its compute log and its event-log messages) hold its own remote run's
+lines only: two steps in one run, concurrent in two step processes (multiprocess executor)
+and one after the other in one process sharing its background loop and run watcher
+(in-process executor)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from routing_jobs import NAMES
+
+RUN_MENTION = re.compile(r"\b[Rr]un (\d+)\b")
+
+
+def _compute_logs(instance: dg.DagsterInstance, dagster_home: Path, run_id: str) -> dict:
+    """Each captured compute log of the run (stdout and stderr) by the steps it covers: one
+    per step process under the multiprocess executor, one for all steps in process."""
+    logs = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.LOGS_CAPTURED):
+        data = entry.dagster_event.logs_captured_data
+        files = [
+            p
+            for p in dagster_home.rglob(f"{data.file_key}.*")
+            if p.suffix in (".out", ".err") and run_id in str(p)
+        ]
+        assert files, f"no compute log for {data.step_keys}"
+        logs[tuple(sorted(data.step_keys or []))] = "\n".join(
+            p.read_text(errors="replace") for p in files
+        )
+    return logs
+
+
+def _step_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> str:
+    return "\n".join(
+        entry.user_message
+        for entry in instance.all_logs(run_id)
+        if entry.step_key == step_key and entry.user_message
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["multiprocess", "in_process"])
+def test_each_step_logs_only_its_own_run(
+    executor, local_workspace, instance, dagster_home, monkeypatch
+):
+    monkeypatch.setenv("ROUTING_HOST", local_workspace.host)
+    monkeypatch.setenv("ROUTING_TOKEN", local_workspace.token)
+    result = dg.execute_job(
+        # The step processes of the multiprocess executor import the job by module and folder.
+        dg.build_reconstructable_job(
+            "routing_jobs",
+            "routing_job",
+            reconstructor_working_directory=str(Path(__file__).parent),
+        ),
+        instance=instance,
+        run_config={"execution": {"config": {executor: {}}}},
+    )
+    assert result.success
+
+    remote = {}
+    for name in NAMES:
+        (materialization,) = result.asset_materializations_for_node(name)
+        remote[name] = materialization.metadata["dagster-air/run_id"].value
+    assert len(set(remote.values())) == 2, remote
+
+    step_keys = {e.step_key for e in result.all_events if e.step_key}
+    for name in NAMES:
+        other = next(n for n in NAMES if n != name)
+        (step,) = (key for key in step_keys if name in key)
+        messages = _step_messages(instance, result.run_id, step)
+        named = {int(n) for n in RUN_MENTION.findall(messages)}
+        assert named == {remote[name]}, (name, named, messages[-3000:])
+        assert f"of {other}" not in messages
+
+    compute_logs = _compute_logs(instance, dagster_home, result.run_id)
+    if executor == "multiprocess":  # a compute log per step: only its own run's lines
+        assert len(compute_logs) == 2, list(compute_logs)
+        for steps, text in compute_logs.items():
+            (name,) = (n for n in NAMES if n in steps[0])
+            other = next(n for n in NAMES if n != name)
+            named = {int(n) for n in RUN_MENTION.findall(text)}
+            assert named == {remote[name]}, (steps, named, text[-3000:])
+            assert f"line 3 of {name}" in text and f"of {other}" not in text, text[-3000:]
+    # Every node line names the run it came from, wherever the steps' output is captured.
+    node_lines = re.findall(
+        r"\[run (\d+) \w+ node 0 attempt 1\] line \d of (\w+)", "\n".join(compute_logs.values())
+    )
+    assert len(node_lines) == 8, node_lines
+    assert all(int(run) == remote[name] for run, name in node_lines), node_lines
