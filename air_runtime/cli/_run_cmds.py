@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -190,6 +190,15 @@ class _Progress:
             else:
                 print(self._line(), file=sys.stderr, flush=True)
 
+    def print_record(self, record: LogRecord) -> None:
+        """A followed log line on its own line: the spinner's line (stderr, the same
+        terminal) is cleared first and drawn again at its next tick."""
+        with self._lock:
+            if self._ticker is not None and not self._done.is_set():
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+            _print_record(self.client, record)
+
     def stop(self) -> None:
         if self._done.is_set():
             return
@@ -312,7 +321,9 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
         with _InterruptGuard():
             if args.follow_logs:
                 # Logs stream in the background; the main thread reports state changes.
-                printer = threading.Thread(target=_print_logs, args=(client, run_id), daemon=True)
+                printer = threading.Thread(
+                    target=_print_logs, args=(client, run_id, progress.print_record), daemon=True
+                )
                 printer.start()
             state = client.wait(run_id, on_update=progress.update)
             progress.stop()
@@ -375,10 +386,10 @@ def _print_record(client: Any, record: LogRecord) -> None:
     print(client.redactor(f"[{record.label}] {record.body}"), flush=True)
 
 
-def _print_logs(client: Any, run_id: int) -> None:
+def _print_logs(client: Any, run_id: int, show: Callable[[LogRecord], None]) -> None:
     try:
         for record in client.iter_run_logs(run_id, follow=True):
-            _print_record(client, record)
+            show(record)
     except AirError as error:
         print(client.redactor(f"log streaming stopped: {error}"), file=sys.stderr)
 

@@ -194,3 +194,62 @@ def test_a_task_is_found_by_its_stage_name_or_partition(workspace_factory, tmp_p
     assert lines("prepare") == ["[prepare node 0 attempt 1] prepared"]
     assert airo(["logs", str(run_id), "--task", "evaluate", *auth]) == 2
     assert "has no task 'evaluate'" in capsys.readouterr().err
+
+
+def test_followed_lines_never_share_the_spinners_line(workspace_factory, tmp_path: Path):
+    """On a terminal the spinner (stderr) and the followed lines (stdout) share one screen:
+    a log line starts on a cleared line, never after a spinner frame."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    ws = workspace_factory()
+    go, release = tmp_path / "go", tmp_path / "release"
+    command = (
+        f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+        "echo followed-line-one\n"
+        f"while [ ! -e {release} ]; do sleep 0.05; done\n"
+        "echo followed-line-two\n"
+    )
+    job = tmp_path / "spin.yaml"
+    body = "".join(f"  {line}\n" for line in command.splitlines())
+    job.write_text(
+        JOB.format(name="spin", command=body, accelerator="GPU_1xA10", count=1, retries=0)
+    )
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "air_runtime.cli", "run", str(job), "--wait", "--follow-logs",
+         *_auth(ws, tmp_path)],
+        stdout=secondary,
+        stderr=secondary,
+    )  # fmt: skip
+    os.close(secondary)
+    seen = ""
+
+    def read_until(text: str) -> None:
+        nonlocal seen
+        while text not in seen:
+            seen += os.read(primary, 4096).decode(errors="replace")
+
+    read_until("RUNNING (")  # a spinner frame of the running run is on the line
+    go.touch()
+    read_until("followed-line-one")
+    seen_after = len(seen)
+    while "RUNNING (" not in seen[seen_after:]:  # ... and drawn again after it
+        seen += os.read(primary, 4096).decode(errors="replace")
+    release.touch()
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the process has exited and closed its side
+            break
+        if not chunk:
+            break
+        seen += chunk.decode(errors="replace")
+    os.close(primary)
+    assert process.wait(timeout=60) == 0
+    for line in ("followed-line-one", "followed-line-two"):
+        label = seen.index(f"[spin node 0 attempt 1] {line}")
+        before = seen[:label]
+        assert before.endswith(("\n", "\r\x1b[K")), repr(before[-80:])
