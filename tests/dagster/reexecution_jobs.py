@@ -46,3 +46,36 @@ def sweep_job() -> dg.JobDefinition:
         },
     )
     return defs.resolve_job_def("sweep_job")
+
+
+# A training that holds its GPU until the test lets it go (the file ``release``), so the
+# test can kill the run worker while it waits.
+HELD_TRAINER = """\
+echo started >> "$COUNT_DIR/trained"
+while [ ! -e "$COUNT_DIR/release" ]; do sleep 0.1; done
+"""
+
+
+def held_job() -> dg.JobDefinition:
+    assets = build_air_assets(AirStage(key="held", workload=workload("held", HELD_TRAINER)))
+    defs = dg.Definitions(
+        assets=[assets],
+        jobs=[dg.define_asset_job("held_job", executor_def=dg.in_process_executor)],
+        resources={
+            "air_workspace": AirWorkspace(
+                host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+            )
+        },
+    )
+    return defs.resolve_job_def("held_job")
+
+
+def held_config(count_dir: str) -> dict:
+    return {"ops": {"held": {"config": {"env": {"COUNT_DIR": count_dir}}}}}
+
+
+if __name__ == "__main__":  # a run worker the test can kill: python reexecution_jobs.py DIR
+    import sys
+
+    with dg.DagsterInstance.get() as instance:
+        dg.execute_job(dg.reconstructable(held_job), instance, run_config=held_config(sys.argv[1]))

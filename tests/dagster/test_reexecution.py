@@ -4,12 +4,20 @@ counted by what the ranks wrote, not by the API's view."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import reexecution_jobs
 from dagster_checks import counters, failure_data
-from reexecution_jobs import KEYS, run_config, sweep_job
+from reexecution_jobs import KEYS, held_config, held_job, run_config, sweep_job
+
+from air_runtime import AirClient
 
 RANGE = {
     "dagster/asset_partition_range_start": KEYS[0],
@@ -121,3 +129,53 @@ def test_a_reexecution_without_the_partition_tags_is_refused_before_submitting(
     assert "re-execute a partitioned run from its run page" in message
     assert _trained(count_dir) == trained
     assert counters(local_workspace)["runs_created"] == 1
+
+
+def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
+    count_dir, instance, local_workspace
+):
+    """The run worker is SIGKILLed while it waits; the run is marked failed (what run
+    monitoring does) and retried from failure (what the daemon's run retries do): the retry
+    waits on the GPU run its parent started instead of starting a second one."""
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)],
+        cwd=Path(reexecution_jobs.__file__).parent,
+        env={**os.environ, "PYTHONPATH": str(Path(reexecution_jobs.__file__).parent)},
+    )
+    try:
+        trained = count_dir / "trained"
+        # The event meant: the rank started (the worker is then waiting on its run).
+        deadline = time.monotonic() + 120
+        while not trained.exists():
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        (parent,) = instance.get_runs()
+        while not _launched(instance, parent.run_id):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    instance.report_run_failed(instance.get_run_by_id(parent.run_id))
+    (count_dir / "release").touch()
+    retry_tags = {"dagster/retry_number": "1", "dagster/is_resume_retry": "true"}
+    options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+    with dg.execute_job(
+        dg.reconstructable(held_job),
+        instance,
+        tags=retry_tags,
+        run_config=held_config(str(count_dir)),
+        reexecution_options=options,
+    ) as retry:
+        assert retry.success
+    assert _trained(count_dir) == ["started"]  # one training
+    assert counters(local_workspace)["runs_created"] == 1  # one GPU run
+    assert "adopted: started by Dagster run " + parent.run_id in _step_log(instance, retry.run_id)
+    records = instance.fetch_materializations(dg.AssetKey("held"), limit=10).records
+    assert len(records) == 1
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        assert client.list_runs(active_only=True)[0] == []  # none left running
+
+
+def _launched(instance: dg.DagsterInstance, run_id: str) -> bool:
+    return any("dagster-air/launch" in str(e.dagster_event) for e in instance.all_logs(run_id))
