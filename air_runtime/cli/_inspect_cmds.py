@@ -179,13 +179,15 @@ def _get(args: argparse.Namespace) -> int:
         write(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
     if summary.tasks:
         write("")
-        write(f"{'Task':<28}{'Task run':<14}{'Status':<16}{'Retries':<12}GPU-hours")
+        write(f"{'Task':<28}{'Task run':<14}{'Status':<16}{'Retries':<12}{'GPU-hours':<11}Progress")
         for task in summary.tasks:
             run = "-" if task.task_run_id is None else str(task.task_run_id)
+            progress = task.progress.compact() if task.progress else "-"
             write(
                 client.redactor(
                     f"{task.task_key[:27]:<28}{run:<14}{task.status:<16}"
-                    f"{_retries(task.attempt_number, task.max_retries):<12}{task.gpu_hours:.4f}"
+                    f"{_retries(task.attempt_number, task.max_retries):<12}"
+                    f"{task.gpu_hours:<11.4f}{progress}"
                 )
             )
     if summary.last_lines:

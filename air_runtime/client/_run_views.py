@@ -64,6 +64,7 @@ class TaskLine:
     attempt_number: int
     max_retries: int | None
     gpu_hours: float
+    progress: TrainingProgress | None = None  # a running task's (eta.go)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +74,8 @@ class TaskLine:
             "attempt_number": self.attempt_number,
             "max_retries": self.max_retries,
             "gpu_hours": self.gpu_hours,
+            "est_remaining_seconds": self.progress.remaining_seconds if self.progress else None,
+            "est_percent_complete": self.progress.percent_complete if self.progress else None,
         }
 
 
@@ -379,6 +382,16 @@ def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
     if mlflow_run and not state.is_terminal:
         progress = yield from mlflow_progress(core, mlflow_run)
     summary = summarize(body, core.host, output, progress)
+    if len(state.tasks) > 1 and not state.is_terminal:
+        # A workflow's running tasks each with its own progress.
+        each = yield from gather(
+            [training_progress(core, state, t.task_key) for t in state.tasks],
+            _HYDRATE_CONCURRENCY,
+        )
+        lines = tuple(replace(t, progress=p) for t, p in zip(summary.tasks, each, strict=True))
+        summary = replace(summary, tasks=lines)
+    elif progress is not None and summary.tasks:
+        summary = replace(summary, tasks=(replace(summary.tasks[0], progress=progress),))
     if state.is_terminal and not state.is_success and state.result_state != "CANCELED":
         report = yield from failure_report(core, state)
         summary = replace(

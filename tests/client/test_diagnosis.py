@@ -178,6 +178,8 @@ def test_an_oom_rank_is_named_first_everywhere(workspace_factory, tmp_path: Path
             "attempt_number": 1,
             "max_retries": 1,
             "gpu_hours": got["tasks"][0]["gpu_hours"],
+            "est_remaining_seconds": None,
+            "est_percent_complete": None,
         }
     ]
     assert got["tasks"][0]["gpu_hours"] > 0

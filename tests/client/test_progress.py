@@ -154,3 +154,49 @@ def test_airo_get_and_list_show_the_progress_a_rank_logs(workspace_factory, tmp_
         assert client.training_progress(ended) is None  # an ended run shows none
     assert airo(["get", str(run_id), "--json", *auth]) == 0
     assert json.loads(capsys.readouterr().out)["est_percent_complete"] is None
+
+
+def test_airo_get_shows_each_running_tasks_progress(workspace_factory, tmp_path: Path, capsys):
+    pytest.importorskip("mlflow")
+    import httpx
+
+    from tests.local_workspace.conftest import Workloads
+
+    ws = workspace_factory()
+    auth = _auth(ws, tmp_path)
+    release = tmp_path / "release"
+    # The rank's command: the job's Python part, without the YAML around it.
+    logging = TRAINING.split("command: |\n", 1)[1].format(release=release)
+    logging = "\n".join(line.removeprefix("  ") for line in logging.splitlines()) + "\n"
+    idle = f"while [ ! -e {release} ]; do sleep 0.05; done\n"
+    with httpx.Client(
+        base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}, timeout=30
+    ) as api:
+        workloads = Workloads(ws, api)
+        run_id = workloads.submit(
+            workloads.command_task(logging, key="train"),
+            workloads.command_task(idle, key="idle"),
+        )
+    try:
+        with AirClient(ws.host, ws.token) as client:
+            _wait_for_line(client, run_id, "logged progress")
+            assert client.training_progress(run_id, "train") == TrainingProgress(10, 90)
+            assert client.training_progress(run_id, "idle") is None
+            assert client.training_progress(run_id) is None  # which task? none is guessed
+        assert airo(["get", str(run_id), "--json", *auth]) == 0
+        tasks = {t["task_key"]: t for t in json.loads(capsys.readouterr().out)["tasks"]}
+        assert (
+            tasks["train"]["est_percent_complete"],
+            tasks["train"]["est_remaining_seconds"],
+        ) == (
+            10,
+            90,
+        )
+        assert tasks["idle"]["est_percent_complete"] is None
+        assert airo(["get", str(run_id), *auth]) == 0
+        row = next(
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("train")
+        )
+        assert row.endswith("10% · ~2m")
+    finally:
+        release.touch()
