@@ -31,6 +31,7 @@ from air_runtime.workload._source import (
     _read_source,
     _split_path,
 )
+from air_runtime.workload._typed_overrides import typed_override
 from air_runtime.workload._yaml import MAX_BYTES, YamlLoadError
 
 
@@ -187,6 +188,9 @@ def load_workload(
         items, problems = _parse_overrides(overrides)
         applied: list[tuple[list[str | int], Node]] = []
         for key, value, value_text in items:
+            typed = typed_override(_split_path(key) or [], value)
+            if typed != value:  # text where the schema wants a number or a boolean
+                value, value_text = typed, None
             error = _apply_override(raw, key, value)
             if error:
                 problems.append(
