@@ -26,7 +26,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
 from airflow_air._deployment import submission_key
@@ -56,6 +56,12 @@ if TYPE_CHECKING:
 
     from air_runtime import AirClient, Redactor, RunState, Stage, SubmissionPlan, Workload
     from airflow_air.operators import AirRunOperator
+
+
+class StageRunner(Protocol):
+    """What a stage's try needs of its group's submit task (``AirWorkflowSubmitOperator``)."""
+
+    def stage_run(self, attempt: AirTaskRun, client: AirClient) -> tuple[RunRecord, bool]: ...
 
 
 class TaskLog(Protocol):
@@ -319,7 +325,7 @@ class AirTaskRun(TaskRun):
         ):
             if self.stage is not None:
                 self._open(client)
-                record = self._stage_run()
+                record = self._stage_run(client)
             else:
                 workload = self._workload()  # refused before any request to the workspace
                 # The submit's first request goes out while the deployment namespace is read.
@@ -460,20 +466,17 @@ class AirTaskRun(TaskRun):
         self.redactor().add(*values.values())
         return self.submission.prepare(client, workload, values, scope=secret_scope_of(self.task))
 
-    def _stage_run(self) -> RunRecord:
-        """A workflow stage follows the run its group's submit task started."""
-        ti = self.context["ti"]
-        submit_id = self.task.workflow_submit_task_id
-        run_id = ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
-        if run_id is None:
-            raise AirConfigurationError(
-                f"workflow task {submit_id!r} recorded no run_id; it must run (and succeed) "
-                f"before stage {self.task.task_id!r}"
-            )
-        url = ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
-        self.push_run_xcoms(int(run_id), url)
-        self.log.info("Stage %s of run %s: %s", self.stage, run_id, url)
-        return RunRecord(int(run_id), url, 0, 0)
+    def _stage_run(self, client: AirClient) -> RunRecord:
+        """A workflow stage follows the run its group's submit task started, or the one its
+        stage was re-run in; a try asked for after its stage failed re-runs it first
+        (``airflow_air.workflow.StageRerun``)."""
+        # The group's submit task knows its stages (``AirWorkflowSubmitOperator.stage_run``).
+        submit = cast("StageRunner", self.task.dag.get_task(str(self.task.workflow_submit_task_id)))
+        record, pushed = submit.stage_run(self, client)
+        if not pushed:
+            self.push_run_xcoms(record.run_id, record.run_page_url)
+        self.log.info("Stage %s of run %s: %s", self.stage, record.run_id, record.run_page_url)
+        return record
 
     # --- 3. the wait ------------------------------------------------------------------------
 

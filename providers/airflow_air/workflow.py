@@ -16,16 +16,24 @@ each stage's ``trigger_rule``), submits it with a deterministic idempotency toke
 ``run_id`` / ``run_page_url``. Each stage task then waits for its own task of that run (in the
 worker or, when deferrable, in the triggerer) and succeeds or fails with it.
 
-Re-running: the run is one unit. Clear the whole group (or the submit task with its
-downstream tasks) to start a new run; clearing only a stage waits on the same run again.
-Killing a stage task cancels the whole run when ``cancel_on_kill`` (the platform cancels runs,
-not single tasks).
+Re-running a failed stage is a **repair**: clear it (with its downstream stages, as the UI
+offers), or let its automatic retry run, and once its run has ended only that stage and the
+stages cleared with it that did not succeed run again, as new task runs of the same run (Jobs
+``runs/repair``); what succeeded is kept, not paid twice. The stage's log says so ("repairing
+run 1001: re-running train, evaluate; prep succeeded and is kept"), and the other re-run
+stages wait on their new task runs. Where the workspace refuses to repair the run, the stage
+submits a new run of only those stages and the others follow it (``StageRerun``). Clearing
+the group's submit task (or the whole group) starts a fresh run of every stage: the ask for
+everything again. Killing a stage task cancels the whole run when ``cancel_on_kill`` (the
+platform cancels runs, not single tasks).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,6 +44,10 @@ from airflow_air.operators import DEFAULT_CONN_ID, AirRunOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from air_runtime import AirClient, RunState, Stage, Submission
+    from airflow_air._generations import RunRecord
+    from airflow_air._task_run import AirTaskRun
 
 SUBMIT_TASK_ID = "submit"
 
@@ -57,6 +69,9 @@ def _rule_name(rule: Any) -> str:
 @attrs.define(repr=False)
 class AirWorkflowTaskGroup(TaskGroup):
     """A task group whose ``AirRunOperator`` tasks run as one AI Runtime multi-task run.
+
+    Clear a failed stage (with its downstream) to repair the run: only the stages cleared
+    that did not succeed run again. Clear the ``submit`` task to run every stage again.
 
     :param run_name: name of the run (default: the group id).
     :param databricks_conn_id: the workspace of the run (stages must use the same).
@@ -207,8 +222,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
         ]
 
     def execute(self, context: Context) -> Any:
-        from airflow_air._openlineage import with_parent_job_env
-        from airflow_air._task_run import TaskRun, configuration_errors_fail_fast, secret_scope_of
+        from airflow_air._task_run import TaskRun, configuration_errors_fail_fast
         from airflow_air.hooks import AirHook
 
         group = self._group()
@@ -234,28 +248,319 @@ class AirWorkflowSubmitOperator(BaseOperator):
             # of its own (``stage``), in the scope that stage names.
             run = TaskRun(self, context)
             submission = run.open_submission()
-
-            def with_secrets() -> list[Any]:
-                from airflow_air._secret_env import resolve_secret_env
-
-                stages = []
-                for op, rendered, stage in planned:
-                    workload = with_parent_job_env(stage.workload, context)
-                    references = rendered["secret_env"] or {}
-                    if references:
-                        workload = submission.prepare(
-                            client,
-                            workload,
-                            resolve_secret_env(references),
-                            scope=secret_scope_of(op, rendered["secret_scope"]),
-                            stage=stage.task_key,
-                        )
-                    stages.append(dataclasses.replace(stage, workload=workload))
-                return stages
-
-            record = run.own(client, with_secrets, run_name=group.run_name or group.group_id)
+            record = run.own(
+                client,
+                lambda: stages_with_secrets(client, context, submission, planned),
+                run_name=group.run_name or group.group_id,
+            )
+            # When this run was made, on Airflow's clock: a stage try that was cleared (or
+            # retried) after it re-runs its stage (``StageRerun``).
+            context["ti"].xcom_push(key=SUBMITTED_AT_KEY, value=_now_ms())
             self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._lineage_result
+
+    def stage_run(self, attempt: AirTaskRun, client: AirClient) -> tuple[RunRecord, bool]:
+        """The run a try of one of this group's stages waits on, re-run first when the try
+        asks for it (``StageRerun``); and whether its XComs were pushed already."""
+        return StageRerun(attempt, client, self).run_record()
+
+    def rerun_plan(self, context: Context, task_keys: Sequence[str]) -> list[Any]:
+        """(operator, rendered fields, Stage) of the stages ``task_keys`` only, rendered as
+        the submit renders them, each depending only on the others re-run (the stages kept
+        have succeeded)."""
+        keep = set(task_keys)
+        return [
+            (
+                op,
+                rendered,
+                dataclasses.replace(
+                    stage, depends_on=tuple(d for d in stage.depends_on if d in keep)
+                ),
+            )
+            for op, rendered, stage in self._stage_plan(context, self._group())
+            if stage.task_key in keep
+        ]
+
+
+def stages_with_secrets(
+    client: AirClient, context: Context, submission: Submission, planned: Sequence[Any]
+) -> list[Stage]:
+    """The planned stages as submitted: each stage's ``secret_env`` values under keys of
+    ``submission`` (in the scope that stage names), the workloads carrying references only."""
+    from airflow_air._openlineage import with_parent_job_env
+    from airflow_air._secret_env import resolve_secret_env
+    from airflow_air._task_run import secret_scope_of
+
+    stages = []
+    for op, rendered, stage in planned:
+        workload = with_parent_job_env(stage.workload, context)
+        references = rendered["secret_env"] or {}
+        if references:
+            workload = submission.prepare(
+                client,
+                workload,
+                resolve_secret_env(references),
+                scope=secret_scope_of(op, rendered["secret_scope"]),
+                stage=stage.task_key,
+            )
+        stages.append(dataclasses.replace(stage, workload=workload))
+    return stages
+
+
+# --- re-running stages ---------------------------------------------------------------------
+
+SUBMITTED_AT_KEY = "air_submitted_at"  # the submit task's: when it made its run (Airflow's clock)
+RERUN_KEY = "air_rerun"  # a stage's: the stages it re-ran, where and when (``Rerun``)
+# Task-instance states that end a try; a stage in any other state is waiting to run again.
+_ENDED_TI_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
+_MAX_REPAIR_ROUNDS = 10  # a guard against a loop, not a real limit
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def clear_time_ms(ti: Any) -> int | None:
+    """When this try of the task instance was asked for, on Airflow's clock: Airflow 3 gives
+    a task instance a new uuid7 id each time it is cleared or put up for retry
+    (``TaskInstance.prepare_db_for_next_try``), and a uuid7 starts with its time in ms. None
+    when the id is not a uuid7."""
+    try:
+        value = uuid.UUID(str(getattr(ti, "id", "")))
+    except ValueError:
+        return None
+    return value.int >> 80 if value.version == 7 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rerun:
+    """What a stage try that re-ran stages left in its XCom (``RERUN_KEY``) for the other
+    stages it re-ran: the run they now run in (the same run repaired, or a new run of only
+    them), the group's run it descends from, and when (Airflow's clock)."""
+
+    run_id: int
+    run_page_url: str
+    task_keys: tuple[str, ...]
+    root_run_id: int
+    at_ms: int
+    repair_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "task_keys": list(self.task_keys)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Rerun | None:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            repair_id = raw.get("repair_id")
+            return cls(
+                run_id=int(raw["run_id"]),
+                run_page_url=str(raw.get("run_page_url") or ""),
+                task_keys=tuple(str(k) for k in raw["task_keys"]),
+                root_run_id=int(raw["root_run_id"]),
+                at_ms=int(raw["at_ms"]),
+                repair_id=None if repair_id is None else int(repair_id),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _kept(keys: Sequence[str]) -> str:
+    if not keys:
+        return "nothing else ran before"
+    verb = "succeeded and is kept" if len(keys) == 1 else "succeeded and are kept"
+    return f"{', '.join(keys)} {verb}"
+
+
+class StageRerun:
+    """The run a try of a workflow stage waits on: the group's run, or the newest run its
+    stage was re-run in; re-running the stage first when this try was asked for (cleared,
+    or retried) after its task in that run had failed.
+
+    Re-running is one repair of the run (Jobs ``runs/repair``) of this stage and of every
+    other stage of the group that did not succeed in the run and whose task instance waits
+    to run again (the downstream stages cleared with it, a sibling cleared at the same
+    time); a stage that succeeded is kept. Each try that re-runs stages records it
+    (``Rerun``) in its XCom, so a stage it re-ran waits on its new task run instead of
+    re-running it again. Two stage tries that read the run at once send the same
+    ``latest_repair_id``: the platform takes one repair and refuses the other, whose try
+    then finds its stage's new task run. Where the workspace refuses to repair the run, the
+    try submits a new run of only those stages under its own submission (a retry after a
+    worker crash gets that run back) and the stages it re-ran wait on that run.
+    """
+
+    def __init__(
+        self, attempt: AirTaskRun, client: AirClient, submit: AirWorkflowSubmitOperator
+    ) -> None:
+        self.attempt = attempt
+        self.client = client
+        self.submit = submit
+        self.task = attempt.task
+        self.ti = attempt.context["ti"]
+        self.stage = attempt.stage or self.task.task_id
+
+    def run_record(self) -> tuple[RunRecord, bool]:
+        """The run to wait on, and whether its XComs were pushed already (a new run)."""
+        from airflow_air._generations import RunRecord, is_first_try
+        from airflow_air.exceptions import AirConfigurationError
+        from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
+
+        submit_id = self.submit.task_id
+        root = self.ti.xcom_pull(task_ids=submit_id, key=RUN_ID_KEY)
+        if root is None:
+            raise AirConfigurationError(
+                f"workflow task {submit_id!r} recorded no run_id; it must run (and succeed) "
+                f"before stage {self.task.task_id!r}"
+            )
+        root_url = self.ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
+        rerun = self._newest_rerun(int(root))
+        if rerun is not None:
+            record = RunRecord(rerun.run_id, rerun.run_page_url, 0, 0)
+            since = rerun.at_ms
+        else:
+            record = RunRecord(int(root), root_url, 0, 0)
+            since = int(self.ti.xcom_pull(task_ids=submit_id, key=SUBMITTED_AT_KEY) or 0)
+        cleared = clear_time_ms(self.ti)
+        if rerun is not None and (cleared is None or since >= cleared):
+            how = f"repair {rerun.repair_id}" if rerun.repair_id is not None else "a new run"
+            self.attempt.log.info(
+                "Stage %s re-runs in run %s (%s, with %s)",
+                self.stage,
+                rerun.run_id,
+                how,
+                ", ".join(rerun.task_keys),
+            )
+            return record, False
+        if is_first_try(self.attempt.context) or (cleared is not None and since >= cleared):
+            return record, False  # this try's run
+        return self._rerun(record, int(root))
+
+    def _newest_rerun(self, root: int) -> Rerun | None:
+        from airflow_air._task_run import workflow_stages
+
+        ids = [stage.task_id for stage in workflow_stages(self.task)]
+        pulled = self.ti.xcom_pull(task_ids=ids, key=RERUN_KEY) if ids else None
+        found = [Rerun.from_json(v) for v in (pulled if isinstance(pulled, list) else [pulled])]
+        mine = [
+            r
+            for r in found
+            if r is not None and r.root_run_id == root and self.stage in r.task_keys
+        ]
+        return max(mine, key=lambda r: r.at_ms) if mine else None
+
+    def _rerun(self, record: RunRecord, root: int) -> tuple[RunRecord, bool]:
+        from air_runtime import AirError
+
+        log = self.attempt.log
+        run_id = record.run_id
+        for _ in range(_MAX_REPAIR_ROUNDS):
+            state = self.client.get_run(run_id, include_history=True)
+            mine = state.task(self.stage)
+            if mine is None or not mine.is_terminal or mine.is_success:
+                return record, False  # running again (another stage's repair), or succeeded
+            if not state.is_terminal:
+                log.info(
+                    "Stage %s of run %s ended %s; the run is still going: re-running the "
+                    "stage once it has ended",
+                    self.stage,
+                    run_id,
+                    mine.result_state,
+                )
+                self.client.wait(run_id)
+                continue
+            rerun = self._stages_to_rerun(state)
+            kept = [t.task_key for t in state.tasks if t.is_success]
+            try:
+                repair_id = self.client.repair_run(
+                    run_id, rerun, latest_repair_id=state.latest_repair_id
+                )
+            except AirError as refused:
+                if refused.retryable:
+                    raise
+                newer = self.client.get_run(run_id, include_history=True)
+                task = newer.task(self.stage)
+                if task is not None and task.run_id != mine.run_id:
+                    log.info(
+                        "Run %s was repaired meanwhile: stage %s re-runs in it", run_id, self.stage
+                    )
+                    return record, False
+                if not newer.is_terminal:
+                    continue  # another repair is going: wait for it, then repair
+                return self._resubmit(run_id, rerun, kept, root, str(refused)), True
+            log.info("repairing run %s: re-running %s; %s", run_id, ", ".join(rerun), _kept(kept))
+            self._remember(
+                Rerun(run_id, record.run_page_url, tuple(rerun), root, _now_ms(), repair_id)
+            )
+            return record, False
+        raise RuntimeError(f"run {run_id} kept changing while stage {self.stage} was re-run")
+
+    def _stages_to_rerun(self, state: RunState) -> list[str]:
+        """This stage, and every other stage that did not succeed in the run and whose task
+        instance waits to run again (without Airflow's task states: every downstream
+        stage that did not succeed), in the order of the group."""
+        from airflow_air._task_run import workflow_stages
+
+        stages = workflow_stages(self.task)
+        waiting = self._waiting_task_ids([s.task_id for s in stages])
+        if waiting is None:
+            waiting = set(self.task.get_flat_relative_ids(upstream=False))
+        chosen = []
+        for stage in stages:
+            key = stage.workflow_task_key or stage.task_id
+            task = state.task(key)
+            if key == self.stage or (
+                stage.task_id in waiting and (task is None or not task.is_success)
+            ):
+                chosen.append(key)
+        return chosen
+
+    def _waiting_task_ids(self, task_ids: list[str]) -> set[str] | None:
+        try:
+            found = self.ti.get_task_states(
+                dag_id=self.ti.dag_id, task_ids=task_ids, run_ids=[self.ti.run_id]
+            )
+        except Exception as exc:  # an older runtime: no task states
+            self.attempt.log.info("Could not read the task states of the Dag run: %s", exc)
+            return None
+        states = found.get(self.ti.run_id) or {}
+        return {
+            task_id
+            for task_id, ti_state in states.items()
+            if str(getattr(ti_state, "value", ti_state) or "none") not in _ENDED_TI_STATES
+        }
+
+    def _resubmit(
+        self, run_id: int, rerun: list[str], kept: list[str], root: int, why: str
+    ) -> RunRecord:
+        """A new run of only the stages ``rerun``, under this stage task's own submission."""
+        from airflow_air._generations import RunRecord
+        from airflow_air._task_run import TaskRun
+
+        submit = self.submit
+        group = submit._group()
+        self.attempt.log.info(
+            "Run %s cannot be repaired (%s): submitting a new run of %s; %s",
+            run_id,
+            why.splitlines()[0] if why else "refused",
+            ", ".join(rerun),
+            _kept(kept),
+        )
+        planned = submit.rerun_plan(self.attempt.context, rerun)
+        own = TaskRun(self.task, self.attempt.context)
+        own.log = self.attempt.log
+        submission = own.open_submission()
+        found = own.own(
+            self.client,
+            lambda: stages_with_secrets(self.client, self.attempt.context, submission, planned),
+            run_name=group.run_name or group.group_id,
+        )
+        self.attempt.own_run = own.own_run
+        self._remember(Rerun(found.run_id, found.run_page_url, tuple(rerun), root, _now_ms()))
+        return RunRecord(found.run_id, found.run_page_url, 0, 0)
+
+    def _remember(self, rerun: Rerun) -> None:
+        self.ti.xcom_push(key=RERUN_KEY, value=rerun.to_json())
 
 
 __all__: Sequence[str] = ["AirWorkflowSubmitOperator", "AirWorkflowTaskGroup"]
