@@ -24,10 +24,10 @@ DAG_FILE = "air_test_repair_dags.py"
 STAGES = ("prep", "train", "evaluate")
 
 
-def executions(folder: Path) -> dict[str, int]:
+def executions(folder: Path, stages: tuple[str, ...] = STAGES) -> dict[str, int]:
     return {
         stage: len((folder / stage).read_text().splitlines()) if (folder / stage).exists() else 0
-        for stage in STAGES
+        for stage in stages
     }
 
 
@@ -183,3 +183,36 @@ def test_clearing_the_submit_task_starts_a_fresh_run(workspace, tmp_path):
     runs = stage_run_ids(dag, dag_run)
     assert len(set(runs.values())) == 1 and runs["prep"] != first_run
     assert workspace.admin.counters()["runs_created"] == 2
+
+
+def test_an_automatic_retry_of_the_failed_stage_repairs_the_run(workspace, task_log, tmp_path):
+    dag = load_test_dag("air_test_workflow_repair_retry", DAG_FILE)
+    dag_run = dag.test(run_conf={"dir": str(tmp_path)})
+
+    assert set(task_states(dag_run).values()) == {"success"}
+    assert executions(tmp_path) == {"prep": 1, "train": 2, "evaluate": 1}
+    run_id = xcom(dag.dag_id, dag_run.run_id, "pipeline.submit", "run_id")
+    assert set(stage_run_ids(dag, dag_run).values()) == {run_id}
+    assert f"repairing run {run_id}: re-running train, evaluate" in task_log.text()
+    assert workspace.admin.counters()["runs_created"] == 1
+
+
+def test_stages_cleared_together_make_one_repair(workspace, task_log, tmp_path):
+    stages = ("prep", "train_a", "train_b", "evaluate")
+    dag = load_test_dag("air_test_workflow_repair_parallel", DAG_FILE)
+    dag_run = dag.test(run_conf={"dir": str(tmp_path)})
+    assert executions(tmp_path, stages) == {"prep": 1, "train_a": 1, "train_b": 1, "evaluate": 0}
+    run_id = xcom(dag.dag_id, dag_run.run_id, "pipeline.submit", "run_id")
+
+    for task_id in ("pipeline.train_a", "pipeline.train_b"):
+        clear_with_downstream(dag.dag_id, dag_run.run_id, task_id)
+    assert run_dag_run(dag, dag_run.run_id) == "success"
+
+    assert executions(tmp_path, stages) == {"prep": 1, "train_a": 2, "train_b": 2, "evaluate": 1}
+    with AirClient(workspace.host, workspace.token) as client:
+        state = client.get_run(run_id, include_history=True)
+    assert state.is_success
+    assert [r.repair_id is not None for r in state.repairs] == [False, True]
+    assert task_log.text().count(f"repairing run {run_id}: re-running") == 1
+    assert "re-running train_a, train_b, evaluate; prep succeeded and is kept" in task_log.text()
+    assert workspace.admin.counters()["runs_created"] == 1

@@ -3,6 +3,8 @@ stage appending a line to a file of its own in ``params.dir`` every time a rank 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pendulum
 from airflow.sdk import DAG
 from airflow_air.operators import AirRunOperator
@@ -48,3 +50,44 @@ with (
         task_id="evaluate", workload=workload("evaluate"), poll_interval=0.2, deferrable=True
     )
     prep >> train >> evaluate
+
+# The same pipeline, train retried once by Airflow instead of cleared by hand.
+with (
+    DAG(
+        "air_test_workflow_repair_retry",
+        schedule=None,
+        start_date=START,
+        params={"dir": "/nonexistent"},
+    ) as retry_dag,
+    AirWorkflowTaskGroup("pipeline", run_name="air_test_workflow_repair_retry"),
+):
+    prep = AirRunOperator(task_id="prep", workload=workload("prep"), poll_interval=0.2)
+    train = AirRunOperator(
+        task_id="train",
+        workload=workload("train", fail_first=True),
+        poll_interval=0.2,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+    evaluate = AirRunOperator(task_id="evaluate", workload=workload("evaluate"), poll_interval=0.2)
+    prep >> train >> evaluate
+
+# Two stages in parallel, both running out of memory once, then one that needs both.
+with (
+    DAG(
+        "air_test_workflow_repair_parallel",
+        schedule=None,
+        start_date=START,
+        params={"dir": "/nonexistent"},
+    ) as parallel_dag,
+    AirWorkflowTaskGroup("pipeline", run_name="air_test_workflow_repair_parallel"),
+):
+    prep = AirRunOperator(task_id="prep", workload=workload("prep"), poll_interval=0.2)
+    train_a = AirRunOperator(
+        task_id="train_a", workload=workload("train_a", fail_first=True), poll_interval=0.2
+    )
+    train_b = AirRunOperator(
+        task_id="train_b", workload=workload("train_b", fail_first=True), poll_interval=0.2
+    )
+    evaluate = AirRunOperator(task_id="evaluate", workload=workload("evaluate"), poll_interval=0.2)
+    prep >> [train_a, train_b] >> evaluate
