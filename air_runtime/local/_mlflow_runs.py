@@ -14,10 +14,12 @@ import sqlite3
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from air_runtime import _progress
 from air_runtime.local._errors import invalid
+from air_runtime.local._security import private_dir, write_private
 from air_runtime.local._store import Store
 
 _SCHEMA = """
@@ -245,22 +247,31 @@ def mlflow_runs(store: Store) -> MlflowRuns:
 
 
 def rank_tracking_env(
-    store: Store, host: str, principal: str, ids: dict[str, str], lifetime_s: float
+    store: Store,
+    host: str,
+    principal: str,
+    ids: dict[str, str],
+    lifetime_s: float,
+    folder: Path,
 ) -> tuple[dict[str, str], str]:
     """The variables a rank's MLflow client logs to its attempt's run with, and the token
-    they carry. The MLflow client reads `MLFLOW_TRACKING_URI=databricks` as "the workspace
-    of DATABRICKS_HOST / DATABRICKS_TOKEN" (mlflow.utils.databricks_utils, through the
-    Databricks SDK's environment auth) and resumes `MLFLOW_RUN_ID` in `mlflow.start_run()`.
-    The token is the attempt's own, issued here and revoked when the attempt ends: never
-    the orchestrator's."""
+    they lead to. The MLflow client reads `MLFLOW_TRACKING_URI=databricks` as "the
+    workspace the Databricks SDK's default auth finds" (mlflow.utils.databricks_utils) and
+    resumes `MLFLOW_RUN_ID` in `mlflow.start_run()`; the SDK finds this workspace and the
+    token in the config file DATABRICKS_CONFIG_FILE names (its DEFAULT profile), written
+    0600 in the attempt's private folder. The token is the attempt's own, issued here and
+    revoked when the attempt ends, and is not in the environment: a variable named
+    DATABRICKS_TOKEN in a rank is never a credential of the machine running the workspace."""
     token = f"dapi-rank-{secrets.token_hex(16)}"
     store.add_access_token(token, principal, time.time() + lifetime_s)
+    config = private_dir(folder) / "databrickscfg"
+    write_private(config, f"[DEFAULT]\nhost = {host}\ntoken = {token}\n")
     env = {
         "MLFLOW_TRACKING_URI": "databricks",
         "MLFLOW_EXPERIMENT_ID": ids["mlflow_experiment_id"],
         "MLFLOW_RUN_ID": ids["mlflow_run_id"],
         "DATABRICKS_HOST": host,
-        "DATABRICKS_TOKEN": token,
+        "DATABRICKS_CONFIG_FILE": str(config),
     }
     return env, token
 

@@ -658,6 +658,7 @@ class RunEngine:
             self.options.user_name,
             self._mlflow_ids(spec, task_run_id),
             lifetime_s=(timeout or 7 * 86400) + 60,
+            folder=context.work_dir,
         )
         try:
             return await run_attempt(context)

@@ -73,7 +73,9 @@ def test_a_rank_logs_params_and_metrics_with_the_mlflow_client(
 
 
 SHOW_TOKEN = (
-    'echo "host=$DATABRICKS_HOST uri=$MLFLOW_TRACKING_URI"; echo "$DATABRICKS_TOKEN" > token.txt\n'
+    'echo "host=$DATABRICKS_HOST uri=$MLFLOW_TRACKING_URI token=${DATABRICKS_TOKEN:-none}"\n'
+    "sed -n 's/^token = //p' \"$DATABRICKS_CONFIG_FILE\" > token.txt\n"
+    'stat -c "config mode %a" "$DATABRICKS_CONFIG_FILE"\n'
 )
 
 
@@ -82,9 +84,11 @@ def test_the_rank_token_is_its_own_and_ends_with_the_attempt(
 ) -> None:
     command = SHOW_TOKEN.replace("token.txt", str(tmp_path / "token.txt"))
     run = workloads.wait(workloads.submit(workloads.command_task(command)))
-    assert run["state"]["result_state"] == "SUCCESS"
+    assert run["state"]["result_state"] == "SUCCESS", workloads.logs(run["run_id"])
     lines = workloads.logs(run["run_id"])
-    assert f"host={workloads.workspace.host} uri=databricks" in lines
+    # The credential is in a private config file, not in the environment.
+    assert f"host={workloads.workspace.host} uri=databricks token=none" in lines
+    assert "config mode 600" in lines
     token = (tmp_path / "token.txt").read_text().strip()
     assert token and token != workloads.workspace.token
     answer = httpx.get(
