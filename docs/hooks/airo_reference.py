@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 AIRO_MARKER = "<!-- airo-commands -->"
+# `<!-- more-public-names: PACKAGE -->`: every name of PACKAGE.__all__ the page does not
+# already name, so a name added to the package is in the reference without an edit here.
+MORE_NAMES = re.compile(r"<!-- more-public-names: ([\w.]+) -->")
 CONFIG_MARKER = "<!-- air-config-options -->"
 
 for folder in (ROOT, ROOT / "providers"):
@@ -39,7 +44,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         markdown = markdown.replace(AIRO_MARKER, airo_reference())
     if CONFIG_MARKER in markdown:
         markdown = markdown.replace(CONFIG_MARKER, air_config_reference())
-    return markdown
+    return MORE_NAMES.sub(lambda match: more_public_names(match.group(1), markdown), markdown)
+
+
+def more_public_names(package: str, markdown: str) -> str:
+    named = {path.rsplit(".", 1)[-1] for path in re.findall(r"^::: ([\w.]+)", markdown, re.M)}
+    names = sorted(set(importlib.import_module(package).__all__) - named)
+    return "\n\n".join(f"::: {package}.{name}" for name in names)
 
 
 def _prose(text: str) -> str:
