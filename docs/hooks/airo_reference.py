@@ -50,6 +50,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
 def more_public_names(package: str, markdown: str) -> str:
     named = {path.rsplit(".", 1)[-1] for path in re.findall(r"^::: ([\w.]+)", markdown, re.M)}
     names = sorted(set(importlib.import_module(package).__all__) - named)
+    if not names:
+        return f"Every name `{package}` exports is on this page."
     return "\n\n".join(f"::: {package}.{name}" for name in names)
 
 
