@@ -90,23 +90,32 @@ def test_an_async_follower_reads_the_end_at_once_when_the_caller_saw_it(
         _printed(client, run.run_id, "first")
         monkeypatch.setattr(_runs, "FOLLOW_POLL_S", 3600.0)  # from now on a pause is an hour
 
-        async def main() -> None:
+        read: list[str] = []
+
+        async def main() -> bool:
             ended, read_once = asyncio.Event(), asyncio.Event()
             async with AsyncAirClient(ws.host, ws.token) as aclient:
 
                 async def follow() -> None:
-                    async for _record in aclient.iter_run_logs(
+                    async for record in aclient.iter_run_logs(
                         run.run_id, follow=True, until=ended
                     ):
+                        read.append(record.body)
                         read_once.set()
 
                 follower = asyncio.create_task(follow())
-                await asyncio.wait_for(read_once.wait(), 60)
+                await asyncio.wait_for(read_once.wait(), 60)  # now in its hour-long pause
                 await asyncio.to_thread(_ended_by_cancel, client, run.run_id)
                 ended.set()
-                await asyncio.wait_for(follower, 60)  # not the hour's pause
+                done, _ = await asyncio.wait({follower}, timeout=60)
+                if follower in done:
+                    follower.result()  # its error, if it ended with one
+                else:
+                    follower.cancel()
+                return follower in done
 
-        asyncio.run(main())
+        assert asyncio.run(main()), "the follower slept its whole pause"
+        assert "first" in read
 
 
 def test_following_logs_until_the_caller_saw_the_end_asks_no_run_state(workspace_factory):

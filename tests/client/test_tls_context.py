@@ -26,7 +26,9 @@ def test_a_plain_http_host_loads_no_ca_bundle(monkeypatch: pytest.MonkeyPatch) -
 
 def test_a_proxy_from_the_environment_keeps_verification(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", "https://proxy.example:3128")
-    assert isinstance(verify_for("http://127.0.0.1:8765"), ssl.SSLContext)
+    context = verify_for("http://127.0.0.1:8765")
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 
 def test_clients_of_an_https_host_share_the_context() -> None:

@@ -6,9 +6,11 @@ import io
 import os
 import tarfile
 import time
+from pathlib import Path
 
 import httpx
 
+from air_runtime.local import start_local_workspace
 from tests.local_workspace.conftest import Workloads
 
 ASSERT_ENV = r"""
@@ -258,15 +260,36 @@ def test_too_many_ranks_is_refused(workloads: Workloads) -> None:
     assert "max_local_ranks" in response.json()["message"]
 
 
-def test_states_pass_through_pending_running_terminated(workloads: Workloads) -> None:
-    run_id = workloads.submit(workloads.command_task("sleep 1"))
-    seen = []
-    while True:
-        state = workloads.get(run_id)["state"]
-        if not seen or seen[-1] != state["life_cycle_state"]:
-            seen.append(state["life_cycle_state"])
-        if state["life_cycle_state"] == "TERMINATED":
-            break
-        time.sleep(0.02)
-    assert "RUNNING" in seen and seen[-1] == "TERMINATED"
-    assert seen.index("RUNNING") < seen.index("TERMINATED")
+def test_states_pass_through_pending_running_terminated(tmp_path: Path) -> None:
+    """Each state held until the test lets the run go on, so each is seen for sure: PENDING
+    while another run holds the GPU pool's only accelerator, RUNNING until its command is
+    told to finish, then TERMINATED."""
+    pool = {"pool_id": "pool-one", "accelerator_type": "GPU_1xA10", "accelerator_count": 1}
+    wait_for = 'while [ ! -e "{}" ]; do sleep 0.05; done'
+    with (
+        start_local_workspace(data_dir=tmp_path / "ws", gpu_pools=[pool]) as ws,
+        httpx.Client(
+            base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}, timeout=30
+        ) as api,
+    ):
+        workloads = Workloads(ws, api)
+
+        def pooled(command: str, key: str) -> dict:
+            task = workloads.command_task(command, key=key)
+            compute = task["ai_runtime_task"]["deployments"][0]["compute"]
+            compute["provisioned_capacity_id"] = "pool-one"  # the pool's wire name
+            return task
+
+        holder = workloads.submit(pooled(wait_for.format(tmp_path / "holder_go"), "holder"))
+        workloads.wait_for(holder, "RUNNING")
+        waiter = workloads.submit(pooled(wait_for.format(tmp_path / "waiter_go"), "waiter"))
+        seen = [workloads.get(waiter)["state"]]
+        assert seen[0]["life_cycle_state"] == "PENDING", seen
+        assert "capacity" in seen[0]["state_message"].lower(), seen
+
+        (tmp_path / "holder_go").touch()  # the pool frees up: the waiter starts
+        seen.append(workloads.wait_for(waiter, "RUNNING")["state"])
+        (tmp_path / "waiter_go").touch()
+        seen.append(workloads.wait(waiter)["state"])
+    assert [s["life_cycle_state"] for s in seen] == ["PENDING", "RUNNING", "TERMINATED"]
+    assert seen[-1]["result_state"] == "SUCCESS"

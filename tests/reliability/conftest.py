@@ -142,9 +142,21 @@ def merge_results(row: str, scenario: str, data: dict[str, Any]) -> None:
         lock.unlink()
 
 
+_CALL_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+    return report
+
+
 @pytest.fixture
 def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
-    """``tally`` for the test's row (``row`` marker) and scenario (the test's name)."""
+    """``tally`` for the test's row (``row`` marker) and scenario (the test's name). A
+    campaign that passed must have run trials: zero trials and zero failures proves nothing."""
     marker = request.node.get_closest_marker("row")
     assert marker is not None, "mark reliability tests with @pytest.mark.row('R<n>')"
     scenario = request.node.name.removeprefix("test_")
@@ -152,10 +164,14 @@ def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
     yield result
     result.report()
     assert not result.failures, "\n".join(result.failures[:10])
+    if request.node.stash.get(_CALL_PASSED, False):
+        assert result.trials > 0, f"{result.row}/{result.scenario}: no trial ran"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "row(id): the docs/spec/targets.md row a reliability test measures")
+    config.addinivalue_line(
+        "markers", "row(id): the docs/spec/targets.md row a reliability test measures"
+    )
 
 
 # --- workspaces ---------------------------------------------------------------------------

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -227,8 +231,38 @@ def test_tokens_and_suffixes() -> None:
         build_plan(w, user_name="")
 
 
-def test_plan_is_deterministic() -> None:
-    assert plan_of(minimal(parameters={"a": 1})) == plan_of(minimal(parameters={"a": 1}))
+_PLAN_IN_A_PROCESS = """
+import json, sys
+from air_runtime import build_plan, load_workload
+workload = load_workload(sys.argv[1], {
+    "parameters": {"b": [1, {"z": 2, "a": 3}], "a": "x", "lr": 0.1},
+    "env_variables.ZED": "1", "env_variables.ALPHA": "2",
+    "permissions": [{"group_name": "g", "level": "CAN_VIEW"}, {"user_name": "u@x.com", "level": "CAN_MANAGE"}],
+})
+plan = build_plan(workload, user_name="someone@example.com", idempotency_token="tok-1")
+print(json.dumps(plan.to_json()))
+"""
+
+
+def test_plan_is_deterministic_across_processes() -> None:
+    """Two interpreters (each with its own hash seed, so its own set and dict-of-set order)
+    build the same bytes for the same workload, user and token: a retry on another worker
+    plans what the first try planned."""
+    workload = Path(__file__).resolve().parents[2] / "examples" / "rl" / "grpo_two_containers.yaml"
+    outputs = []
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", _PLAN_IN_A_PROCESS, str(workload)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    plan = json.loads(outputs[0])
+    assert plan["submit_body"]["idempotency_token"] == "tok-1" and len(plan["files"]) > 3
 
 
 def test_json_round_trip_and_redacted() -> None:

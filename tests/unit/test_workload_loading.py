@@ -173,7 +173,13 @@ def test_recursive_alias_is_refused() -> None:
 
 
 def test_deep_nesting_is_refused() -> None:
-    only_problem("parameters: " + "[" * 5000 + "]" * 5000 + "\n")
+    # beyond the parser's own limit, and just beyond ours (64 levels)
+    parser = only_problem("parameters: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert "nesting depth" in parser.message and parser.line == 1
+    ours = only_problem("parameters: " + "[" * 65 + "]" * 65 + "\n")
+    assert ours.message == "the document nests deeper than 64 levels"
+    within = only_problem(VALID_YAML + "parameters: " + "[" * 64 + "]" * 64 + "\n")
+    assert within.path == "parameters" and "mapping" in within.message  # read, then checked
 
 
 def test_over_one_mebibyte_is_refused() -> None:
