@@ -1,0 +1,136 @@
+"""Clearing a failed workflow stage on a real deployment (LocalExecutor on PostgreSQL,
+scheduler, triggerer, DAG processor and API server as separate processes), through the REST
+API call the UI's "Clear" with "Downstream" makes: the run is repaired (or, on a workspace
+that refuses repair, only the cleared stages run again in a new run), and the ranks' own
+record of their executions says prep ran once, train twice, evaluate once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections, task_log_text
+
+from air_runtime.client import AirClient
+from air_runtime.local import start_local_workspace
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+
+STAGES = ("prep", "train", "evaluate")
+
+
+def executions(folder: Path) -> dict[str, int]:
+    return {
+        stage: len((folder / stage).read_text().splitlines()) if (folder / stage).exists() else 0
+        for stage in STAGES
+    }
+
+
+def own_database(postgres: str, name: str) -> str:
+    """A database of this test's own: the deployment tests of other suites reset theirs."""
+    import psycopg2
+
+    conn = psycopg2.connect(f"{postgres}/postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return f"{postgres}/{name}"
+
+
+def clear_with_downstream(deployment: AirflowDeployment, dag_id: str, run_id: str) -> None:
+    """What the UI's "Clear" on the failed stage with "Downstream" sends."""
+    deployment.api(
+        "POST",
+        f"/dags/{dag_id}/clearTaskInstances",
+        json={
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": ["pipeline.train"],
+            "include_downstream": True,
+            "include_upstream": False,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        },
+    )
+
+
+def test_clearing_a_failed_stage_repairs_or_reruns_only_it(
+    tmp_path: Path, postgres: str, local_workspace, workspace_client
+) -> None:
+    refusing = start_local_workspace(data_dir=tmp_path / "refusing", refuse_repair=True)
+    deployment = AirflowDeployment(
+        tmp_path,
+        executor="LocalExecutor",
+        database_dsn=own_database(postgres, "airo_airflow_repair"),
+        dag_folders={"e2e": E2E_DIR / "dags"},
+    )
+    try:
+        deployment.migrate()
+        deployment.start()
+        add_airflow_connections(deployment, local_workspace)
+        deployment.api(
+            "POST",
+            "/connections",
+            json={
+                "connection_id": "air_refusing",
+                "conn_type": "databricks",
+                "host": refusing.host,
+                "password": refusing.token,
+            },
+        )
+        deployment.wait_for_dags(["air_repair", "air_repair_refused"])
+        folders = {dag_id: tmp_path / dag_id for dag_id in ("air_repair", "air_repair_refused")}
+        runs = {}
+        for dag_id, folder in folders.items():
+            folder.mkdir()
+            runs[dag_id] = deployment.trigger(dag_id, {"dir": str(folder)})
+        states = deployment.wait_for_runs(list(runs.items()), timeout=240)
+        assert {k: v["state"] for k, v in states.items()} == {
+            run: "failed" for run in runs.items()
+        }, deployment.diagnose(list(runs.items()))
+        for folder in folders.values():
+            assert executions(folder) == {"prep": 1, "train": 1, "evaluate": 0}
+
+        first_runs = {
+            dag_id: deployment.xcom(dag_id, run_id, "pipeline.submit", "run_id")
+            for dag_id, run_id in runs.items()
+        }
+        for dag_id, run_id in runs.items():
+            clear_with_downstream(deployment, dag_id, run_id)
+        states = deployment.wait_for_runs(list(runs.items()), timeout=240)
+        assert {k: v["state"] for k, v in states.items()} == {
+            run: "success" for run in runs.items()
+        }, deployment.diagnose(list(runs.items()))
+        for folder in folders.values():
+            assert executions(folder) == {"prep": 1, "train": 2, "evaluate": 1}
+
+        # Repaired: one run, with one repair of train and evaluate.
+        dag_id, run_id = "air_repair", runs["air_repair"]
+        stage_runs = {s: deployment.xcom(dag_id, run_id, f"pipeline.{s}", "run_id") for s in STAGES}
+        assert set(stage_runs.values()) == {first_runs[dag_id]}
+        state = workspace_client.get_run(first_runs[dag_id], include_history=True)
+        assert state.is_success
+        assert [r.repair_id is not None for r in state.repairs] == [False, True]
+        log = task_log_text(deployment, dag_id, run_id, "pipeline.train")
+        assert (
+            f"repairing run {first_runs[dag_id]}: re-running train, evaluate; "
+            "prep succeeded and is kept"
+        ) in log, log[-3000:]
+
+        # Refused: train and evaluate in a new run of their own; prep kept in the first.
+        dag_id, run_id = "air_repair_refused", runs["air_repair_refused"]
+        stage_runs = {s: deployment.xcom(dag_id, run_id, f"pipeline.{s}", "run_id") for s in STAGES}
+        assert stage_runs["prep"] == first_runs[dag_id]
+        assert stage_runs["train"] == stage_runs["evaluate"] != first_runs[dag_id]
+        with AirClient(refusing.host, refusing.token) as client:
+            second = client.get_run(stage_runs["train"])
+        assert second.is_success and [t.task_key for t in second.tasks] == ["train", "evaluate"]
+        assert refusing.admin.counters()["runs_created"] == 2
+    finally:
+        deployment.stop()
+        refusing.stop()
