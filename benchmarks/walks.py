@@ -184,7 +184,7 @@ def _dagster_walk(host: str, token: str, tmp: Path) -> dict[str, Any]:
     workload.write_text(WORKLOAD)
     assets = build_air_assets(AirStage(key="walk", workload=str(workload)))
     resource = AirWorkspace(host=host, token=token, poll_interval=0.2)
-    walk = Walk(PACKAGES["dagster"], "build_air_assets.<locals>._air_assets")
+    walk = Walk(PACKAGES["dagster"], "air_assets.<locals>._air_assets")
     with dg.instance_for_test() as instance:
         result = walk.run(
             lambda: dg.materialize(

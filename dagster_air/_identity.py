@@ -58,7 +58,7 @@ def submission_key(
     or a re-execution from failure names the same submission as the run it continues."""
     namespace = deployment_namespace(context.instance, workspace.deployment_namespace)
     return SubmissionKey(
-        "dagster", namespace, context.job_name, lineage.head.run_id, str(context.op_handle), index
+        "dagster", namespace, context.job_name, lineage.head_run_id, str(context.op_handle), index
     )
 
 

@@ -69,6 +69,10 @@ class Launch:
 class Lineage:
     instance: dg.DagsterInstance
     runs: tuple[dg.DagsterRun, ...]  # the current run first, the head last
+    head_run_id: str
+    continued: bool  # the current run continues earlier ones
+    # The parent of a run the user re-executed whole ("Re-execute all"), if it is one.
+    whole_reexecution_of: str | None
 
     @classmethod
     def of(cls, context: dg.AssetExecutionContext) -> Lineage:
@@ -79,22 +83,9 @@ class Lineage:
             if parent is None or any(r.run_id == parent.run_id for r in runs):
                 break
             runs.append(parent)
-        return cls(instance, tuple(runs))
-
-    @property
-    def head(self) -> dg.DagsterRun:
-        return self.runs[-1]
-
-    @property
-    def continued(self) -> tuple[dg.DagsterRun, ...]:
-        """The earlier runs this one continues (empty for a run of its own)."""
-        return self.runs[1:]
-
-    @property
-    def explicit_reexecution_of(self) -> str | None:
-        """The parent of a run the user re-executed whole ("Re-execute all")."""
-        head = self.head
-        return head.parent_run_id if head.parent_run_id is not None else None
+        head = runs[-1]
+        whole = head.parent_run_id if len(runs) == 1 else None
+        return cls(instance, tuple(runs), head.run_id, len(runs) > 1, whole)
 
     def materialized(
         self, asset_key: dg.AssetKey, code_version: str | None

@@ -144,6 +144,8 @@ class AirStep:
         self._client: AirClient | None = None
         self._attempts_seen: set[tuple[str, int]] = set()
         self._last_state: RunState | None = None
+        # asset -> partition -> (Dagster run, metadata) its lineage materialized
+        self._materialized: dict[dg.AssetKey, dict[str | None, tuple[str, dict[str, Any]]]] = {}
 
     @classmethod
     def run(cls, *args: Any, **kwargs: Any) -> Iterator[AirEvent]:
@@ -153,11 +155,13 @@ class AirStep:
     # --- the whole step -------------------------------------------------------------
 
     def execute(self) -> Iterator[AirEvent]:
-        if not self.workflow.selected(self.context):
-            return
         self.lineage = Lineage.of(self.context)
+        # A run that continues others, or a retry of this step: earlier work may be reused.
+        self.recovering = self.lineage.continued or self.context.retry_number > 0
         self.step_key = str(self.context.op_handle)
         self.plan = plan_step(self.context, self.workflow, self._kept)
+        if not self.plan.selected:
+            return
         self._tell_recovery()
         with contextlib.ExitStack() as stack:
             self._client = client = stack.enter_context(self.workspace.get_client())
@@ -185,9 +189,9 @@ class AirStep:
 
     def _kept(self, loaded: LoadedStage, partition: str | None) -> KeptRow | None:
         """The row as its lineage materialized it, when this run continues one."""
-        if not self.lineage.continued and self.context.retry_number == 0:
+        if not self.recovering:
             return None
-        by_asset = self.__dict__.setdefault("_materialized", {})
+        by_asset = self._materialized
         if loaded.asset_key not in by_asset:
             version = self.context.assets_def.code_versions_by_key.get(loaded.asset_key)
             by_asset[loaded.asset_key] = self.lineage.materialized(loaded.asset_key, version)
@@ -205,21 +209,22 @@ class AirStep:
                 f"already materialized by run {runs} with the same code version, recorded as "
                 f"done and not trained again: {rows}"
             )
-        parent = self.lineage.explicit_reexecution_of
-        if parent is not None and not self.lineage.continued:
+        parent = self.lineage.whole_reexecution_of
+        if parent is not None:
             rows = ", ".join(_row_name(r.stage, r.partition) for r in plan.rows.values())
             log.info(
                 f"re-executing everything of run {parent} as asked (not from failure): "
                 f"training again {rows}"
             )
 
-    def _generation(self, client: AirClient) -> tuple[int, list[Launch]]:
-        """The generation this attempt submits, and the launches of the lineage it must
-        cancel before submitting. A generation whose run ended unsuccessfully is never
-        submitted again; an earlier attempt's run of this generation that is still going
-        (or ended well, unrecorded) is adopted: the same token gives it back."""
-        if not self.lineage.continued and self.context.retry_number == 0:
-            return 0, []
+    def _generation(self, client: AirClient) -> tuple[int, list[Launch], dict[int, Launch]]:
+        """The generation this attempt submits, the launches of the lineage it must cancel
+        before submitting, and those it may adopt (by run id). A generation whose run ended
+        unsuccessfully is never submitted again; an earlier attempt's run of this generation
+        and plan that is still going (or ended well, unrecorded) is adopted: the same token
+        gives it back."""
+        if not self.recovering:
+            return 0, [], {}
         failed = self.lineage.failed_generations(self.step_key)
         generation = max(failed, default=-1) + 1
         launches = self.lineage.launches(self.step_key)
@@ -237,7 +242,8 @@ class AirStep:
             and (state := states.get(launch.run_id)) is not None
             and not state.is_terminal
         ]
-        return generation, list({x.run_id: x for x in stale}.values())
+        adoptable = {x.run_id: x for x in launches if x.generation == generation}
+        return generation, list({x.run_id: x for x in stale}.values()), adoptable
 
     def _state_of(self, client: AirClient, run_id: int) -> RunState | None:
         try:
@@ -256,21 +262,24 @@ class AirStep:
         workloads = {key: self._workload(row) for key, row in self.plan.rows.items()}
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
-        self.generation, stale = self._generation(client)
+        self.generation, stale, adoptable = self._generation(client)
         for launch in stale:
             context.log.warning(
                 f"cancelling run {launch.run_id} ({launch.run_page_url}), started by Dagster run "
                 f"{launch.dagster_run_id} and still going: this attempt cannot adopt it "
                 f"(generation {launch.generation}, now {self.generation}), and never runs both"
             )
-            Submission(submission_key(context, self.workspace, self.lineage, launch.index)).attach(
-                launch.run_id
-            ).cancel(client)
-        adoptable = {
-            launch.run_id: launch
-            for launch in self.lineage.launches(self.step_key)
-            if launch.generation == self.generation
-        } if self.lineage.continued or context.retry_number else {}  # fmt: skip
+            key = submission_key(context, self.workspace, self.lineage, launch.index)
+            try:
+                Submission(key).attach(launch.run_id).cancel(
+                    client,
+                    wait_s=self.workspace.cancel_wait,
+                    poll_interval=min(1.0, self.workspace.poll_interval),
+                )
+            except AirError as error:
+                raise dg.Failure(  # submitting now would run both
+                    description=f"could not cancel run {launch.run_id}: {self.redact(str(error))}"
+                ) from None
         stored: dict[str, Workload] = {}
         for planned in self.plan.runs:
             key = submission_key(context, self.workspace, self.lineage, planned.index)

@@ -1,6 +1,7 @@
-"""Following one submission through each orchestrator package enters each file once, in
-order (``benchmarks.walks``): a change that sends the walk back to a file it had left fails
-here, not only in the benchmark's table."""
+"""Following one submission through each orchestrator package (``benchmarks.walks``): the walk
+sees the run's whole life and moves on more often than it goes back. A collaborator called at
+several moments (a Pipes session, a translator, the step's lineage) is a return, and good
+design; a walk that returns more often than it moves on is a tangle, and fails here."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SUMMARY = re.compile(r"^(airflow|dagster): (\d+) stops, (\d+) returns, (\d+) fil
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["airflow", "dagster"])
-def test_a_submission_enters_each_file_once(which: str) -> None:
+def test_a_submission_walks_forward_more_than_it_returns(which: str) -> None:
     # Its own interpreter, with none of this session's Airflow settings: the Airflow walk
     # configures Airflow through the environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -34,5 +35,5 @@ def test_a_submission_enters_each_file_once(which: str) -> None:
     found = SUMMARY.search(done.stdout)
     assert found is not None and found.group(1) == which, done.stdout[-3000:]
     stops, returns = int(found.group(2)), int(found.group(3))
-    assert returns == 0, done.stdout[found.start() :]
+    assert returns <= stops // 2, done.stdout[found.start() :]  # a loose bound
     assert stops >= 8, done.stdout[found.start() :]  # the walk saw the run's whole life
