@@ -6,6 +6,7 @@ side effect, not the API's view."""
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -250,4 +251,29 @@ def test_the_client_repairs_and_reads_each_task_by_its_newest_task_run(
         assert len(attempts) == 2
         assert train.gpu_hours == round(sum(a.gpu_hours() for a in attempts), 6)
         assert train.gpu_hours > round(attempts[-1].gpu_hours(), 6) > 0
+    assert [executions(tmp_path / k) for k in ("prep", "train", "evaluate")] == [1, 2, 1]
+
+
+def test_the_databricks_sdk_repairs_a_run(
+    workloads: Workloads, local_workspace, tmp_path: Path, monkeypatch
+) -> None:
+    from databricks.sdk import WorkspaceClient
+    from databricks.sdk.service import jobs
+
+    for name in ("DATABRICKS_CONFIG_PROFILE", "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    sdk = WorkspaceClient(host=local_workspace.host, token=local_workspace.token)
+    run_id = workloads.submit(*pipeline(workloads, tmp_path))
+    workloads.wait(run_id)
+    waiter = sdk.jobs.repair_run(run_id, rerun_tasks=["train"], rerun_dependent_tasks=True)
+    assert waiter.response.repair_id is not None
+    repaired = waiter.result(timeout=datetime.timedelta(seconds=60))
+    assert repaired.state is not None
+    assert repaired.state.result_state == jobs.RunResultState.SUCCESS
+    history = sdk.jobs.get_run(run_id, include_history=True).repair_history or []
+    assert [item.type for item in history] == [
+        jobs.RepairHistoryItemType.ORIGINAL,
+        jobs.RepairHistoryItemType.REPAIR,
+    ]
+    assert history[1].id == waiter.response.repair_id
     assert [executions(tmp_path / k) for k in ("prep", "train", "evaluate")] == [1, 2, 1]
