@@ -77,6 +77,12 @@ query RunEvents($runId: ID!) {
 }
 """
 
+CHILD_RUNS = """
+query ChildRuns($filter: RunsFilter!) {
+  runsOrError(filter: $filter) { __typename ... on Runs { results { runId status } } }
+}
+"""
+
 WORKSPACE_STATUS = """
 query Workspace {
   workspaceOrError {
@@ -110,6 +116,7 @@ class DagsterDeployment:
         database_dsn: str,
         code_location: Mapping[str, Any],
         extra_env: Mapping[str, str],
+        instance_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.root = root
         self.home = root / "dagster_home"
@@ -134,6 +141,8 @@ class DagsterDeployment:
                 "config": {"max_concurrent_runs": 2},
             },
             "telemetry": {"enabled": False},
+            # e.g. run_monitoring and run_retries, for the daemons that recover runs
+            **dict(instance_settings or {}),
         }
         (self.home / "dagster.yaml").write_text(yaml.safe_dump(instance))
         self.workspace_file = root / "workspace.yaml"
@@ -268,6 +277,12 @@ class DagsterDeployment:
                     f"statuses {seen}\n{self.run_messages(run_id)}\n{self.logs()}"
                 )
             time.sleep(0.5)
+
+    def child_runs(self, run_id: str) -> list[str]:
+        """The runs made from ``run_id`` (a run retry, a re-execution)."""
+        variables = {"filter": {"tags": [{"key": "dagster/parent_run_id", "value": run_id}]}}
+        found = self.graphql(CHILD_RUNS, variables)["runsOrError"]
+        return [str(r["runId"]) for r in found.get("results") or []]
 
     def run_messages(self, run_id: str, last: int = 40) -> str:
         events = self.graphql(RUN_EVENTS, {"runId": run_id})["logsForRun"].get("events") or []

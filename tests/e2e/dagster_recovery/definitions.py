@@ -1,0 +1,49 @@
+"""The code location of tests/e2e/test_dagster_run_retries.py: one asset whose training holds
+its GPU until the test lets it go, in a job whose runs are retried (``dagster/max_retries``)
+and failed by run monitoring once they outlive ``dagster/max_runtime``: a run worker killed
+while it waits is failed by the monitoring daemon and retried by the retries daemon."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from dagster_air import AirStage, AirWorkspace, build_air_assets
+
+# Every training appends to a file the test reads: trainings are counted by what ranks did.
+HELD_TRAINER = """\
+echo started >> "$COUNT_DIR/trained"
+while [ ! -e "$COUNT_DIR/release" ]; do sleep 0.2; done
+"""
+
+held = build_air_assets(
+    AirStage(
+        key="held",
+        workload={
+            "experiment_name": "held",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": HELD_TRAINER,
+            "env_variables": {"COUNT_DIR": os.environ["COUNT_DIR"]},
+        },
+    )
+)
+
+defs = dg.Definitions(
+    assets=[held],
+    jobs=[
+        dg.define_asset_job(
+            "held_job",
+            selection=[held],
+            # The steps run in the run worker: killing it kills the step that waits.
+            executor_def=dg.in_process_executor,
+            tags={"dagster/max_retries": "1", "dagster/max_runtime": os.environ["MAX_RUNTIME"]},
+        )
+    ],
+    resources={
+        "air_workspace": AirWorkspace(
+            host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.5
+        )
+    },
+)
