@@ -174,7 +174,19 @@ EXIT_CODES: Mapping[int, tuple[str, str, bool]] = {
 
 # Jobs API termination types: a client error is the workload's own (a retry repeats it).
 _CLIENT_ERROR = "CLIENT_ERROR"
-_UNINFORMATIVE_CODES = frozenset({"SUCCESS", "RUN_EXECUTION_ERROR", "", "USER_CANCELED"})
+# Termination codes that only restate the result (the command failed, a cancel, a skip):
+# they explain nothing the logs do not.
+_UNINFORMATIVE_CODES = frozenset(
+    {
+        "",
+        "SUCCESS",
+        "SUCCESS_WITH_FAILURES",
+        "RUN_EXECUTION_ERROR",
+        "USER_CANCELED",
+        "CANCELED",
+        "SKIPPED",
+    }
+)
 
 
 def match_signature(line: str) -> Signature | None:

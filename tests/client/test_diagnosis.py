@@ -103,6 +103,10 @@ def test_exit_codes_and_termination_reasons() -> None:
         "invalid run configuration (CLIENT_ERROR): The image main.ml.trainer:2 does not exist.; "
         "retries will not help"
     )
+    restated = {
+        "status": {"termination_details": {"code": "RUN_EXECUTION_ERROR", "type": "CLIENT_ERROR"}}
+    }
+    assert diagnose({}, termination=Termination.from_api(restated)) is None
     task = RunState.from_api({"run_id": 1, "tasks": [{"task_key": "t", "run_id": 2, **body}]})
     assert task.tasks[0].termination == Termination.from_api(body)
 
