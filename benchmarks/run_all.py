@@ -31,8 +31,9 @@ MODULES = {
     "P8": "benchmarks.p8_dagster",
     "P7": "benchmarks.p7_deployment",
     "P9": "benchmarks.p9_image_copy",
+    "P11_AIRFLOW": "benchmarks.p11_airflow_repair",
 }
-ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P11_AIRFLOW"]
 
 
 def _p1(r: dict[str, Any]) -> tuple[str, str]:
@@ -152,6 +153,16 @@ def _p9(r: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _p11_airflow(r: dict[str, Any]) -> tuple[str, str]:
+    before, after = r["before"], r["after"]
+    return (
+        "1.00x GPU-hours paid / needed after one stage fails once",
+        f"clear the failed stage {fmt(after['ratio_median'], 3)}x "
+        f"(executions {after['executions']}, {after['runs_created']} run) vs clear the submit "
+        f"task {fmt(before['ratio_median'], 3)}x (executions {before['executions']})",
+    )
+
+
 SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -162,6 +173,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P7": _p7,
     "P8": _p8,
     "P9": _p9,
+    "P11_AIRFLOW": _p11_airflow,
 }
 
 
