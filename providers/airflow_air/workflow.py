@@ -415,25 +415,30 @@ class StageRerun:
             )
         root_url = self.ti.xcom_pull(task_ids=submit_id, key=RUN_PAGE_URL_KEY) or ""
         rerun = self._newest_rerun(int(root))
-        if rerun is not None:
-            record = RunRecord(rerun.run_id, rerun.run_page_url, 0, 0)
-            since = rerun.at_ms
-        else:
-            record = RunRecord(int(root), root_url, 0, 0)
-            since = int(self.ti.xcom_pull(task_ids=submit_id, key=SUBMITTED_AT_KEY) or 0)
         cleared = clear_time_ms(self.ti)
-        if rerun is not None and (cleared is None or since >= cleared):
-            how = f"repair {rerun.repair_id}" if rerun.repair_id is not None else "a new run"
-            self.attempt.log.info(
-                "Stage %s re-runs in run %s (%s, with %s)",
-                self.stage,
-                rerun.run_id,
-                how,
-                ", ".join(rerun.task_keys),
-            )
-            return record, False
-        if is_first_try(self.attempt.context) or (cleared is not None and since >= cleared):
-            return record, False  # this try's run
+        if rerun is None:
+            record = RunRecord(int(root), root_url, 0, 0)
+        else:
+            record = RunRecord(rerun.run_id, rerun.run_page_url, 0, 0)
+            if cleared is None or rerun.at_ms >= cleared:  # re-run for this try
+                how = f"repair {rerun.repair_id}" if rerun.repair_id is not None else "a new run"
+                self.attempt.log.info(
+                    "Stage %s re-runs in run %s (%s, with %s)",
+                    self.stage,
+                    rerun.run_id,
+                    how,
+                    ", ".join(rerun.task_keys),
+                )
+                return record, False
+        if is_first_try(self.attempt.context):
+            return record, False  # the run this try was scheduled for
+        since = (
+            rerun.at_ms
+            if rerun is not None
+            else int(self.ti.xcom_pull(task_ids=submit_id, key=SUBMITTED_AT_KEY) or 0)
+        )
+        if cleared is not None and since >= cleared:
+            return record, False  # made after this try was asked for: its own
         return self._rerun(record, int(root))
 
     def _newest_rerun(self, root: int) -> Rerun | None:
