@@ -9,6 +9,8 @@ A block is a fenced block with an info string. What the tests do with it:
   with the reason the reader never sees: ``<!-- docs-test: skip REASON -->`` (still parsed:
   ``ast.parse``, ``bash -n`` and every ``airo`` command through the command line's parser), or
   ``<!-- docs-test: script TEST_FILE -->`` (a whole script that TEST_FILE runs as written).
+- ``<!-- docs-test: dag-test -->`` before a python block: the block is a Dag file; besides
+  being loaded, each Dag it defines runs with ``dag.test()`` against the local workspace.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ CODE = EXECUTED | LOADED
 DOCS_HOST = "http://127.0.0.1:8765"
 
 _FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
-_MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|script)\s*(?P<detail>.*?)\s*-->\s*$")
+_MARKER = re.compile(
+    r"<!--\s*docs-test:\s*(?P<kind>skip|script|dag-test)\s*(?P<detail>.*?)\s*-->\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Block:
     line: int
     language: str
     body: str
-    marker: str | None  # None, "skip" or "script"
+    marker: str | None  # None, "skip", "script" or "dag-test"
     detail: str  # the reason (skip) or the test file that runs it (script)
 
     @property

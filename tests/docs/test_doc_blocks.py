@@ -42,6 +42,8 @@ SLOW_WORDS = ("airflow", "dagster", "python -m")
 
 
 def _is_slow(block: Block) -> bool:
+    if block.marker == "dag-test":
+        return True
     if block.marker is not None or block.language not in EXECUTED:
         return False
     if block.language == "python":
@@ -164,7 +166,8 @@ def test_yaml_and_json_blocks_load(block: Block) -> None:
 
 
 @pytest.mark.parametrize(
-    "block", [_param(b) for b in BLOCKS if b.marker is None and b.language == "python"]
+    "block",
+    [_param(b) for b in BLOCKS if b.marker in (None, "dag-test") and b.language == "python"],
 )
 def test_python_blocks_run(block: Block, home: Path, docs_workspace: LocalWorkspace) -> None:
     program = Path.cwd() / "block.py"
@@ -218,14 +221,102 @@ def test_shell_blocks_run(
             run_id = out.split()[1].rstrip(":")
 
 
+# Runs each Dag the file defines with dag.test(), as a Dag's author tries it.
+DAG_TEST_DRIVER = """
+import sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
+assert not bag.import_errors, bag.import_errors
+assert bag.dags, "the block defines no Dag"
+for dag in bag.dags.values():
+    run = dag.test()
+    print("dag.test()", dag.dag_id, run.state)
+    assert run.state == "success", f"{dag.dag_id}: {run.state}"
+"""
+
+
+def _airflow_env(home: Path) -> dict[str, str]:
+    from cryptography.fernet import Fernet
+
+    return {
+        "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+    }
+
+
+@pytest.fixture(scope="session")
+def airflow_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty Airflow metadata database, migrated once; each Dag block gets a copy."""
+    home = tmp_path_factory.mktemp("airflow-template")
+    (home / "airflow").mkdir()
+    env = {**_environment(home), **_airflow_env(home)}
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    out = subprocess.run(
+        [airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return home / "airflow" / "airflow.db"
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.marker == "dag-test"])
+def test_dag_blocks_run_with_dag_test(
+    block: Block, home: Path, docs_workspace: LocalWorkspace, airflow_database: Path
+) -> None:
+    """The Dag file of the block in a Dag folder (its workloads/ the repository's dags/
+    workloads), the connections a deployment would hold (databricks_default to the
+    workspace, hf_default for secret_env), and the secrets the examples' workloads name."""
+    import shutil
+
+    from air_runtime import AirClient
+    from demo.pipeline import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
+
+    with AirClient(docs_workspace.host, docs_workspace.token) as client:
+        store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
+    dag_folder = Path.cwd() / "dag_folder"
+    dag_folder.mkdir()
+    (dag_folder / "workloads").symlink_to(ROOT / "dags" / "workloads")
+    (dag_folder / "block_dag.py").write_text(block.body)
+    (home / "airflow").mkdir()
+    shutil.copy(airflow_database, home / "airflow" / "airflow.db")
+    env = {
+        **_environment(home),
+        **_airflow_env(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder),
+        "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "0.5",
+        # dag.test() runs triggers in this process, no scheduler to race with.
+        "AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY": "0.1",
+        "AIRFLOW_CONN_DATABRICKS_DEFAULT": json.dumps(
+            {
+                "conn_type": "databricks",
+                "host": docs_workspace.host,
+                "password": docs_workspace.token,
+            }
+        ),
+        "AIRFLOW_CONN_HF_DEFAULT": json.dumps({"conn_type": "generic", "password": "placeholder"}),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", DAG_TEST_DRIVER, str(dag_folder / "block_dag.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, f"{block.id}\n{out.stdout[-3000:]}\n{out.stderr[-4000:]}"
+    assert out.stdout.count("dag.test()") >= 1
+
+
 def test_every_code_block_runs_or_says_why_not() -> None:
     """The counts the pages are held to: a code block runs, or is marked with its reason."""
-    executed = [b for b in BLOCKS if b.marker is None and b.language in EXECUTED]
+    executed = [b for b in BLOCKS if b.marker in (None, "dag-test") and b.language in EXECUTED]
     marked = [b for b in BLOCKS if b.marker == "skip"]
     assert all(b.detail for b in marked)
     assert len(executed) > len(marked), "most examples must run"
     print(
         f"\n{len(BLOCKS)} code blocks: {len(executed)} executed, "
+        f"({sum(b.marker == 'dag-test' for b in BLOCKS)} of them Dags run with dag.test()), "
         f"{sum(b.marker == 'script' for b in BLOCKS)} run by the test they name, "
         f"{sum(b.marker is None and b.language not in EXECUTED for b in BLOCKS)} loaded, "
         f"{len(marked)} marked not runnable (parsed)"
