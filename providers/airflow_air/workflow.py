@@ -476,6 +476,7 @@ class StageRerun:
                 continue
             rerun = self._stages_to_rerun(state)
             kept = [t.task_key for t in state.tasks if t.is_success]
+            self._restore_secrets(rerun)
             try:
                 repair_id = self.client.repair_run(
                     run_id, rerun, latest_repair_id=state.latest_repair_id
@@ -499,6 +500,28 @@ class StageRerun:
             )
             return record, False
         raise RuntimeError(f"run {run_id} kept changing while stage {self.stage} was re-run")
+
+    def _restore_secrets(self, rerun: list[str]) -> None:
+        """Write the ``secret_env`` values of the stages to re-run again, under the keys their
+        task in the run reads: the run's keys were deleted when it ended, and a repaired task
+        reads them again when its containers start. The stage that sees the repaired run end
+        deletes them, as after any run."""
+        from airflow_air._secret_env import resolve_secret_env
+        from airflow_air._task_run import secret_scope_of, workflow_stages
+
+        stages = workflow_stages(self.task)
+        if not any(s.secret_env for s in stages if (s.workflow_task_key or s.task_id) in rerun):
+            return
+        submission = self.attempt.submission or self.attempt.open_submission()
+        for op, rendered, stage in self.submit.rerun_plan(self.attempt.context, rerun):
+            references = rendered["secret_env"] or {}
+            if references:
+                submission.store(
+                    self.client,
+                    resolve_secret_env(references),
+                    scope=secret_scope_of(op, rendered["secret_scope"]),
+                    stage=stage.task_key,
+                )
 
     def _stages_to_rerun(self, state: RunState) -> list[str]:
         """This stage, and every other stage that did not succeed in the run and whose task

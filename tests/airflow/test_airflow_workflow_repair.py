@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_runs import load_test_dag, task_states, xcom
+from airflow_runs import load_test_dag, scope_keys, task_states, xcom
 from conftest import connection_json
 
 from air_runtime import AirClient
@@ -216,3 +216,17 @@ def test_stages_cleared_together_make_one_repair(workspace, task_log, tmp_path):
     assert task_log.text().count(f"repairing run {run_id}: re-running") == 1
     assert "re-running train_a, train_b, evaluate; prep succeeded and is kept" in task_log.text()
     assert workspace.admin.counters()["runs_created"] == 1
+
+
+def test_a_repaired_stage_reads_its_secrets_again(workspace, monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", "repair-secret-value")
+    dag = load_test_dag("air_test_workflow_repair_secret", DAG_FILE)
+    dag_run = dag.test(run_conf={"dir": str(tmp_path)})
+    assert executions(tmp_path) == {"prep": 1, "train": 1, "evaluate": 0}
+    assert scope_keys(workspace, "air-tests-repair") == []  # deleted once the run ended
+
+    clear_with_downstream(dag.dag_id, dag_run.run_id, "pipeline.train")
+    assert run_dag_run(dag, dag_run.run_id) == "success"
+
+    assert executions(tmp_path) == {"prep": 1, "train": 2, "evaluate": 1}
+    assert scope_keys(workspace, "air-tests-repair") == []  # and again after the repair

@@ -91,3 +91,27 @@ with (
     )
     evaluate = AirRunOperator(task_id="evaluate", workload=workload("evaluate"), poll_interval=0.2)
     prep >> [train_a, train_b] >> evaluate
+
+# Train reads a secret: a repair must find it again (the run's keys go when the run ends).
+with (
+    DAG(
+        "air_test_workflow_repair_secret",
+        schedule=None,
+        start_date=START,
+        params={"dir": "/nonexistent"},
+    ) as secret_dag,
+    AirWorkflowTaskGroup("pipeline", run_name="air_test_workflow_repair_secret"),
+):
+    prep = AirRunOperator(task_id="prep", workload=workload("prep"), poll_interval=0.2)
+    train = AirRunOperator(
+        task_id="train",
+        workload={
+            **workload("train", fail_first=True),
+            "command": '[ -n "$API_KEY" ] || exit 7; ' + counted("train", fail_first=True),
+        },
+        poll_interval=0.2,
+        secret_env={"API_KEY": "var:air_test_api_key"},
+        secret_scope="air-tests-repair",
+    )
+    evaluate = AirRunOperator(task_id="evaluate", workload=workload("evaluate"), poll_interval=0.2)
+    prep >> train >> evaluate
