@@ -151,7 +151,7 @@ class RunFailed(AirError):
 
 
 class RunTimeout(AirError):
-    """The caller's deadline passed before the run ended."""
+    """The caller's deadline passed before the run (or an image registration) ended."""
 
     def __init__(self, message: str, *, run_id: int | None = None) -> None:
         super().__init__(message)

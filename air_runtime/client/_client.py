@@ -450,11 +450,17 @@ class AirClient(_BaseClient, SyncOperations):
         *,
         timeout: float | None = None,
         poll_interval: float | None = None,
+        on_update: Callable[[ImageRegistration], None] | None = None,
     ) -> ImageRegistration:
+        """Wait until ``ref`` is AVAILABLE: ``ConfigurationError`` when it is not registered
+        or its registration FAILED, ``RunTimeout`` after ``timeout`` seconds; ``on_update``
+        sees each registration read."""
         from . import _images
 
         return self._run(
-            _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
+            _images.wait_for_image(
+                self._core, ref, timeout=timeout, poll_interval=poll_interval, on_update=on_update
+            )
         )
 
     def check_image_access(self, ref: str) -> bool | None:
@@ -789,11 +795,17 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         *,
         timeout: float | None = None,
         poll_interval: float | None = None,
+        on_update: Callable[[ImageRegistration], None] | None = None,
     ) -> ImageRegistration:
+        """Wait until ``ref`` is AVAILABLE: ``ConfigurationError`` when it is not registered
+        or its registration FAILED, ``RunTimeout`` after ``timeout`` seconds; ``on_update``
+        sees each registration read."""
         from . import _images
 
         return await self._run(
-            _images.wait_for_image(self._core, ref, timeout=timeout, poll_interval=poll_interval)
+            _images.wait_for_image(
+                self._core, ref, timeout=timeout, poll_interval=poll_interval, on_update=on_update
+            )
         )
 
     async def check_image_access(self, ref: str) -> bool | None:

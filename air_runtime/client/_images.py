@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._docker_credentials import DockerCredential, find_docker_credentials
 from .._docker_ref import DockerRefError, normalize_docker_ref
-from .._errors import AirError, AuthError, ConfigurationError, NotFound
+from .._errors import AirError, AuthError, ConfigurationError, NotFound, RunTimeout
 from ._core import ClientCore, Flow, ImageRegistration, Sleep, gather, offload
 from ._identity import whoami
 from ._secrets import ensure_secret_scope, put_secret, secret_key_name, secret_scope_name
@@ -187,7 +187,11 @@ def wait_for_image(
     *,
     timeout: float | None = None,
     poll_interval: float | None = None,
+    on_update: Callable[[ImageRegistration], None] | None = None,
 ) -> Flow[ImageRegistration]:
+    """The registration once AVAILABLE. Not registered or FAILED: ``ConfigurationError`` (a
+    retry cannot help); still importing after ``timeout`` (``math.inf``: no limit):
+    ``RunTimeout``. The one wait of the sync and async clients and the Airflow trigger."""
     timeout = IMAGE_WAIT_TIMEOUT_S if timeout is None else timeout
     poll_interval = IMAGE_POLL_INTERVAL_S if poll_interval is None else poll_interval
     url = normal_image(reference)
@@ -196,6 +200,8 @@ def wait_for_image(
         registration = yield from get_image(core, url)
         if registration is None:
             raise ConfigurationError(f"{url} is not registered: {register_command(url)}")
+        if on_update is not None:
+            on_update(registration)
         if registration.is_available:
             return registration
         if registration.state == "FAILED":
@@ -205,7 +211,7 @@ def wait_for_image(
         remaining = deadline - time.monotonic()
         logger.info("Docker image %s is still %s; checking again", url, registration.state)
         if remaining <= 0:
-            raise ConfigurationError(
+            raise RunTimeout(
                 f"{url} is still {registration.state} after {timeout:g}s; registration takes "
                 "minutes for large images: wait longer and check again"
             )

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -479,28 +480,28 @@ class AirImageTrigger(BaseTrigger):
         yield TriggerEvent(payload)
 
     async def _poll(self, client: AsyncAirClient) -> dict[str, Any]:
-        seen = None
-        while True:
-            registration = await client.get_image(self.image)
-            if registration is None:
-                return {"status": "failed", "message": f"{self.image} is not registered"}
-            if registration.state != seen:
-                seen = registration.state
-                self.log.info("Image %s: %s %s", self.image, seen, registration.status_message)
-            found = {"state": registration.state, "digest": registration.digest}
-            if registration.is_available:
-                return {"status": "success", **found}
-            if registration.state == "FAILED":
-                reason = registration.status_message or "no reason given"
-                return {"status": "failed", "message": f"registration FAILED: {reason}", **found}
-            pause = self.poll_interval
-            if self.deadline is not None:
-                remaining = self.deadline - time.time()
-                if remaining <= 0:
-                    return {
-                        "status": "timeout",
-                        "message": f"{self.image} is still {seen} at the deadline",
-                        **found,
-                    }
-                pause = min(pause, remaining)
-            await asyncio.sleep(pause)
+        """The client's own wait (``wait_for_image``), its outcome as the event's status."""
+        from air_runtime import ConfigurationError, RunTimeout
+
+        last: list[Any] = []
+
+        def note(registration: Any) -> None:
+            if not last or registration.state != last[0].state:
+                self.log.info(
+                    "Image %s: %s %s", self.image, registration.state, registration.status_message
+                )
+            last[:] = [registration]
+
+        def found() -> dict[str, Any]:
+            return {"state": last[0].state, "digest": last[0].digest} if last else {}
+
+        timeout = math.inf if self.deadline is None else self.deadline - time.time()
+        try:
+            done = await client.wait_for_image(
+                self.image, timeout=timeout, poll_interval=self.poll_interval, on_update=note
+            )
+        except RunTimeout as exc:
+            return {"status": "timeout", "message": str(exc), **found()}
+        except ConfigurationError as exc:  # not registered, or FAILED
+            return {"status": "failed", "message": str(exc), **found()}
+        return {"status": "success", "state": done.state, "digest": done.digest}
