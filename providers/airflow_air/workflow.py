@@ -344,6 +344,8 @@ class Rerun:
     root_run_id: int
     at_ms: int
     repair_id: int | None = None
+    # A new run: the stage task that submitted it, whose submission holds its secret keys.
+    submitted_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "task_keys": list(self.task_keys)}
@@ -361,6 +363,7 @@ class Rerun:
                 root_run_id=int(raw["root_run_id"]),
                 at_ms=int(raw["at_ms"]),
                 repair_id=None if repair_id is None else int(repair_id),
+                submitted_by=raw.get("submitted_by") or None,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -420,6 +423,9 @@ class StageRerun:
             record = RunRecord(int(root), root_url, 0, 0)
         else:
             record = RunRecord(rerun.run_id, rerun.run_page_url, 0, 0)
+            if rerun.submitted_by:  # a new run: its secret keys are that task's submission's
+                self.attempt.submit_task_id = rerun.submitted_by
+                self.attempt.submission = None
             if cleared is None or rerun.at_ms >= cleared:  # re-run for this try
                 how = f"repair {rerun.repair_id}" if rerun.repair_id is not None else "a new run"
                 self.attempt.log.info(
@@ -493,6 +499,9 @@ class StageRerun:
                     return record, False
                 if not newer.is_terminal:
                     continue  # another repair is going: wait for it, then repair
+                restored = self.attempt.submission
+                if restored is not None and restored.scopes:  # no task of the run reads them
+                    restored.attach(run_id).finish(self.client, newer)
                 return self._resubmit(run_id, rerun, kept, root, str(refused)), True
             log.info("repairing run %s: re-running %s; %s", run_id, ", ".join(rerun), _kept(kept))
             self._remember(
@@ -584,7 +593,18 @@ class StageRerun:
             run_name=group.run_name or group.group_id,
         )
         self.attempt.own_run = own.own_run
-        self._remember(Rerun(found.run_id, found.run_page_url, tuple(rerun), root, _now_ms()))
+        # This try's keys are now those of the new run (``_finish`` deletes them).
+        self.attempt.submission, self.attempt.submit_task_id = submission, self.task.task_id
+        self._remember(
+            Rerun(
+                found.run_id,
+                found.run_page_url,
+                tuple(rerun),
+                root,
+                _now_ms(),
+                submitted_by=self.task.task_id,
+            )
+        )
         return RunRecord(found.run_id, found.run_page_url, 0, 0)
 
     def _remember(self, rerun: Rerun) -> None:

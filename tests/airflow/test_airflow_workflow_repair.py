@@ -230,3 +230,17 @@ def test_a_repaired_stage_reads_its_secrets_again(workspace, monkeypatch, tmp_pa
 
     assert executions(tmp_path) == {"prep": 1, "train": 2, "evaluate": 1}
     assert scope_keys(workspace, "air-tests-repair") == []  # and again after the repair
+
+
+def test_a_new_run_of_the_cleared_stages_gets_their_secrets_and_deletes_them(
+    refusing_workspace, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("AIRFLOW_VAR_AIR_TEST_API_KEY", "repair-secret-value")
+    dag = load_test_dag("air_test_workflow_repair_secret", DAG_FILE)
+    dag_run = dag.test(run_conf={"dir": str(tmp_path)})
+    clear_with_downstream(dag.dag_id, dag_run.run_id, "pipeline.train")
+    assert run_dag_run(dag, dag_run.run_id) == "success"
+
+    assert executions(tmp_path) == {"prep": 1, "train": 2, "evaluate": 1}
+    assert refusing_workspace.admin.counters()["runs_created"] == 2
+    assert scope_keys(refusing_workspace, "air-tests-repair") == []
