@@ -11,6 +11,8 @@ A block is a fenced block with an info string. What the tests do with it:
   ``<!-- docs-test: script TEST_FILE -->`` (a whole script that TEST_FILE runs as written).
 - ``<!-- docs-test: dag-test -->`` before a python block: the block is a Dag file; besides
   being loaded, each Dag it defines runs with ``dag.test()`` against the local workspace.
+- ``<!-- docs-test: materialize -->`` before a python block: the block defines Dagster
+  ``defs``; after it runs, every asset of ``defs`` is materialized against the local workspace.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ DOCS_HOST = "http://127.0.0.1:8765"
 
 _FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
 _MARKER = re.compile(
-    r"<!--\s*docs-test:\s*(?P<kind>skip|script|dag-test)\s*(?P<detail>.*?)\s*-->\s*$"
+    r"<!--\s*docs-test:\s*(?P<kind>skip|script|dag-test|materialize)\s*(?P<detail>.*?)\s*-->\s*$"
 )
 
 
@@ -38,7 +40,7 @@ class Block:
     line: int
     language: str
     body: str
-    marker: str | None  # None, "skip", "script" or "dag-test"
+    marker: str | None  # None, "skip", "script", "dag-test" or "materialize"
     detail: str  # the reason (skip) or the test file that runs it (script)
 
     @property

@@ -35,6 +35,8 @@ from air_runtime.local import LocalWorkspace, start_local_workspace
 
 BLOCKS = all_blocks()
 GPU_POOLS = [{"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}]
+# Markers of blocks that run (the others are parsed or loaded only).
+RUNS = (None, "dag-test", "materialize")
 SHELL_SYNTAX = (">", "|", "$(", "&&", ";", "`")
 # Blocks that start Airflow or Dagster (imports of seconds, DagBags, definitions) or a
 # process per command are slow by the rule of tests/conftest.py.
@@ -42,7 +44,7 @@ SLOW_WORDS = ("airflow", "dagster", "python -m")
 
 
 def _is_slow(block: Block) -> bool:
-    if block.marker == "dag-test":
+    if block.marker in ("dag-test", "materialize"):
         return True
     if block.marker is not None or block.language not in EXECUTED:
         return False
@@ -165,21 +167,47 @@ def test_yaml_and_json_blocks_load(block: Block) -> None:
         _validate_yaml(block)
 
 
+# Appended to a block marked `materialize`: every asset of its `defs`, in this process.
+MATERIALIZE = """
+
+result = defs.resolve_implicit_global_asset_job_def().execute_in_process()
+assert result.success
+materialized = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
+assert materialized, "nothing was materialized"
+print("materialized", materialized)
+"""
+
+
 @pytest.mark.parametrize(
     "block",
-    [_param(b) for b in BLOCKS if b.marker in (None, "dag-test") and b.language == "python"],
+    [_param(b) for b in BLOCKS if b.marker in RUNS and b.language == "python"],
 )
 def test_python_blocks_run(block: Block, home: Path, docs_workspace: LocalWorkspace) -> None:
+    env = _environment(home)
     program = Path.cwd() / "block.py"
-    program.write_text(block.body.replace(DOCS_HOST, docs_workspace.host))
+    code = block.body.replace(DOCS_HOST, docs_workspace.host)
+    if block.marker == "materialize":
+        _store_example_secrets(docs_workspace)
+        code += MATERIALIZE
+        # What AirWorkspace() and the pages' EnvVar read: the workspace to run on.
+        env.update(DATABRICKS_HOST=docs_workspace.host, DATABRICKS_TOKEN=docs_workspace.token)
+    program.write_text(code)
     out = subprocess.run(
-        [sys.executable, str(program)],
-        env=_environment(home),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=900
     )
     assert out.returncode == 0, f"{block.id}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    if block.marker == "materialize":
+        assert "materialized [" in out.stdout, out.stdout[-2000:]
+
+
+def _store_example_secrets(workspace: LocalWorkspace) -> None:
+    """The secret the examples' RL workloads name (research/hf_token), as a user creates it
+    once in their workspace."""
+    from air_runtime import AirClient
+    from demo.pipeline import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
+
+    with AirClient(workspace.host, workspace.token) as client:
+        store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
 
 
 @pytest.mark.parametrize(
@@ -270,11 +298,7 @@ def test_dag_blocks_run_with_dag_test(
     workspace, hf_default for secret_env), and the secrets the examples' workloads name."""
     import shutil
 
-    from air_runtime import AirClient
-    from demo.pipeline import EVALUATE_YAML, TRAIN_YAML, store_placeholder_secrets
-
-    with AirClient(docs_workspace.host, docs_workspace.token) as client:
-        store_placeholder_secrets(client, (TRAIN_YAML, EVALUATE_YAML))
+    _store_example_secrets(docs_workspace)
     dag_folder = Path.cwd() / "dag_folder"
     dag_folder.mkdir()
     (dag_folder / "workloads").symlink_to(ROOT / "dags" / "workloads")
@@ -310,13 +334,14 @@ def test_dag_blocks_run_with_dag_test(
 
 def test_every_code_block_runs_or_says_why_not() -> None:
     """The counts the pages are held to: a code block runs, or is marked with its reason."""
-    executed = [b for b in BLOCKS if b.marker in (None, "dag-test") and b.language in EXECUTED]
+    executed = [b for b in BLOCKS if b.marker in RUNS and b.language in EXECUTED]
     marked = [b for b in BLOCKS if b.marker == "skip"]
     assert all(b.detail for b in marked)
     assert len(executed) > len(marked), "most examples must run"
     print(
         f"\n{len(BLOCKS)} code blocks: {len(executed)} executed, "
-        f"({sum(b.marker == 'dag-test' for b in BLOCKS)} of them Dags run with dag.test()), "
+        f"({sum(b.marker == 'dag-test' for b in BLOCKS)} of them Dags run with dag.test(), "
+        f"{sum(b.marker == 'materialize' for b in BLOCKS)} Dagster definitions materialized), "
         f"{sum(b.marker == 'script' for b in BLOCKS)} run by the test they name, "
         f"{sum(b.marker is None and b.language not in EXECUTED for b in BLOCKS)} loaded, "
         f"{len(marked)} marked not runnable (parsed)"
