@@ -17,12 +17,14 @@ from air_runtime.local import start_local_workspace
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 STAGES = ("prep", "train", "evaluate")
+PARALLEL = ("prep", "train_a", "train_b", "evaluate")
+DAGS = ("air_repair", "air_repair_refused", "air_repair_parallel")
 
 
-def executions(folder: Path) -> dict[str, int]:
+def executions(folder: Path, stages: tuple[str, ...] = STAGES) -> dict[str, int]:
     return {
         stage: len((folder / stage).read_text().splitlines()) if (folder / stage).exists() else 0
-        for stage in STAGES
+        for stage in stages
     }
 
 
@@ -42,15 +44,17 @@ def own_database(postgres: str, name: str) -> str:
     return f"{postgres}/{name}"
 
 
-def clear_with_downstream(deployment: AirflowDeployment, dag_id: str, run_id: str) -> None:
-    """What the UI's "Clear" on the failed stage with "Downstream" sends."""
+def clear_with_downstream(
+    deployment: AirflowDeployment, dag_id: str, run_id: str, task_ids: list[str]
+) -> None:
+    """What the UI's "Clear" on failed stages with "Downstream" sends."""
     deployment.api(
         "POST",
         f"/dags/{dag_id}/clearTaskInstances",
         json={
             "dry_run": False,
             "dag_run_id": run_id,
-            "task_ids": ["pipeline.train"],
+            "task_ids": task_ids,
             "include_downstream": True,
             "include_upstream": False,
             "only_failed": False,
@@ -83,8 +87,8 @@ def test_clearing_a_failed_stage_repairs_or_reruns_only_it(
                 "password": refusing.token,
             },
         )
-        deployment.wait_for_dags(["air_repair", "air_repair_refused"])
-        folders = {dag_id: tmp_path / dag_id for dag_id in ("air_repair", "air_repair_refused")}
+        deployment.wait_for_dags(list(DAGS))
+        folders = {dag_id: tmp_path / dag_id for dag_id in DAGS}
         runs = {}
         for dag_id, folder in folders.items():
             folder.mkdir()
@@ -93,21 +97,41 @@ def test_clearing_a_failed_stage_repairs_or_reruns_only_it(
         assert {k: v["state"] for k, v in states.items()} == {
             run: "failed" for run in runs.items()
         }, deployment.diagnose(list(runs.items()))
-        for folder in folders.values():
-            assert executions(folder) == {"prep": 1, "train": 1, "evaluate": 0}
+        for dag_id, folder in folders.items():
+            if dag_id == "air_repair_parallel":
+                assert executions(folder, PARALLEL) == {
+                    "prep": 1,
+                    "train_a": 1,
+                    "train_b": 1,
+                    "evaluate": 0,
+                }
+            else:
+                assert executions(folder) == {"prep": 1, "train": 1, "evaluate": 0}
 
         first_runs = {
             dag_id: deployment.xcom(dag_id, run_id, "pipeline.submit", "run_id")
             for dag_id, run_id in runs.items()
         }
+        # Repairs answered late: the two parallel stages cleared together both read the run
+        # before either repair is made, and still make one.
+        local_workspace.admin.set_faults({"jobs/runs/repair": {"latency_ms": 3000}})
         for dag_id, run_id in runs.items():
-            clear_with_downstream(deployment, dag_id, run_id)
+            stages = ["train_a", "train_b"] if dag_id == "air_repair_parallel" else ["train"]
+            clear_with_downstream(deployment, dag_id, run_id, [f"pipeline.{s}" for s in stages])
         states = deployment.wait_for_runs(list(runs.items()), timeout=240)
         assert {k: v["state"] for k, v in states.items()} == {
             run: "success" for run in runs.items()
         }, deployment.diagnose(list(runs.items()))
-        for folder in folders.values():
-            assert executions(folder) == {"prep": 1, "train": 2, "evaluate": 1}
+        for dag_id, folder in folders.items():
+            if dag_id == "air_repair_parallel":
+                assert executions(folder, PARALLEL) == {
+                    "prep": 1,
+                    "train_a": 2,
+                    "train_b": 2,
+                    "evaluate": 1,
+                }
+            else:
+                assert executions(folder) == {"prep": 1, "train": 2, "evaluate": 1}
 
         # Repaired: one run, with one repair of train and evaluate.
         dag_id, run_id = "air_repair", runs["air_repair"]
@@ -131,6 +155,17 @@ def test_clearing_a_failed_stage_repairs_or_reruns_only_it(
             second = client.get_run(stage_runs["train"])
         assert second.is_success and [t.task_key for t in second.tasks] == ["train", "evaluate"]
         assert refusing.admin.counters()["runs_created"] == 2
+
+        # Cleared together: one repair of both stages (and evaluate).
+        dag_id, run_id = "air_repair_parallel", runs["air_repair_parallel"]
+        state = workspace_client.get_run(first_runs[dag_id], include_history=True)
+        assert state.is_success
+        assert [r.repair_id is not None for r in state.repairs] == [False, True]
+        logs = "\n".join(
+            task_log_text(deployment, dag_id, run_id, f"pipeline.{s}")
+            for s in ("train_a", "train_b")
+        )
+        assert logs.count(f"repairing run {first_runs[dag_id]}: re-running") == 1, logs[-4000:]
     finally:
         deployment.stop()
         refusing.stop()

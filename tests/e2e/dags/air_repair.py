@@ -56,3 +56,21 @@ for dag_id, conn_id in (
             task_id="evaluate", workload=_workload("evaluate"), databricks_conn_id=conn_id
         )
         prep >> train >> evaluate
+
+# Two stages in parallel, both failing once, cleared together: one repair of both.
+with (
+    DAG(
+        "air_repair_parallel",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["e2e"],
+        params={"dir": "/nonexistent"},
+    ),
+    AirWorkflowTaskGroup("pipeline", run_name="air_repair_parallel"),
+):
+    prep = AirRunOperator(task_id="prep", workload=_workload("prep"))
+    train_a = AirRunOperator(task_id="train_a", workload=_workload("train_a", fail_first=True))
+    train_b = AirRunOperator(task_id="train_b", workload=_workload("train_b", fail_first=True))
+    evaluate = AirRunOperator(task_id="evaluate", workload=_workload("evaluate"))
+    prep >> [train_a, train_b] >> evaluate
