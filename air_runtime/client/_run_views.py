@@ -339,6 +339,8 @@ def training_progress(
     MLflow run from runs/get-output, then ``mlflow_progress``. None for an ended attempt,
     or when the attempt logs no progress."""
     state = run if isinstance(run, RunState) else (yield from _state_of(core, run))
+    if not state.attempts and not state.is_terminal:
+        state = yield from _state_of(core, state.run_id)  # a runs/list entry has no tasks
     attempts = state.task_attempts(task_key) if task_key is not None else state.attempts
     if task_key is None and len(state.tasks) != 1:
         return None

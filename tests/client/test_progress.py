@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from air_runtime import AirClient, TrainingProgress, compute_progress
+from air_runtime import AirClient, RunState, TrainingProgress, compute_progress
 from air_runtime._progress import MetricPoint, coarse_duration
 from air_runtime.cli import main as airo
 
@@ -137,6 +137,8 @@ def test_airo_get_and_list_show_the_progress_a_rank_logs(workspace_factory, tmp_
             assert client.training_progress(run_id) == TrainingProgress(10, 90)
             state = client.get_run(run_id)
             assert client.training_progress(state) == TrainingProgress(10, 90)
+            listed = RunState(run_id, state.life_cycle_state)  # as runs/list has it: no tasks
+            assert client.training_progress(listed) == TrainingProgress(10, 90)
 
         assert airo(["get", str(run_id), "--json", *auth]) == 0
         got = json.loads(capsys.readouterr().out)
