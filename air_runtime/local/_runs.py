@@ -209,14 +209,16 @@ class RunEngine:
                         state_message=RESTART_MESSAGE,
                         end_time=now_ms(),
                     )
-            self.store.update_run(
-                run_id,
-                life_cycle_state="INTERNAL_ERROR",
-                result_state="FAILED",
-                state_message=RESTART_MESSAGE,
-                end_time=now_ms(),
-                active=0,
-            )
+            ended = {
+                "life_cycle_state": "INTERNAL_ERROR",
+                "result_state": "FAILED",
+                "state_message": RESTART_MESSAGE,
+                "end_time": now_ms(),
+            }
+            repair_id = self.store.latest_repair_id(run_id)
+            if repair_id is not None:  # the repair under way ended with it
+                self.store.update_repair(repair_id, **ended)
+            self.store.update_run(run_id, **ended, active=0)
         _kill_orphans(orphan_ids, self.instance_id)
 
     def start(self, run_id: int) -> None:

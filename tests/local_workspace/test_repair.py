@@ -206,21 +206,36 @@ def test_a_workspace_can_refuse_every_repair(tmp_path: Path) -> None:
         workspace.stop()
 
 
-def test_repairs_survive_a_restart(tmp_path: Path) -> None:
+def test_repairs_survive_a_restart_and_one_under_way_ends_with_it(tmp_path: Path) -> None:
     data_dir = tmp_path / "ws"
+    go = tmp_path / "go"
     workspace = start_local_workspace(data_dir=data_dir, token="t")
     with _api_client(workspace) as api:
         workloads = Workloads(workspace, api)
-        run_id = workloads.submit(workloads.command_task("exit 1", key="only"))
+        # Fails at once the first time; the second time waits for a file that never comes.
+        command = (
+            f'if [ -f "{tmp_path}/once" ]; then while [ ! -f "{go}" ]; do sleep 0.05; done; '
+            f'else touch "{tmp_path}/once"; exit 1; fi'
+        )
+        run_id = workloads.submit(workloads.command_task(command, key="only"))
         workloads.wait(run_id)
-        repair_id = repair(api, run_id, rerun_tasks=["only"]).json()["repair_id"]
-        workloads.wait(run_id)
+        first = repair(api, run_id, rerun_tasks=["only"]).json()["repair_id"]
+        workloads.wait_for(run_id, "RUNNING")
     workspace.stop()
     workspace = start_local_workspace(data_dir=data_dir, token="t")
     try:
         with _api_client(workspace) as api:
-            history = with_history(api, run_id)["repair_history"]
-            assert [item.get("id") for item in history] == [None, repair_id]
+            run = with_history(api, run_id)
+            assert run["state"]["life_cycle_state"] == "INTERNAL_ERROR"
+            history = run["repair_history"]
+            assert [item.get("id") for item in history] == [None, first]
+            assert history[1]["state"]["life_cycle_state"] == "INTERNAL_ERROR"
+            assert history[1]["end_time"] > 0
+            # An ended run can be repaired again, naming the repair it knows.
+            again = repair(api, run_id, rerun_tasks=["only"], latest_repair_id=first)
+            assert again.status_code == 200, again.text
+            go.touch()
+            assert Workloads(workspace, api).wait(run_id)["state"]["result_state"] == "SUCCESS"
     finally:
         workspace.stop()
 
