@@ -292,3 +292,25 @@ def test_the_databricks_sdk_repairs_a_run(
     ]
     assert history[1].id == waiter.response.repair_id
     assert [executions(tmp_path / k) for k in ("prep", "train", "evaluate")] == [1, 2, 1]
+
+
+def test_the_async_client_repairs_too(
+    workloads: Workloads, local_workspace, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from air_runtime import AsyncAirClient
+
+    run_id = workloads.submit(*pipeline(workloads, tmp_path))
+    workloads.wait(run_id)
+
+    async def repair_and_wait() -> tuple[int, int | None, bool]:
+        async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+            repair_id = await client.repair_run(run_id, ["train", "evaluate"])
+            ended = await client.wait(run_id, timeout=60)
+            history = await client.get_run(run_id, include_history=True)
+            return repair_id, history.latest_repair_id, ended.is_success
+
+    repair_id, latest, succeeded = asyncio.run(repair_and_wait())
+    assert latest == repair_id and succeeded
+    assert [executions(tmp_path / k) for k in ("prep", "train", "evaluate")] == [1, 2, 1]
