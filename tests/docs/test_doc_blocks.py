@@ -34,7 +34,13 @@ from air_runtime.cli import main as airo
 from air_runtime.local import LocalWorkspace, start_local_workspace
 
 BLOCKS = all_blocks()
-GPU_POOLS = [{"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}]
+# The GPU pools the pages name: the local workspace's example and the sweep's team pool.
+GPU_POOLS = [
+    {"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4},
+    {"pool_id": "team-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4},
+]
+# Shell commands that need an Airflow deployment's metadata database and connection.
+AIRFLOW_COMMANDS = ("airflow ", "python -m airflow_air.pools")
 # Markers of blocks that run (the others are parsed or loaded only).
 RUNS = (None, "dag-test", "materialize")
 SHELL_SYNTAX = (">", "|", "$(", "&&", ";", "`")
@@ -214,9 +220,18 @@ def _store_example_secrets(workspace: LocalWorkspace) -> None:
     "block", [_param(b) for b in BLOCKS if b.marker is None and b.language in ("sh", "bash")]
 )
 def test_shell_blocks_run(
-    block: Block, home: Path, docs_workspace: LocalWorkspace, capsys: pytest.CaptureFixture[str]
+    block: Block,
+    home: Path,
+    docs_workspace: LocalWorkspace,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     run_id: str | None = None
+    env = _environment(home)
+    if any(command.startswith(AIRFLOW_COMMANDS) for command in block.commands):
+        env.update(
+            _deployment_env(home, request.getfixturevalue("airflow_database"), docs_workspace)
+        )
     for command in block.commands:
         command = command.replace(DOCS_HOST, docs_workspace.host)
         if "RUN_ID" in command:
@@ -234,7 +249,7 @@ def test_shell_blocks_run(
         else:
             result = subprocess.run(
                 ["bash", "-c", f"set -euo pipefail\n{command}"],
-                env=_environment(home),
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=600,
@@ -289,6 +304,22 @@ def airflow_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "airflow" / "airflow.db"
 
 
+def _deployment_env(home: Path, database: Path, workspace: LocalWorkspace) -> dict[str, str]:
+    """A copy of the migrated metadata database in HOME's AIRFLOW_HOME, and the connections
+    a deployment would hold: databricks_default to the workspace, hf_default for secret_env."""
+    import shutil
+
+    (home / "airflow").mkdir(exist_ok=True)
+    shutil.copy(database, home / "airflow" / "airflow.db")
+    return {
+        **_airflow_env(home),
+        "AIRFLOW_CONN_DATABRICKS_DEFAULT": json.dumps(
+            {"conn_type": "databricks", "host": workspace.host, "password": workspace.token}
+        ),
+        "AIRFLOW_CONN_HF_DEFAULT": json.dumps({"conn_type": "generic", "password": "placeholder"}),
+    }
+
+
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.marker == "dag-test"])
 def test_dag_blocks_run_with_dag_test(
     block: Block, home: Path, docs_workspace: LocalWorkspace, airflow_database: Path
@@ -296,30 +327,18 @@ def test_dag_blocks_run_with_dag_test(
     """The Dag file of the block in a Dag folder (its workloads/ the repository's dags/
     workloads), the connections a deployment would hold (databricks_default to the
     workspace, hf_default for secret_env), and the secrets the examples' workloads name."""
-    import shutil
-
     _store_example_secrets(docs_workspace)
     dag_folder = Path.cwd() / "dag_folder"
     dag_folder.mkdir()
     (dag_folder / "workloads").symlink_to(ROOT / "dags" / "workloads")
     (dag_folder / "block_dag.py").write_text(block.body)
-    (home / "airflow").mkdir()
-    shutil.copy(airflow_database, home / "airflow" / "airflow.db")
     env = {
         **_environment(home),
-        **_airflow_env(home),
+        **_deployment_env(home, airflow_database, docs_workspace),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder),
         "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "0.5",
         # dag.test() runs triggers in this process, no scheduler to race with.
         "AIRFLOW__AIR__TRIGGER_FIRST_POLL_DELAY": "0.1",
-        "AIRFLOW_CONN_DATABRICKS_DEFAULT": json.dumps(
-            {
-                "conn_type": "databricks",
-                "host": docs_workspace.host,
-                "password": docs_workspace.token,
-            }
-        ),
-        "AIRFLOW_CONN_HF_DEFAULT": json.dumps({"conn_type": "generic", "password": "placeholder"}),
     }
     out = subprocess.run(
         [sys.executable, "-c", DAG_TEST_DRIVER, str(dag_folder / "block_dag.py")],
