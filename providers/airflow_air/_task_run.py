@@ -16,7 +16,8 @@ Airflow's, each step once and in order:
 
 The workflow group's submit task (``AirWorkflowSubmitOperator``) owns the run its stages
 share through the same ``TaskRun``, and each stage is an ``AirTaskRun`` waiting for its own
-task.
+task; the submit task also tells a stage's try which run that is, repairing it first when
+the try was asked for after its stage failed (``airflow_air.workflow.StageRerun``).
 """
 
 from __future__ import annotations
@@ -373,7 +374,7 @@ class AirTaskRun(TaskRun):
                     if self.task._redactor is None:
                         self.task._redactor = try_redactor(self.task, client)
                     self.log = RedactingLog(self.task.log, self.task._redactor)
-                    self._copy_logs(client, outcome.run_id)
+                    self._copy_logs(client, outcome.run_id, shown=event.get("shown_lines"))
             except Exception as exc:  # the logs are a convenience; the outcome is known
                 self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
         return self._complete(outcome)
@@ -557,16 +558,19 @@ class AirTaskRun(TaskRun):
             timeout=defer_timeout(deadline),
         )
 
-    def _copy_logs(self, client: AirClient, run_id: int) -> None:
+    def _copy_logs(
+        self, client: AirClient, run_id: int, shown: dict[str, int] | None = None
+    ) -> None:
         """The nodes' lines of a run (stage) that ended while this task was not streaming
-        them: it waited in the triggerer, or found the run ended. The triggerer does not
-        follow logs itself: thousands of deferred tasks would each poll every node, where
-        the shared watcher sends a few coalesced status requests for all of them."""
+        them: it waited in the triggerer, or found the run ended; ``shown``: the lines its
+        trigger showed live (see ``[air] live_lines``), not copied again."""
         if not self.task.stream_logs:
             return
         from airflow_air._logs import copy_run_logs
 
-        copy_run_logs(client, run_id, self.log, self.stage, max_lines=completed_log_lines())
+        copy_run_logs(
+            client, run_id, self.log, self.stage, max_lines=completed_log_lines(), shown=shown
+        )
 
     # --- 4. the outcome ---------------------------------------------------------------------
 
