@@ -1,13 +1,17 @@
 """Every code and shell block of the documentation runs as written (doc_blocks.py says how
 blocks are found and marked).
 
-- A shell block runs against a fresh local workspace (with the GPU pool `pool-a10` of 4
-  accelerators the pages use) in a fresh HOME, so the workspace's token file is where the
+- A shell block runs against a fresh local workspace (with the GPU pools `pool-a10` and
+  `team-a10` the pages name) in a fresh HOME, so the workspace's token file is where the
   pages say; only its address stands in for `http://127.0.0.1:8765` and the last run's id for
-  `RUN_ID`. `airo` commands run in this process (`airo workspace` commands are parsed, not
-  served: the test's workspace stands in for them); other commands, and commands with shell
-  redirections, run in bash with the repository's `.venv/bin` first on PATH.
-- A python block runs as a program with the same HOME and workspace.
+  `RUN_ID`. `airo` commands run in this process (`airo workspace` commands are parsed and
+  turned into workspace options, not served: the test's workspace stands in for them); other
+  commands, and commands with shell syntax, run in bash with the repository's `.venv/bin`
+  first on PATH; commands of an Airflow deployment (`airflow ...`, `python -m
+  airflow_air.pools`) with a migrated metadata database and its connections.
+- A python block runs as a program with the same HOME and workspace; a Dag block marked
+  `dag-test` also runs each of its Dags with `dag.test()`, a Dagster block marked
+  `materialize` materializes every asset of its `defs`.
 - Every block runs in a folder where `examples/` and `dags/` are the repository's, so relative
   paths work as they do from a clone and nothing is written into the repository.
 """
