@@ -79,3 +79,40 @@ if __name__ == "__main__":  # a run worker the test can kill: python reexecution
 
     with dg.DagsterInstance.get() as instance:
         dg.execute_job(dg.reconstructable(held_job), instance, run_config=held_config(sys.argv[1]))
+
+
+# A two-stage workflow (one multi-task run): prep, then train, which runs out of GPU memory
+# once. Each stage appends its name to the count file.
+PREP = 'echo prep >> "$COUNT_DIR/trained"\n'
+TRAIN = """\
+echo train >> "$COUNT_DIR/trained"
+if [ ! -e "$COUNT_DIR/oom_once" ]; then
+  touch "$COUNT_DIR/oom_once"
+  echo "torch.OutOfMemoryError: CUDA out of memory"
+  exit 1
+fi
+"""
+
+
+def workflow_job() -> dg.JobDefinition:
+    assets = build_air_assets(
+        [
+            AirStage(key="prep", workload=workload("prep", PREP)),
+            AirStage(key="train", workload=workload("train", TRAIN), depends_on=["prep"]),
+        ],
+        name="pipeline",
+    )
+    defs = dg.Definitions(
+        assets=[assets],
+        jobs=[dg.define_asset_job("workflow_job", executor_def=dg.in_process_executor)],
+        resources={
+            "air_workspace": AirWorkspace(
+                host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+            )
+        },
+    )
+    return defs.resolve_job_def("workflow_job")
+
+
+def workflow_config(count_dir: str) -> dict:
+    return {"ops": {"pipeline": {"config": {"env": {"COUNT_DIR": count_dir}}}}}

@@ -15,9 +15,18 @@ import dagster as dg
 import pytest
 import reexecution_jobs
 from dagster_checks import counters, failure_data
-from reexecution_jobs import KEYS, held_config, held_job, run_config, sweep_job
+from reexecution_jobs import (
+    KEYS,
+    held_config,
+    held_job,
+    run_config,
+    sweep_job,
+    workflow_config,
+    workflow_job,
+)
 
 from air_runtime import AirClient
+from dagster_air._lineage import Lineage
 
 RANGE = {
     "dagster/asset_partition_range_start": KEYS[0],
@@ -85,6 +94,33 @@ def test_a_reexecution_from_failure_trains_only_the_failed_partition(
     for key in ("a", "b", "d"):
         assert newest[key].metadata["dagster-air/kept_from_run"].value == parent
         assert newest[key].metadata["dagster-air/gpu_hours"].value == 0
+
+
+def test_a_workflow_reexecuted_from_failure_runs_only_the_failed_stage(
+    count_dir, instance, local_workspace
+):
+    job = dg.reconstructable(workflow_job)
+    config = workflow_config(str(count_dir))
+    with dg.execute_job(job, instance, run_config=config, raise_on_error=False) as first:
+        assert not first.success
+        parent = first.run_id
+    assert _trained(count_dir) == ["prep", "train"]
+    options = dg.ReexecutionOptions.from_failure(parent, instance)
+    with dg.execute_job(
+        job,
+        instance,
+        tags={"dagster/is_resume_retry": "true"},
+        run_config=config,
+        reexecution_options=options,
+    ) as second:
+        assert second.success
+        child = second.run_id
+    assert _trained(count_dir) == ["prep", "train", "train"]  # prep not run again
+    assert counters(local_workspace)["runs_created"] == 2
+    assert f"already materialized by run {parent}" in _step_log(instance, child)
+    for asset in ("prep", "train"):
+        (record,) = instance.fetch_materializations(dg.AssetKey(asset), limit=10).records
+        assert record.run_id == (parent if asset == "prep" else child)
 
 
 def test_reexecute_all_trains_everything_again_and_says_so(count_dir, instance, local_workspace):
@@ -179,3 +215,15 @@ def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
 
 def _launched(instance: dg.DagsterInstance, run_id: str) -> bool:
     return any("dagster-air/launch" in str(e.dagster_event) for e in instance.all_logs(run_id))
+
+
+def test_a_row_is_kept_only_if_materialized_with_the_same_code_version(instance):
+    @dg.multi_asset(specs=[dg.AssetSpec("trained", code_version="workload-v1")])
+    def trained():
+        yield dg.MaterializeResult(asset_key="trained", metadata={"loss": 0.1})
+
+    run = dg.materialize([trained], instance=instance).dagster_run
+    lineage = Lineage(instance, (run,), run.run_id, False, None)
+    key = dg.AssetKey("trained")
+    assert lineage.materialized(key, "workload-v1")[None][0] == run.run_id
+    assert lineage.materialized(key, "workload-v2") == {}  # the workload changed: train again
