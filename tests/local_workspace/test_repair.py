@@ -314,3 +314,32 @@ def test_the_async_client_repairs_too(
     repair_id, latest, succeeded = asyncio.run(repair_and_wait())
     assert latest == repair_id and succeeded
     assert [executions(tmp_path / k) for k in ("prep", "train", "evaluate")] == [1, 2, 1]
+
+
+def _task(run_id: int, attempt: int, life_cycle: str, result: str | None = None) -> dict[str, Any]:
+    state = {"life_cycle_state": life_cycle, **({"result_state": result} if result else {})}
+    return {"task_key": "train", "run_id": run_id, "attempt_number": attempt, "state": state}
+
+
+def test_a_task_is_read_by_its_newest_task_run_with_or_without_the_history() -> None:
+    """A retried task appears once per attempt and a repaired one once per task run; the
+    repair's first attempt (attempt 0) is newer than the original's retry (attempt 1)."""
+    from air_runtime import RunState
+
+    tasks = [
+        _task(11, 0, "TERMINATED", "FAILED"),
+        _task(12, 1, "TERMINATED", "FAILED"),
+        _task(21, 0, "RUNNING"),
+    ]
+    body: dict[str, Any] = {"run_id": 1, "state": {"life_cycle_state": "RUNNING"}, "tasks": tasks}
+    without = RunState.from_api(body)
+    assert without.task("train").run_id == 21 and without.latest_repair_id is None
+    history = [
+        {"type": "ORIGINAL", "task_run_ids": [11, 12]},
+        {"type": "REPAIR", "id": 5, "task_run_ids": [21]},
+    ]
+    # The history decides even when the API lists the task runs in another order.
+    listed = RunState.from_api({**body, "tasks": tasks[::-1], "repair_history": history})
+    assert listed.task("train").run_id == 21
+    assert listed.latest_repair_id == 5
+    assert [a.run_id for a in listed.task_attempts("train")] == [21, 12, 11]
