@@ -122,7 +122,7 @@ def airo_reference() -> str:
     # folder come from the environment: one width and a home written as ~, so the page is
     # the same wherever it is built.
     saved = {name: os.environ.get(name) for name in ("COLUMNS", "XDG_DATA_HOME")}
-    os.environ["COLUMNS"] = "100"
+    os.environ["COLUMNS"] = "80"
     os.environ["XDG_DATA_HOME"] = "~/.local/share"
     try:
         parser = build_parser()
