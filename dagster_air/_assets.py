@@ -207,7 +207,10 @@ def build_air_assets(
             ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
             ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.
         retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
-            a retry after a failed remote run starts a new one.
+            a retry after a failed remote run starts a new one. A re-execution from failure
+            and a run retry (``dagster/max_retries``) likewise train only the stages and
+            partitions their parent runs did not materialize, and adopt a remote run a
+            parent started that is still going; "Re-execute all" trains everything again.
         pool: the Dagster concurrency pool of the step (limits concurrent GPU runs).
         op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);

@@ -161,15 +161,6 @@ def _merged_reports(task_key: str, attempt: int, results: Sequence[Any]) -> Atte
     return AttemptReports(task_key, attempt, materializations, checks)
 
 
-@dataclass(frozen=True)
-class StepReports:
-    """What a run's tasks reported through Pipes, once it ended."""
-
-    materializations: dict[dg.AssetKey, dg.MaterializeResult]  # of final attempts
-    checks: list[dg.AssetCheckResult]  # of final attempts
-    earlier: list[AttemptReports]  # of attempts a platform retry superseded
-
-
 class StepPipes:
     """The Pipes session of one step: what each task attempt reported.
 
@@ -208,17 +199,6 @@ class StepPipes:
             last = task.attempt_number if task is not None else reports.attempt
             (final if reports.attempt >= last else earlier).append(reports)
         return final, earlier
-
-    def reported(self, state: RunState) -> StepReports:
-        """What the run reported: materializations per asset and the asset check results of
-        each task's final attempt, and what earlier attempts reported."""
-        final, earlier = self.final_reports(state)
-        materializations: dict[dg.AssetKey, dg.MaterializeResult] = {}
-        checks: list[dg.AssetCheckResult] = []
-        for reports in final:
-            materializations.update(reports.materializations)
-            checks.extend(reports.checks)
-        return StepReports(materializations, checks, earlier)
 
 
 @contextmanager

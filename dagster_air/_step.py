@@ -1,10 +1,10 @@
 """One Dagster step: its plan of rows (``_plan``) submitted as remote runs, waited on, and
 recorded one result per row.
 
-- *Submission* turns rows into workloads (run-time overrides, the partition's parameters,
-  ``run_env``, the upstream output location, the orchestrator secrets, the Pipes
-  environment) and submits each planned run through ``air_runtime.Submission``, whose key
-  and generation say which remote run is the step's (``_identity``, ``_lineage``).
+- *Submission* turns rows into workloads (``_workloads``), adds the orchestrator secrets and
+  submits each planned run through ``air_runtime.Submission``, whose key and generation say
+  which remote run is the step's (``_identity``, ``_lineage``): a retry adopts a run its
+  lineage started that is still going, and cancels one it cannot adopt before submitting.
 - *The wait* turns state changes and node log lines into the step's log lines, one
   observation per ended attempt, and reads Pipes messages (``_pipes``) and blocking checks.
 - *The results* are one loop over rows (trained, kept from the lineage, or failed) and one
@@ -43,7 +43,6 @@ from air_runtime import (
     Submission,
     SubmittedRun,
     Workload,
-    WorkloadError,
 )
 
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
@@ -51,13 +50,10 @@ from ._config import AirRunConfig
 from ._identity import submission_key, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._lineage import Launch, Lineage, record_launch
-from ._partitions import partition_overrides
 from ._pipes import (
-    PartitionScope,
     StepPipes,
     earlier_attempt_observation,
     open_step_pipes,
-    pipes_env,
 )
 from ._plan import KeptRow, PlannedRun, TaskRow, plan_step
 from ._resource import AirWorkspace
@@ -65,8 +61,8 @@ from ._secrets import resolve_secret_env
 from ._translator import GPU_HOURS_KEY, META_PREFIX, DagsterAirTranslator
 from ._watch import watch_in_background
 from ._workflow import AirWorkflow, LoadedStage
+from ._workloads import OUTPUT_URI_KEY, RowWorkloads, config_failure
 
-OUTPUT_URI_KEY = "dagster/uri"
 PARTITION_KEY = f"{META_PREFIX}partition"
 KEPT_FROM_KEY = f"{META_PREFIX}kept_from_run"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
@@ -81,10 +77,6 @@ AirEvent = (
     | dg.AssetCheckEvaluation
     | dg.Output
 )
-
-
-def config_failure(error: Exception | str, what: str) -> dg.Failure:
-    return dg.Failure(description=f"{what}: {error}", allow_retries=False)
 
 
 def _refusal(error: AirError, otherwise: str) -> str:
@@ -162,6 +154,9 @@ class AirStep:
         self.plan = plan_step(self.context, self.workflow, self._kept)
         if not self.plan.selected:
             return
+        self.row_workloads = RowWorkloads(
+            self.context, self.workflow, self.plan, self.config, self.extra_overrides
+        )
         self._tell_recovery()
         with contextlib.ExitStack() as stack:
             self._client = client = stack.enter_context(self.workspace.get_client())
@@ -259,7 +254,11 @@ class AirStep:
         planned run (an interrupt during a submit is held until the run id is known).
         Returns the workloads as submitted, secrets included, without the Pipes env."""
         context = self.context
-        workloads = {key: self._workload(row) for key, row in self.plan.rows.items()}
+        rows = RowWorkloads(
+            self.context, self.workflow, self.plan, self.config, self.extra_overrides
+        )
+        self._row_workloads = rows
+        workloads = rows.of_rows()
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
@@ -288,7 +287,7 @@ class AirStep:
             mine = self._with_secrets(client, run.submission, values, planned.task_keys, workloads)
             stored.update(mine)
             with deferred_interrupts():
-                run.submitted = submitted = self._send(client, run, self._with_pipes(mine))
+                run.submitted = submitted = self._send(client, run, self._pipes_ready(mine))
             record_launch(
                 context,
                 Launch(
@@ -320,95 +319,6 @@ class AirStep:
 
     def _redact_text(self, text: str) -> str:
         return self.redact(text)
-
-    def _workload(self, row: TaskRow) -> Workload:
-        """A row's workload: its stage with the run-time overrides, its partition's
-        parameters, ``run_env`` and the upstream output location."""
-        loaded = row.stage
-        workload = loaded.workload
-        typed, text = self._partition_overrides(row.partition)
-        config_typed, config_text = self.config.overrides_for(loaded.key)
-        try:
-            for overrides in (
-                {**config_typed, **typed},
-                [*text, *config_text],
-                self.extra_overrides,
-            ):
-                if overrides:
-                    workload = workload.with_overrides(overrides)
-        except WorkloadError as error:
-            raise config_failure(
-                error, f"stage {loaded.key}: the run-time overrides do not give a valid workload"
-            ) from None
-        for extra in (self._run_env(loaded.key, row.partition), self._upstream_output(row)):
-            if extra:
-                workload = workload.with_overrides(extra)
-        return workload
-
-    def _partition_overrides(self, partition: str | None) -> tuple[dict[str, Any], list[str]]:
-        if partition is None:
-            return {}, []
-        partitions_def = self.context.assets_def.partitions_def
-        key: str | dg.MultiPartitionKey = partition
-        if isinstance(partitions_def, dg.MultiPartitionsDefinition):
-            key = partitions_def.get_partition_key_from_str(partition)
-        what = f"partition {partition}" if self.plan.is_range else "the partition"
-        env = self.options.partition_env if self.options.partitions_def is not None else None
-        try:
-            return partition_overrides(key, self.options.partition_parameters, env)
-        except (KeyError, ValueError) as error:
-            raise config_failure(error, f"cannot map {what} to parameters") from None
-
-    def _run_env(self, stage_key: str, partition: str | None) -> dict[str, str]:
-        fields = {
-            "run_id": self.context.run_id,
-            "partition_key": partition or "",
-            "stage": stage_key,
-        }
-        try:
-            return {
-                f"env_variables.{name}": template.format(**fields)
-                for name, template in (self.options.run_env or {}).items()
-            }
-        except (KeyError, IndexError, ValueError) as error:
-            raise config_failure(
-                error, "run_env may only use {run_id}, {partition_key} and {stage}"
-            ) from None
-
-    def _upstream_output(self, row: TaskRow) -> dict[str, str]:
-        """A row planned without an upstream stage of its workflow (not selected, or kept)
-        reads where that stage last wrote: ``output_env`` gets the upstream's latest
-        recorded ``dagster/uri`` for the row's partition."""
-        name = self.options.output_env
-        planned = {r.stage.key for r in self.plan.rows.values() if r.partition == row.partition}
-        missing = [d for d in row.stage.stage.depends_on if d not in planned]
-        if not name or not missing:
-            return {}
-        by_key = {s.key: s for s in self.workflow.stages}
-        for dependency in missing:
-            uri = self._latest_uri(by_key[dependency].asset_key, row.partition)
-            if uri:
-                self.context.log.info(
-                    f"stage {row.stage.key}: {name}={uri} (where {dependency} last wrote)"
-                )
-                return {f"env_variables.{name}": uri}
-        raise config_failure(
-            f"no materialization of {', '.join(missing)} records an output location "
-            f"({OUTPUT_URI_KEY})",
-            f"stage {row.stage.key} runs without its upstream stage",
-        )
-
-    def _latest_uri(self, asset_key: dg.AssetKey, partition: str | None) -> str | None:
-        partitions = [partition] if partition is not None else None
-        records = self.context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=1
-        ).records
-        for record in records:
-            materialization = record.asset_materialization
-            value = materialization.metadata.get(OUTPUT_URI_KEY) if materialization else None
-            if value is not None:
-                return str(value.value)
-        return None
 
     def _secret_values(self, client: AirClient) -> dict[str, str]:
         """The secret_env values (resolved where the step runs), redacted from then on."""
@@ -448,25 +358,9 @@ class AirStep:
             ) from None
         return {key: w.with_secrets(refs) for key, w in mine.items()}
 
-    def _with_pipes(self, workloads: Mapping[str, Workload]) -> dict[str, Workload]:
+    def _pipes_ready(self, workloads: dict[str, Workload]) -> dict[str, Workload]:
         """The workloads with their Pipes environment, when the resource enables Pipes."""
-        if not self.workspace.pipes:
-            return dict(workloads)
-        partitions_def = self.context.assets_def.partitions_def
-        out = {}
-        for key, workload in workloads.items():
-            row = self.plan.rows[key]
-            scope = None
-            if self.plan.is_range and row.partition is not None:
-                window = None
-                if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
-                    window = partitions_def.time_window_for_partition_key(row.partition)
-                scope = PartitionScope(row.partition, window)
-            env = pipes_env(self.context, row.stage.asset_key, row.stage.key, scope)
-            out[key] = workload.with_overrides(
-                {f"env_variables.{name}": value for name, value in env.items()}
-            )
-        return out
+        return self.row_workloads.with_pipes(workloads) if self.workspace.pipes else workloads
 
     def _send(
         self, client: AirClient, run: RemoteRun, workloads: dict[str, Workload]
