@@ -35,5 +35,5 @@ def test_a_submission_walks_forward_more_than_it_returns(which: str) -> None:
     found = SUMMARY.search(done.stdout)
     assert found is not None and found.group(1) == which, done.stdout[-3000:]
     stops, returns = int(found.group(2)), int(found.group(3))
-    assert returns <= stops // 2, done.stdout[found.start() :]  # a loose bound
+    assert returns < stops, done.stdout[found.start() :]  # a loose bound
     assert stops >= 8, done.stdout[found.start() :]  # the walk saw the run's whole life
