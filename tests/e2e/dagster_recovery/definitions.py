@@ -1,7 +1,8 @@
 """The code location of tests/e2e/test_dagster_run_retries.py: one asset whose training holds
 its GPU until the test lets it go, in a job whose runs are retried (``dagster/max_retries``)
 and failed by run monitoring once they outlive ``dagster/max_runtime``: a run worker killed
-while it waits is failed by the monitoring daemon and retried by the retries daemon."""
+while it waits is failed by the monitoring daemon and retried by the retries daemon. And a
+4-partition sweep backfilled as one run, whose partition ``c`` runs out of GPU memory once."""
 
 from __future__ import annotations
 
@@ -30,8 +31,32 @@ held = build_air_assets(
     )
 )
 
+SWEEP_TRAINER = """\
+echo "$DAGSTER_PARTITION_KEY" >> "$COUNT_DIR/swept"
+if [ "$DAGSTER_PARTITION_KEY" = c ] && [ ! -e "$COUNT_DIR/oom_once" ]; then
+  touch "$COUNT_DIR/oom_once"
+  echo "torch.OutOfMemoryError: CUDA out of memory"
+  exit 1
+fi
+"""
+
+sweep = build_air_assets(
+    AirStage(
+        key="sweep",
+        workload={
+            "experiment_name": "sweep",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": SWEEP_TRAINER,
+            "env_variables": {"COUNT_DIR": os.environ["COUNT_DIR"]},
+        },
+    ),
+    partitions_def=dg.StaticPartitionsDefinition(["a", "b", "c", "d"]),
+    backfill_policy=dg.BackfillPolicy.single_run(),
+)
+
 defs = dg.Definitions(
-    assets=[held],
+    assets=[held, sweep],
     jobs=[
         dg.define_asset_job(
             "held_job",
