@@ -1,7 +1,8 @@
 """A run worker SIGKILLed while its step waits on a GPU run, on a real deployment (webserver
-and daemon on PostgreSQL, run monitoring and run retries on): run monitoring fails the run
-once it outlives ``dagster/max_runtime``, the retries daemon retries it, and the retry adopts
-the GPU run its parent started: one GPU run, one training, the asset materialized once."""
+and daemon on PostgreSQL, run monitoring and run retries on): Dagster fails the run (its code
+server sees the worker die; run monitoring would, past ``dagster/max_runtime``), the retries
+daemon retries it, and the retry adopts the GPU run its parent started: one GPU run, one
+training, the asset materialized once."""
 
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ def test_a_killed_run_worker_s_retry_adopts_its_gpu_run(
 
         status, _ = deployment.wait_for_run(parent, timeout=MAX_RUNTIME_S + 120)
         assert status == "FAILURE"
+        # Dagster's code server saw its run worker die (run monitoring's max runtime is the
+        # backstop where no process watches the worker).
+        assert "SIGKILL" in deployment.run_messages(parent, 300)
         (retry,) = _wait("run retry", lambda: deployment.child_runs(parent), deployment)
         _wait(
             "adoption",

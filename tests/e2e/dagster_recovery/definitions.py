@@ -1,7 +1,8 @@
 """The code location of tests/e2e/test_dagster_run_retries.py: one asset whose training holds
 its GPU until the test lets it go, in a job whose runs are retried (``dagster/max_retries``)
 and failed by run monitoring once they outlive ``dagster/max_runtime``: a run worker killed
-while it waits is failed by the monitoring daemon and retried by the retries daemon. And a
+while it waits is failed (by the code server that started it, or by run monitoring) and
+retried by the retries daemon. And a
 4-partition sweep backfilled as one run, whose partition ``c`` runs out of GPU memory once."""
 
 from __future__ import annotations
