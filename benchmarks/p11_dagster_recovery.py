@@ -6,10 +6,10 @@ Dagster teaches, counted by what the ranks did.
   re-executed from failure (``ReexecutionOptions.from_failure`` with the parent's tags and
   run config, as the UI does).
 - **Run retry after SIGKILL**: a run worker killed while its step waits on the GPU run; the
-  run is marked failed (what run monitoring does) and retried from failure with
-  ``dagster/retry_number`` (what the retries daemon does). The real daemons are exercised in
-  tests/e2e/test_dagster_run_retries.py; here the two daemon actions are taken directly so
-  the figure does not depend on their poll intervals.
+  run is marked failed (what the code server that started it does) and retried from failure
+  with ``dagster/retry_number`` (what the retries daemon does). The real deployment is
+  exercised in tests/e2e/test_dagster_run_retries.py; here those two actions are taken
+  directly so the figure does not depend on the daemons' poll intervals.
 
 Every rank appends ``<partition> <start> <end> <ok|oom>`` to a file. A training is *needed*
 unless its partition already had a successful one (the failed attempt itself was needed: it
@@ -162,7 +162,7 @@ def run_retry_after_sigkill(instance: dg.DagsterInstance, count_dir: Path) -> di
         worker.send_signal(signal.SIGKILL)
         worker.wait()
     (count_dir / "killed").touch()
-    instance.report_run_failed(parent)  # what run monitoring does
+    instance.report_run_failed(parent)  # what the code server does when its worker dies
     options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
     retry_tags = {"dagster/retry_number": "1", "dagster/is_resume_retry": "true"}
     with dg.execute_job(
