@@ -170,9 +170,10 @@ def test_a_reexecution_without_the_partition_tags_is_refused_before_submitting(
 def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
     count_dir, instance, local_workspace
 ):
-    """The run worker is SIGKILLed while it waits; the run is marked failed (what the
-    code server that started the worker does) and retried from failure (what the daemon's run retries do): the retry
-    waits on the GPU run its parent started instead of starting a second one."""
+    """The run worker is SIGKILLed while it waits; the run is marked failed (what the code
+    server that started the worker does) and retried from failure (what the daemon's run
+    retries do): the retry waits on the GPU run its parent started instead of starting a
+    second one."""
     worker = subprocess.Popen(
         [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)],
         cwd=Path(reexecution_jobs.__file__).parent,
