@@ -254,11 +254,7 @@ class AirStep:
         planned run (an interrupt during a submit is held until the run id is known).
         Returns the workloads as submitted, secrets included, without the Pipes env."""
         context = self.context
-        rows = RowWorkloads(
-            self.context, self.workflow, self.plan, self.config, self.extra_overrides
-        )
-        self._row_workloads = rows
-        workloads = rows.of_rows()
+        workloads = self.row_workloads.of_rows()
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
