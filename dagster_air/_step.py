@@ -215,9 +215,10 @@ class AirStep:
     def _generation(self, client: AirClient) -> tuple[int, list[Launch], dict[int, Launch]]:
         """The generation this attempt submits, the launches of the lineage it must cancel
         before submitting, and those it may adopt (by run id). A generation whose run ended
-        unsuccessfully is never submitted again; an earlier attempt's run of this generation
-        and plan that is still going (or ended well, unrecorded) is adopted: the same token
-        gives it back."""
+        unsuccessfully is never submitted again, nor one whose run holds other tasks than the
+        plan's; an earlier attempt's run of this generation and plan that is still going (or
+        ended well, unrecorded) is adopted: the same token gives it back. Any other run of
+        the lineage still going is cancelled first: a step never runs two."""
         if not self.recovering:
             return 0, [], {}
         failed = self.lineage.failed_generations(self.step_key)
@@ -230,6 +231,16 @@ class AirStep:
             if launch.generation == generation and ended_badly:
                 generation += 1  # its worker died before it could say so
         planned = {(r.index, r.task_keys) for r in self.plan.runs}
+        indices = {r.index for r in self.plan.runs}
+        # A launch of this generation whose tasks differ from the plan's (the code changed)
+        # holds this generation's token for its index: the same token would give it back.
+        while any(
+            x.generation == generation
+            and x.index in indices
+            and (x.index, x.task_keys) not in planned
+            for x in launches
+        ):
+            generation += 1
         stale = [
             launch
             for launch in launches

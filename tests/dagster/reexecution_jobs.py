@@ -116,3 +116,20 @@ def workflow_job() -> dg.JobDefinition:
 
 def workflow_config(count_dir: str) -> dict:
     return {"ops": {"pipeline": {"config": {"env": {"COUNT_DIR": count_dir}}}}}
+
+
+# The held asset after a deploy that changed it: another experiment, so another task (what a
+# retry of a run started before the deploy cannot adopt).
+def held_job_changed() -> dg.JobDefinition:
+    changed = workload("held_v2", 'echo started_v2 >> "$COUNT_DIR/trained"\n')
+    assets = build_air_assets(AirStage(key="held", workload=changed))
+    defs = dg.Definitions(
+        assets=[assets],
+        jobs=[dg.define_asset_job("held_job", executor_def=dg.in_process_executor)],
+        resources={
+            "air_workspace": AirWorkspace(
+                host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+            )
+        },
+    )
+    return defs.resolve_job_def("held_job")

@@ -19,6 +19,7 @@ from reexecution_jobs import (
     KEYS,
     held_config,
     held_job,
+    held_job_changed,
     run_config,
     sweep_job,
     workflow_config,
@@ -174,25 +175,7 @@ def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
     server that started the worker does) and retried from failure (what the daemon's run
     retries do): the retry waits on the GPU run its parent started instead of starting a
     second one."""
-    worker = subprocess.Popen(
-        [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)],
-        cwd=Path(reexecution_jobs.__file__).parent,
-        env={**os.environ, "PYTHONPATH": str(Path(reexecution_jobs.__file__).parent)},
-    )
-    try:
-        trained = count_dir / "trained"
-        # The event meant: the rank started (the worker is then waiting on its run).
-        deadline = time.monotonic() + 120
-        while not trained.exists():
-            assert worker.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-        (parent,) = instance.get_runs()
-        while not _launched(instance, parent.run_id):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+    parent = _kill_worker_while_it_waits(count_dir, instance)
     instance.report_run_failed(instance.get_run_by_id(parent.run_id))
     (count_dir / "release").touch()
     retry_tags = {"dagster/retry_number": "1", "dagster/is_resume_retry": "true"}
@@ -212,6 +195,64 @@ def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
     assert len(records) == 1
     with AirClient(local_workspace.host, local_workspace.token) as client:
         assert client.list_runs(active_only=True)[0] == []  # none left running
+
+
+def _kill_worker_while_it_waits(count_dir: Path, instance: dg.DagsterInstance) -> dg.DagsterRun:
+    """Start held_job in a run worker of its own and SIGKILL it once its step waits on the
+    GPU run (the rank started, the launch recorded); the Dagster run it leaves."""
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)],
+        cwd=Path(reexecution_jobs.__file__).parent,
+        env={**os.environ, "PYTHONPATH": str(Path(reexecution_jobs.__file__).parent)},
+    )
+    try:
+        trained = count_dir / "trained"
+        # The event meant: the rank started (the worker is then waiting on its run).
+        deadline = time.monotonic() + 120
+        while not trained.exists():
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        (parent,) = instance.get_runs()
+        while not _launched(instance, parent.run_id):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    return parent
+
+
+def test_a_retry_that_cannot_adopt_its_parent_s_gpu_run_cancels_it_before_submitting(
+    count_dir, instance, local_workspace
+):
+    """A deploy between the worker's death and the retry changed the asset (another
+    experiment): the retry cannot adopt the parent's GPU run, so it cancels it, and only then
+    submits its own. Never both at once."""
+    parent = _kill_worker_while_it_waits(count_dir, instance)
+    # The old training holds until cancelled (nothing releases it); the new one does not hold.
+    instance.report_run_failed(instance.get_run_by_id(parent.run_id))
+    options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+    with dg.execute_job(
+        dg.reconstructable(held_job_changed),
+        instance,
+        tags={"dagster/retry_number": "1", "dagster/is_resume_retry": "true"},
+        run_config=held_config(str(count_dir)),
+        reexecution_options=options,
+    ) as retry:
+        assert retry.success
+    log = _step_log(instance, retry.run_id)
+    assert (
+        f"started by Dagster run {parent.run_id} and still going: this attempt cannot adopt" in log
+    )
+    assert counters(local_workspace)["runs_created"] == 2
+    assert _trained(count_dir) == ["started", "started_v2"]
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        old, new = sorted(client.list_runs(active_only=False)[0], key=lambda r: r.run_id)
+        old, new = client.get_run(old.run_id), client.get_run(new.run_id)
+    assert old.result_state == "CANCELED"
+    assert new.is_success
+    assert old.end_time is not None and new.start_time is not None
+    assert old.end_time <= new.start_time  # the old run had ended before the new one began
 
 
 def _launched(instance: dg.DagsterInstance, run_id: str) -> bool:
