@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from air_runtime._templates import (
         workload_template_environment as workload_template_environment,
     )
+    from air_runtime._watcher import LineBudget as LineBudget
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
@@ -91,6 +92,7 @@ _LAZY = {
     "LogRecord": "air_runtime.client",
     "RetryPolicy": "air_runtime.client",
     "SubmittedRun": "air_runtime.client",
+    "LineBudget": "air_runtime._watcher",
     "RunWatcher": "air_runtime._watcher",
     "RunOutcome": "air_runtime._submission",
     "Submission": "air_runtime._submission",
@@ -128,6 +130,7 @@ __all__ = [
     "DockerImage",
     "Environment",
     "InvalidResponse",
+    "LineBudget",
     "NotFound",
     "Permission",
     "PlatformError",

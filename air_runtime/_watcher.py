@@ -38,7 +38,7 @@ import math
 import random
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -53,7 +53,8 @@ from ._polling import (
     young_interval,
 )
 from ._states import RunState
-from .client import AsyncAirClient
+from .client import AsyncAirClient, LogRecord
+from .client._live_lines import LineStream, running_streams
 
 logger = logging.getLogger("air_runtime.watcher")
 
@@ -62,9 +63,12 @@ LIST_PAGE_SIZE = 25
 _PARALLEL_GETS = 8
 
 OnUpdate = Callable[[RunState], None]
+# A running run's newest node lines, oldest first, and whether older unread ones were passed
+# over to keep within the line budget.
+OnLines = Callable[[Sequence[LogRecord], bool], None]
 
 
-def _in_waiter_context(on_update: OnUpdate) -> OnUpdate:
+def _in_waiter_context(on_update: Callable[..., None]) -> Callable[..., None]:
     """``on_update`` bound to the context of the task that waits.
 
     The poller task serves every waiter, so a callback run there would log in the poller's
@@ -73,10 +77,17 @@ def _in_waiter_context(on_update: OnUpdate) -> OnUpdate:
     lines must be emitted in its own waiter's context, never in another's."""
     context = contextvars.copy_context()
 
-    def run_in_waiter_context(state: RunState) -> None:
-        context.run(on_update, state)
+    def run_in_waiter_context(*args: Any) -> None:
+        context.run(on_update, *args)
 
     return run_in_waiter_context
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[RunState]
+    on_update: OnUpdate | None
+    on_lines: OnLines | None
 
 
 class TokenBucket:
@@ -109,11 +120,13 @@ class _Watched:
     __slots__ = (
         "interval",
         "key",
+        "lines_due",
         "next_due",
         "run_id",
         "since",
         "start_ms",
         "state",
+        "streams",
         "waiters",
         "warned",
     )
@@ -121,7 +134,10 @@ class _Watched:
     def __init__(self, run_id: int, now: float, first_poll: float, interval: float) -> None:
         self.run_id = run_id
         self.start_ms: int | None = None  # the run's start_time, once a listing or get shows it
-        self.waiters: list[tuple[asyncio.Future[RunState], OnUpdate | None]] = []
+        self.waiters: list[_Waiter] = []
+        # Live lines: the node streams read so far (cursors) and when the run is next read.
+        self.streams: dict[tuple[str, int, int], LineStream] = {}
+        self.lines_due = now
         self.key: tuple[Any, Any, Any] | None = None
         self.state: RunState | None = None
         self.since = now
@@ -138,6 +154,25 @@ class _Segment:
     high: int
     members: list[_Watched]
     completed_side: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LineBudget:
+    """How much of a watcher's request budget goes to the live lines of running runs.
+
+    Each running run with a line waiter is read every ``interval`` seconds at the most, one
+    request per node of each running attempt, each bringing at most ``lines_per_read`` of
+    its newest lines; all line reads together take at most ``share`` of the watcher's
+    requests per second (status polls keep the rest). With many runs a run's turn comes less
+    often, never the budget more."""
+
+    interval: float = 15.0
+    lines_per_read: int = 50
+    share: float = 0.5
+
+
+def _is_running(state: RunState | None) -> bool:
+    return state is not None and state.life_cycle_state in ("RUNNING", "TERMINATING")
 
 
 def _credentials_key(credentials: Credentials) -> str:
@@ -163,14 +198,19 @@ class RunWatcher:
         interval: float = 5.0,
         budget_rps: float = 10.0,
         page_size: int = LIST_PAGE_SIZE,
+        lines: LineBudget | None = None,
     ) -> None:
         self.client = client
         self.interval = interval
         self.page_size = page_size
         self.bucket = TokenBucket(budget_rps)
+        self.lines = lines or LineBudget()
+        self._lines_bucket = TokenBucket(budget_rps * self.lines.share)
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
+        self.line_requests = 0  # of which for live lines
         self._runs: dict[int, _Watched] = {}
         self._poller: asyncio.Task[None] | None = None
+        self._line_reader: asyncio.Task[None] | None = None
         self._active_estimate = 0  # runs a sweep costs, in list entries (pages x page size)
         self._active_total = 0  # active runs the last pass over all of them saw
         self._rng = random.Random()
@@ -189,6 +229,7 @@ class RunWatcher:
         client: AsyncAirClient | None = None,
         interval: float = 5.0,
         budget_rps: float = 10.0,
+        lines: LineBudget | None = None,
         **client_options: Any,
     ) -> RunWatcher:
         """The watcher of this workspace (and identity) in the running event loop, created
@@ -207,7 +248,9 @@ class RunWatcher:
         watcher = watchers.get(key)
         if watcher is None:
             assert client is not None
-            watcher = watchers[key] = cls(client, interval=interval, budget_rps=budget_rps)
+            watcher = watchers[key] = cls(
+                client, interval=interval, budget_rps=budget_rps, lines=lines
+            )
         return watcher
 
     @property
@@ -222,9 +265,14 @@ class RunWatcher:
         timeout: float | None = None,
         on_update: OnUpdate | None = None,
         task_key: str | None = None,
+        on_lines: OnLines | None = None,
     ) -> RunState:
         """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
         return the state that shows it (success or not).
+
+        ``on_update`` hears each state change; ``on_lines`` the run's newest node lines
+        while it runs, within the watcher's ``LineBudget`` (a whole run's wait only). Both
+        are called in the context of the task that waits.
 
         ``deadline`` is a wall-clock time (``time.time()``), so it survives serialization
         (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
@@ -243,12 +291,21 @@ class RunWatcher:
             first = now + self._rng.uniform(0, min(self.interval, YOUNG_MIN_INTERVAL))
             watched = self._runs[run_id] = _Watched(run_id, now, first, self.interval)
         future: asyncio.Future[RunState] = loop.create_future()
-        entry = (future, None if on_update is None else _in_waiter_context(on_update))
+        entry = _Waiter(
+            future,
+            None if on_update is None else _in_waiter_context(on_update),
+            None if on_lines is None else _in_waiter_context(on_lines),
+        )
         watched.waiters.append(entry)
+        # Contexts of their own: the poller and the line reader belong to no waiter (see
+        # _in_waiter_context).
         if self._poller is None or self._poller.done():
-            # A context of its own: the poller belongs to no waiter (see _in_waiter_context).
             self._poller = loop.create_task(
                 self._poll_forever(), name="air-run-watcher", context=contextvars.Context()
+            )
+        if on_lines is not None and (self._line_reader is None or self._line_reader.done()):
+            self._line_reader = loop.create_task(
+                self._read_lines_forever(), name="air-run-lines", context=contextvars.Context()
             )
         try:
             if not limits:
@@ -319,6 +376,54 @@ class RunWatcher:
             pause = self._next_cycle_at(loop.time(), started, self.requests - sent) - loop.time()
             if pause > 0 and self._runs:
                 await asyncio.sleep(pause)
+
+    # --- live lines ---------------------------------------------------------------------
+
+    async def _read_lines_forever(self) -> None:
+        """Read the newest lines of each running run that has a line waiter, the longest
+        unread first, each at most every ``lines.interval``, within ``lines.share`` of the
+        request budget; ends when no waiter wants lines."""
+        loop = asyncio.get_running_loop()
+        while True:
+            following = [w for w in self._runs.values() if any(x.on_lines for x in w.waiters)]
+            if not following:
+                return
+            now = loop.time()
+            due = sorted(
+                (w for w in following if w.lines_due <= now and _is_running(w.state)),
+                key=lambda w: w.lines_due,
+            )
+            for watched in due:
+                watched.lines_due = loop.time() + self.lines.interval
+                try:
+                    await self._read_lines(watched)
+                except AuthError:
+                    return  # the poller tells the waiters
+                except Exception as error:  # lines are a convenience: the wait goes on
+                    logger.debug("live lines of run %s: %s", watched.run_id, error)
+            upcoming = min((w.lines_due for w in following), default=now + self.lines.interval)
+            await asyncio.sleep(max(0.5, min(upcoming - loop.time(), self.lines.interval)))
+
+    async def _read_lines(self, watched: _Watched) -> None:
+        assert watched.state is not None
+        for stream in running_streams(watched.state, None):
+            kept = watched.streams.setdefault(stream.key, stream)
+            await self._lines_bucket.acquire()
+            await self.bucket.acquire()
+            self.requests += 1
+            self.line_requests += 1
+            read = await self.client.read_newest_lines(kept, self.lines.lines_per_read)
+            if read is None:  # the workspace serves no logs: stop asking for this run
+                watched.lines_due = math.inf
+                return
+            if not read.records and not read.passed_over:
+                continue
+            for waiter in list(watched.waiters):
+                if waiter.on_lines is not None:
+                    try:
+                        waiter.on_lines(read.records, read.passed_over)
+                    except Exception:
+                        logger.exception("on_lines callback for run %s failed", watched.run_id)
 
     def _next_cycle_at(self, now: float, started: float, cost: int = 0) -> float:
         if self._prefers_list(len(self._runs)):
@@ -594,26 +699,26 @@ class RunWatcher:
                 watched.run_id,
                 state.life_cycle_state,
             )
-        for _, on_update in list(watched.waiters):
-            if on_update is None:
+        for waiter in list(watched.waiters):
+            if waiter.on_update is None:
                 continue
             try:
-                on_update(state)
+                waiter.on_update(state)
             except Exception:
                 logger.exception("on_update callback for run %s failed", watched.run_id)
 
     def _finish(self, watched: _Watched, state: RunState) -> None:
         watched.state = state
-        for future, _ in watched.waiters:
-            if not future.done():
-                future.set_result(state)
+        for waiter in watched.waiters:
+            if not waiter.future.done():
+                waiter.future.set_result(state)
         self._runs.pop(watched.run_id, None)
 
     def _fail(self, runs: Iterable[_Watched], error: BaseException) -> None:
         for watched in runs:
-            for future, _ in watched.waiters:
-                if not future.done():
-                    future.set_exception(error)
+            for waiter in watched.waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(error)
             self._runs.pop(watched.run_id, None)
 
     async def aclose(self) -> None:

@@ -23,7 +23,7 @@ import httpx
 from .._auth import Credentials, resolve_credentials
 from .._redaction import Redactor
 from .._states import RunState
-from . import _identity, _runs, _secrets, _submit
+from . import _identity, _live_lines, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
     ClientCore,
@@ -41,6 +41,7 @@ from ._core import (
     SubmittedRun,
     Transmit,
 )
+from ._live_lines import LineStream, LiveLines
 from ._operations import AsyncOperations, SyncOperations
 from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
@@ -364,6 +365,11 @@ class AirClient(_BaseClient, SyncOperations):
                 self._core, run_id, task_key=task_key, node=node, follow=follow, until=until
             )
         )
+
+    def read_newest_lines(self, stream: LineStream, count: int) -> LiveLines | None:
+        """At most ``count`` unread records of one running stream, the newest (see
+        ``_live_lines``); None when the workspace serves no logs."""
+        return self._run(_live_lines.read_newest(self._core, stream, count))
 
     def ensure_secret_scope(self, scope: str) -> None:
         self._run(_secrets.ensure_secret_scope(self._core, scope))
@@ -716,6 +722,11 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             )
         ):
             yield record
+
+    async def read_newest_lines(self, stream: LineStream, count: int) -> LiveLines | None:
+        """At most ``count`` unread records of one running stream, the newest (see
+        ``_live_lines``); None when the workspace serves no logs."""
+        return await self._run(_live_lines.read_newest(self._core, stream, count))
 
     async def ensure_secret_scope(self, scope: str) -> None:
         await self._run(_secrets.ensure_secret_scope(self._core, scope))

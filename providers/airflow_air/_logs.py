@@ -123,19 +123,58 @@ def wait_logging(
         )
 
 
+def _stream_key(record: Any) -> str:
+    return f"{record.task_key}/{record.attempt}/{record.node_index}"
+
+
+class LiveLines:
+    """A deferred task's log of its run's node lines while the run runs (the shared
+    watcher's ``on_lines``), stamped with the time each was printed. ``shown`` (per node
+    stream, the newest time shown) travels in the trigger's event so that the copy at the
+    end adds only what was not shown."""
+
+    def __init__(self, log: TaskLog, run_id: int) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.shown: dict[str, int] = {}
+
+    def __call__(self, records: Any, passed_over: bool) -> None:
+        if passed_over:
+            self.log.info(
+                "(earlier lines of run %s passed over to keep within [air] live_lines_per_read: "
+                "`airo logs %s` has them all)",
+                self.run_id,
+                self.run_id,
+            )
+        for record in records:
+            _log_record(self.log, record, stamped=True)
+            key = _stream_key(record)
+            self.shown[key] = max(self.shown.get(key, 0), record.time_unix_nano)
+
+
 class _BoundedLogCopy:
     """Writes whole node records into a log until ``max_lines`` would be passed, then one
-    line that says where the rest is."""
+    line that says where the rest is; skips the records shown while the run ran."""
 
-    def __init__(self, log: TaskLog, run_id: int, task_key: str | None, max_lines: int) -> None:
+    def __init__(
+        self,
+        log: TaskLog,
+        run_id: int,
+        task_key: str | None,
+        max_lines: int,
+        shown: dict[str, int] | None = None,
+    ) -> None:
         self.log = log
         self.run_id = run_id
         self.task_key = task_key
         self.max_lines = max_lines
+        self.shown = shown or {}
         self.written = 0
 
     def add(self, record: Any) -> bool:
         """Log ``record``; False once the budget is spent (stop reading)."""
+        if record.time_unix_nano <= self.shown.get(_stream_key(record), -1):
+            return True
         lines = record.body.count("\n") + 1
         if self.written + lines > self.max_lines:
             where = f" --task {self.task_key}" if self.task_key else ""
@@ -159,11 +198,13 @@ def copy_run_logs(
     task_key: str | None = None,
     *,
     max_lines: int,
+    shown: dict[str, int] | None = None,
 ) -> None:
     """Every node's lines of an ended run (or stage), every attempt, into the task log at
     once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
-    ``max_lines`` lines; the rest are left to ``airo logs``."""
-    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    ``max_lines`` lines; the rest are left to ``airo logs``. ``shown``: what the trigger's
+    live lines showed already (``LiveLines.shown``), not copied again."""
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines, shown)
     try:
         for record in client.iter_run_logs(run_id, task_key=task_key):
             if not copy.add(record):
@@ -179,9 +220,10 @@ async def acopy_run_logs(
     task_key: str | None = None,
     *,
     max_lines: int,
+    shown: dict[str, int] | None = None,
 ) -> None:
     """``copy_run_logs`` from a trigger's event loop (a run finished in the triggerer)."""
-    copy = _BoundedLogCopy(log, run_id, task_key, max_lines)
+    copy = _BoundedLogCopy(log, run_id, task_key, max_lines, shown)
     try:
         async for record in client.iter_run_logs(run_id, task_key=task_key):
             if not copy.add(record):

@@ -97,6 +97,41 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "20",
                         "default": "10",
                     },
+                    "live_lines": {
+                        "description": "Deferred tasks show their runs' new node lines while "
+                        "they run (each line once; the copy at the end adds only the lines not "
+                        "shown). The reads share workspace_request_budget with the status "
+                        "polls: at most live_lines_share of it, each run read at most every "
+                        "live_lines_interval seconds, at most live_lines_per_read lines of a "
+                        "node per read (the newest; older unread lines are passed over and "
+                        "said so).",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
+                    "live_lines_interval": {
+                        "description": "Seconds between two reads of one run's live lines.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "30",
+                        "default": "15",
+                    },
+                    "live_lines_per_read": {
+                        "description": "At most this many lines of one node per read.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "200",
+                        "default": "50",
+                    },
+                    "live_lines_share": {
+                        "description": "The share of workspace_request_budget live lines "
+                        "may take (0 to 1).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "0.25",
+                        "default": "0.5",
+                    },
                     "completed_log_lines": {
                         "description": "At most this many node log lines are copied into the "
                         "task log when a run (or workflow stage) that was waited on in the "

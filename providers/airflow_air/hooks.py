@@ -28,7 +28,7 @@ from airflow_air.exceptions import AirConfigurationError
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from air_runtime import AirClient, AsyncAirClient, Credentials, RunWatcher
+    from air_runtime import AirClient, AsyncAirClient, Credentials, LineBudget, RunWatcher
 
 DEFAULT_CONN_ID = "databricks_default"
 
@@ -78,6 +78,22 @@ def defer_timeout_grace() -> float:
 
 def request_budget() -> float:
     return config_float("workspace_request_budget", 10.0)
+
+
+def live_lines() -> LineBudget | None:
+    """How deferred tasks see their runs' node lines while they run (``[air] live_lines``,
+    on by default): None when off. The reads share the workspace request budget."""
+    from airflow.sdk import conf
+
+    from air_runtime import LineBudget
+
+    if not conf.getboolean("air", "live_lines", fallback=True):
+        return None
+    return LineBudget(
+        interval=config_float("live_lines_interval", 15.0),
+        lines_per_read=conf.getint("air", "live_lines_per_read", fallback=50),
+        share=config_float("live_lines_share", 0.5),
+    )
 
 
 def completed_log_lines() -> int:
@@ -286,6 +302,7 @@ class AirHook(BaseHook):
             credentials=access.credentials,
             interval=interval if interval is not None else default_poll_interval(),
             budget_rps=request_budget(),
+            lines=live_lines(),
             user_agent_extra=user_agent_extra(),
         )
 

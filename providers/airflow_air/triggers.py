@@ -34,11 +34,15 @@ min_heartbeat_interval`` later), so the default delay is twice that interval. Th
 also look at the run before deferring (a run that has already ended is finished in the worker,
 no deferral). After a triggerer restart the time has passed.
 
-Logs. The triggers do not follow the nodes' logs: thousands of deferred tasks would each poll
-every node of their runs, where the shared watcher sends a few coalesced status requests for
-all of them. A run's lines (labelled with task, node and attempt, at most ``[air]
-completed_log_lines``) are copied once it has ended: by the trigger when it finishes the task,
-else by the operator when it resumes (``AirRunOperator.execute_complete``).
+Logs. While a run runs, the shared watcher reads its newest node lines within its request
+budget (``[air] live_lines``: at most a share of ``workspace_request_budget``, each run every
+``live_lines_interval`` seconds, the newest ``live_lines_per_read`` lines of a node per read),
+and the trigger writes them to its log, each stamped with the time it was printed. Once the
+run has ended, the lines not shown yet (labelled with task, node and attempt, at most ``[air]
+completed_log_lines``) are copied: by the trigger when it finishes the task, else by the
+operator when it resumes (``AirRunOperator.execute_complete``, told what was shown by the
+event). A workflow stage's wait shows its lines at its end only. Every line is written from
+the trigger's own task, so it lands in that task instance's log and no other's.
 
 Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
 finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
@@ -69,6 +73,7 @@ from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
 
 if TYPE_CHECKING:
     from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState
+    from airflow_air._logs import LiveLines
 
 _ON_KILL_TIMEOUT_S = 20.0
 
@@ -169,6 +174,7 @@ class AirRunTrigger(BaseTrigger):
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
         self._submitting: asyncio.Future[Any] | None = None
         self._run_xcoms_pending = False  # submitted here, the run's XComs not yet written
+        self._live: LiveLines | None = None  # the node lines shown while the run ran
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -223,6 +229,7 @@ class AirRunTrigger(BaseTrigger):
                 deadline=self.deadline,
                 on_update=self._on_update(),
                 task_key=self.task_key,
+                on_lines=self._on_lines(),
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -273,6 +280,8 @@ class AirRunTrigger(BaseTrigger):
             event["message"] = self.redact(event["message"])
         if self.submission:  # the worker that resumes deletes its keys
             event["submission"] = self.submission
+        if self._live is not None and self._live.shown:  # the worker copies only the rest
+            event["shown_lines"] = self._live.shown
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)
@@ -325,7 +334,12 @@ class AirRunTrigger(BaseTrigger):
         log = RedactingLog(self.log, self.redact)
         if self.stream_logs:
             await acopy_run_logs(
-                client, self.run_id, log, self.task_key, max_lines=completed_log_lines()
+                client,
+                self.run_id,
+                log,
+                self.task_key,
+                max_lines=completed_log_lines(),
+                shown=self._live.shown if self._live is not None else None,
             )
         if self.submission:
             submission = Submission.from_json(self.submission, log=log, redact=self.redact)
@@ -376,6 +390,18 @@ class AirRunTrigger(BaseTrigger):
             logger(state)
 
         return on_update
+
+    def _on_lines(self) -> LiveLines | None:
+        """The run's node lines into the triggerer's log (redacted) while it runs, when
+        ``[air] live_lines`` is on; a stage's wait shows its lines at its end only."""
+        from air_runtime import RedactingLog
+        from airflow_air._logs import LiveLines
+        from airflow_air.hooks import live_lines
+
+        if not self.stream_logs or self.task_key is not None or live_lines() is None:
+            return None
+        self._live = LiveLines(RedactingLog(self.log, self.redact), self.run_id)
+        return self._live
 
     def _seen(self, state: RunState) -> None:
         task = state.task(self.task_key) if self.task_key else None

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
-from air_runtime import AsyncAirClient, RunWatcher, build_plan, load_workload
+from air_runtime import AsyncAirClient, LineBudget, RunWatcher, build_plan, load_workload
 from air_runtime._errors import RunTimeout
 
 WAITERS = 500
@@ -254,3 +254,71 @@ async def test_each_waiter_hears_its_run_in_its_own_context(workspace_factory):
 
     for run_id in run_ids:
         assert heard[run_id] == {run_id}, heard
+
+
+async def _submit_real(client: AsyncAirClient, name: str, command: str) -> int:
+    workload = load_workload(
+        {
+            "experiment_name": name,
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 2},
+            "max_retries": 0,
+            "command": command,
+        }
+    )
+    return (await client.submit_workload(workload)).run_id
+
+
+async def test_live_lines_reach_the_waiter_while_the_run_runs(local_workspace):
+    """on_lines hears every node's new lines while the run is RUNNING (not at its end),
+    each line once, labelled with node and attempt, in the waiter's own context."""
+    owner: contextvars.ContextVar[str] = contextvars.ContextVar("owner")
+    batches: list[tuple[list, bool, bool, str]] = []
+    async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+        run_id = await _submit_real(
+            client,
+            "live",
+            'for i in 1 2 3 4 5 6 7 8; do echo "rank $POD_RANK line $i"; sleep 0.7; done\n'
+            "sleep 3\n",
+        )
+        watcher = RunWatcher(client, interval=0.5, lines=LineBudget(interval=0.5))
+        state_seen: list[str] = []
+
+        def on_update(state) -> None:
+            state_seen.append(state.life_cycle_state)
+
+        def on_lines(records, passed_over) -> None:
+            ended = bool(state_seen) and state_seen[-1] == "TERMINATED"
+            batches.append((list(records), passed_over, ended, owner.get("")))
+
+        async def wait() -> object:
+            owner.set("the waiter")
+            return await watcher.wait(run_id, timeout=90, on_update=on_update, on_lines=on_lines)
+
+        final = await asyncio.create_task(wait())
+    assert final.is_success
+    lines = [(r.node_index, r.attempt, r.body) for batch in batches for r in batch[0]]
+    expected = {(node, 0, f"rank {node} line {i}") for node in (0, 1) for i in range(1, 9)}
+    assert expected <= set(lines), lines
+    assert len(lines) == len(set(lines)), "a line was delivered twice"
+    # Lines came in several reads while the run was still running, in the waiter's context.
+    assert len(batches) >= 2 and not batches[0][2], batches
+    assert {b[3] for b in batches} == {"the waiter"}
+    assert watcher.line_requests >= 2 and watcher.line_requests <= watcher.requests
+
+
+async def test_live_lines_keep_the_newest_when_a_read_has_no_room(local_workspace):
+    """A read brings at most lines_per_read lines: the newest, and says older ones were
+    passed over."""
+    batches: list[tuple[list, bool]] = []
+    async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+        run_id = await _submit_real(
+            client, "chatty", 'for i in $(seq 1 40); do echo "burst $i"; done\nsleep 6\n'
+        )
+        watcher = RunWatcher(client, interval=0.5, lines=LineBudget(interval=0.5, lines_per_read=3))
+        await watcher.wait(
+            run_id, timeout=90, on_lines=lambda records, over: batches.append((list(records), over))
+        )
+    node0 = [(b, over) for b, over in batches if b and b[0].node_index == 0]
+    first, passed_over = node0[0]
+    assert [r.body for r in first] == ["burst 38", "burst 39", "burst 40"]
+    assert passed_over

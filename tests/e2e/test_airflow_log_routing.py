@@ -1,4 +1,5 @@
-"""Each deferred task's log holds its own run's lines, and no other task's, on a real
+"""Each deferred task's log holds its own run's lines, and no other task's, live while the run
+runs and the rest at its end, each line once, on a real
 deployment (scheduler, triggerer, dag-processor, api-server; LocalExecutor, PostgreSQL).
 
 Two Dags, six deferred tasks waiting at once on runs that end differently (success, failure,
@@ -59,13 +60,17 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
         database_dsn=f"{postgres}/airo_airflow",
         dag_folders={"e2e": E2E_DIR / "dags"},
         parallelism=8,
+        # Live lines read every 2 s, so a 40 s run shows its first line long before its end.
+        extra_env={"AIRFLOW__AIR__LIVE_LINES_INTERVAL": "2"},
     )
     try:
         deployment.migrate()
         deployment.start()
         add_airflow_connections(deployment, workspace)
         deployment.wait_for_dags([TEAM_A[0], TEAM_B[0]])
-        runs = {dag_id: deployment.trigger(dag_id) for dag_id, _ in (TEAM_A, TEAM_B)}
+        release = tmp_path / "release-the-pool"
+        conf = {"release": str(release)}
+        runs = {dag_id: deployment.trigger(dag_id, conf) for dag_id, _ in (TEAM_A, TEAM_B)}
 
         # All six wait in the triggerer at once; then the triggerer restarts under them.
         deadline = time.monotonic() + 240
@@ -74,6 +79,41 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
                 pytest.fail(f"the six tasks never all deferred\n{deployment.logs()}")
             time.sleep(0.5)
         deployment.restart("triggerer", hard=False)
+
+        # One pool run holds the pool's accelerator until released; the other waits for it,
+        # and its task's log says so. Live: the holder's first line is in its task's log while
+        # it runs.
+        from air_runtime import AirClient
+
+        pool_tasks = {TEAM_A[0]: "a_pool", TEAM_B[0]: "b_pool"}
+
+        def pool_logs() -> dict[str, str]:
+            try:
+                return {
+                    task_id: api_log_text(deployment, dag_id, runs[dag_id], task_id)
+                    for dag_id, task_id in pool_tasks.items()
+                }
+            except AssertionError as error:  # the API server answered 500 under load
+                print(f"asking again after: {error}")
+                return {}
+
+        deadline = time.monotonic() + 240
+        while True:
+            logs_now = pool_logs()
+            waiting = [t for t, log in logs_now.items() if "[waiting for GPU capacity]" in log]
+            holding = [t for t, log in logs_now.items() if f"start of {t}" in log]
+            if waiting and holding:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"no capacity wait and live line seen: {logs_now}\n{deployment.logs()}")
+            time.sleep(1)
+        assert waiting != holding, (waiting, holding)
+        (holder,) = holding
+        holder_dag = next(d for d, t in pool_tasks.items() if t == holder)
+        with AirClient(workspace.host, workspace.token) as client:
+            run_id = int(deployment.xcom(holder_dag, runs[holder_dag], holder, "run_id"))
+            assert client.get_run(run_id).life_cycle_state == "RUNNING"  # shown while running
+        release.touch()
 
         states = deployment.wait_for_runs([(d, r) for d, r in runs.items()], timeout=420)
         assert {s["state"] for s in states.values()} == {"failed"}, states  # each has a failure
@@ -98,7 +138,9 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
             # Its own run's ending, in its own log.
             task_id = key[1]
             name = task_id.rsplit(".", 1)[-1]
-            assert f"end of {name}" in log, f"{key}:\n{log[-4000:]}"
+            # Its own run's lines, each once (shown live or copied at the end, not both).
+            assert log.count(f"start of {name}") == 1, f"{key}:\n{log[-4000:]}"
+            assert log.count(f"end of {name}") == 1, f"{key}:\n{log[-4000:]}"
             if "." in task_id:  # a stage: its own stage's lines, not its sibling's
                 sibling = "right" if name == "left" else "left"
                 assert f"of {sibling}" not in log and f"stage {sibling}" not in log, log[-4000:]
@@ -107,10 +149,9 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
         # The failures' errors are in the failed tasks' logs only.
         assert "exit code 3" in logs[(TEAM_A[0], "a_fails")]
         assert sum("exit code 3" in log for log in logs.values()) == 1
-        # One of the two pool runs waited for the pool's one accelerator: said in its own log.
-        capacity = [key for key, log in logs.items() if "[waiting for GPU capacity]" in log]
-        pools = {k: v for k, v in logs.items() if k[1].endswith("_pool")}
-        assert len(capacity) == 1 and capacity[0][1] in ("a_pool", "b_pool"), pools
+        # The pool run that waited for the pool's one accelerator said so in its own log only.
+        capacity = [key[1] for key, log in logs.items() if "[waiting for GPU capacity]" in log]
+        assert capacity == waiting, (capacity, waiting)
         # Copied node lines carry the time they were printed: 15 s apart, not one instant.
         stamps = re.findall(
             r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z \[a_ok node 0 attempt 1\] (start|end) of",

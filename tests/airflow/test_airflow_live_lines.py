@@ -1,0 +1,66 @@
+"""A deferred task's log shows its run's node lines while the run runs ([air] live_lines),
+each line once: the copy at the end adds only what was not shown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from air_runtime import AirClient, load_workload
+
+
+def _held_run(workspace, release: Path) -> int:
+    workload = load_workload(
+        {
+            "experiment_name": "live_lines",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 2},
+            "max_retries": 0,
+            "command": (
+                'echo "rank $POD_RANK first"\n'
+                f'while [ ! -e "{release}" ]; do sleep 0.2; done\n'
+                'echo "rank $POD_RANK last"\n'
+            ),
+        }
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        return client.submit_workload(workload).run_id
+
+
+def test_a_deferred_task_shows_node_lines_while_its_run_runs(
+    workspace, task_log, monkeypatch, tmp_path
+):
+    from airflow_air.triggers import AirRunTrigger
+
+    monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
+    release = tmp_path / "release"
+    run_id = _held_run(workspace, release)
+    trigger = AirRunTrigger(run_id, poll_interval=0.2, cancel_on_kill=False)
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(anext(events))
+        # Both nodes' first lines reach the log while the run is held RUNNING.
+        deadline = time.monotonic() + 120
+        while not all(f"node {n} attempt 1] rank {n} first" in _text(task_log) for n in (0, 1)):
+            assert not waiting.done(), waiting.result()
+            assert time.monotonic() < deadline, _text(task_log)
+            await asyncio.sleep(0.1)
+        with AirClient(workspace.host, workspace.token) as client:
+            assert client.get_run(run_id).life_cycle_state == "RUNNING"
+        release.touch()
+        event = await waiting
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload["status"] == "success", payload
+    # The worker that resumes is told what was shown, per node stream.
+    assert set(payload["shown_lines"]) == {"live_lines/0/0", "live_lines/0/1"}, payload
+    log = _text(task_log)
+    for node in (0, 1):
+        assert log.count(f"rank {node} first") == 1, log
+
+
+def _text(task_log) -> str:
+    return task_log.text()
