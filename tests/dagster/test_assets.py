@@ -223,8 +223,7 @@ def test_translator_derives_the_run_time_metadata_and_the_invocation_can_pass_on
     assert mat.metadata["cost_usd"].value == round(gpu_hours * 2.0, 6)
     assert mat.metadata["dagster-air/run_id"].value > 0  # the default metadata stays
     (observation,) = [
-        e.asset_observation_data.asset_observation
-        for e in result.get_asset_observation_events()
+        e.asset_observation_data.asset_observation for e in result.get_asset_observation_events()
     ]
     assert observation.metadata["rate"].value == 1
 

@@ -164,5 +164,3 @@ def reset_postgres_database(dsn: str) -> None:
             cur.execute("CREATE SCHEMA public")
     finally:
         conn.close()
-
-
