@@ -28,6 +28,10 @@ same code: ``finish`` in a worker and ``afinish`` in an Airflow triggerer do the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -38,6 +42,7 @@ from .client import _runs, _secrets, _submit
 from .client._core import ClientCore, Flow
 from .client._secrets import SubmissionSecrets
 from .plan import make_idempotency_token
+from .platform import MAX_TASK_KEY_LENGTH, TASK_KEY_CHARACTERS
 
 if TYPE_CHECKING:
     from .client import AirClient, AsyncAirClient, SubmittedRun
@@ -78,6 +83,22 @@ def _keep(text: str) -> str:
 
 # --- the key ------------------------------------------------------------------------------
 
+# A run name follows the experiment name's rule (docs/spec/workload.md §1: the experiment
+# name becomes run_name): 1-100 characters of [A-Za-z0-9_-].
+MAX_RUN_NAME_LENGTH = MAX_TASK_KEY_LENGTH
+_NOT_IN_NAME = re.compile(f"[^{TASK_KEY_CHARACTERS}]+")
+_NAME_SEPARATOR = "--"
+_NAME_DIGEST_LENGTH = 8
+
+# The orchestrator ids every rank of a submission's run gets (plain variables, next to the
+# workload's own: the author's value of the same name wins).
+ENV_ORCHESTRATOR = "AIRO_ORCHESTRATOR"
+ENV_PIPELINE = "AIRO_PIPELINE"
+ENV_ORCHESTRATOR_RUN_ID = "AIRO_ORCHESTRATOR_RUN_ID"
+ENV_TASK = "AIRO_TASK"
+ENV_MAP_INDEX = "AIRO_MAP_INDEX"
+ENV_PARTITION_KEY = "AIRO_PARTITION_KEY"
+
 
 @dataclass(frozen=True)
 class SubmissionKey:
@@ -105,6 +126,64 @@ class SubmissionKey:
             generation,
             namespace=self.namespace,
         )
+
+    def run_name(self, base: str) -> str:
+        """``base`` (the experiment or workflow name) followed by the pipeline, the task and
+        the index, ``--`` between them: ``sweep--gpu_sweep--trial--3``. Characters the rule
+        refuses become ``_``; a name over the length rule keeps the task and index whole,
+        shortens what comes before and ends with a digest of the whole identity (two keys
+        that differ only in the cut part still get different names)."""
+        parts = [base, self.pipeline, self.task]
+        if self.index is not None:
+            parts.append(str(self.index))
+        clean = [_NOT_IN_NAME.sub("_", p).strip("_") or "_" for p in parts]
+        name = _NAME_SEPARATOR.join(clean)
+        if len(name) <= MAX_RUN_NAME_LENGTH:
+            return name
+        identity = json.dumps([*parts, self.orchestrator], separators=(",", ":"))
+        digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:_NAME_DIGEST_LENGTH]
+        room = MAX_RUN_NAME_LENGTH - len(_NAME_SEPARATOR) - len(digest)
+        tail = _NAME_SEPARATOR.join(clean[2:])
+        head_room = room - len(tail) - len(_NAME_SEPARATOR)
+        if head_room >= 1:
+            head = _NAME_SEPARATOR.join(clean[:2])[:head_room].rstrip("_-") or "_"
+            name = f"{head}{_NAME_SEPARATOR}{tail}"
+        else:
+            name = name[:room].rstrip("_-") or "_"
+        return f"{name}{_NAME_SEPARATOR}{digest}"
+
+    def environment(self) -> dict[str, str]:
+        """The orchestrator ids as variables for the run's ranks (training code can tag its
+        MLflow run with them): an integer index is a map index, any other a partition key.
+        Fixed per key, so a retry's plan equals its parent's."""
+        env = {
+            ENV_ORCHESTRATOR: self.orchestrator,
+            ENV_PIPELINE: self.pipeline,
+            ENV_ORCHESTRATOR_RUN_ID: self.run,
+            ENV_TASK: self.task,
+        }
+        if isinstance(self.index, int):
+            env[ENV_MAP_INDEX] = str(self.index)
+        elif self.index is not None:
+            env[ENV_PARTITION_KEY] = self.index
+        return env
+
+    def identify(
+        self, workload: Workload | Sequence[Stage], run_name: str | None
+    ) -> tuple[Workload | list[Stage], str]:
+        """``workload`` (each stage's) with ``environment()`` and the run's name from
+        ``run_name`` (else the first experiment name) with ``run_name()``: what every
+        submission sends, so the platform, the run page and ``airo list`` tie a run back
+        to its orchestrator task."""
+        env = self.environment()
+        if isinstance(workload, Sequence):
+            stages = [
+                dataclasses.replace(stage, workload=stage.workload.with_env_variables(env))
+                for stage in workload
+            ]
+            base = run_name or (stages[0].workload.experiment_name if stages else "run")
+            return stages, self.run_name(base)
+        return workload.with_env_variables(env), self.run_name(run_name or workload.experiment_name)
 
     def secrets(self, scope: str) -> SubmissionSecrets:
         """The secret keys of this submission in ``scope``."""
@@ -312,11 +391,12 @@ class Submission:
         generation: int | str,
         run_name: str | None = None,
     ) -> Flow[SubmittedRun]:
+        identified, name = self.key.identify(workload, run_name)
         submitted = yield from _submit.submit_workload(
             core,
-            workload,
+            identified,
             idempotency_token=self.key.idempotency_token(generation),
-            run_name=run_name,
+            run_name=name,
         )
         self.run_id = submitted.run_id
         self.run_page_url = submitted.run_page_url
@@ -353,12 +433,13 @@ class Submission:
         stores no secret keys (nothing would mark them with the run)."""
         if self.secrets:
             raise RuntimeError("a submission with secret keys is submitted with submit()")
+        identified, name = self.key.identify(workload, run_name)
         return client.run_flow(
             lambda core: _submit.plan_workload(
                 core,
-                workload,
+                identified,
                 idempotency_token=self.key.idempotency_token(generation),
-                run_name=run_name,
+                run_name=name,
             )
         )
 

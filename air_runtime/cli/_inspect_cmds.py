@@ -170,6 +170,8 @@ def _get(args: argparse.Namespace) -> int:
         ("Duration", _duration(summary.duration_seconds)),
         ("Progress", summary.progress.detailed() if summary.progress else None),
         ("Experiment", summary.experiment_name),
+        # An orchestrator's run is named after its pipeline, task and index or partition.
+        ("Run name", summary.run_name),
         ("User", summary.user),
         ("Accelerators", _accelerators(summary)),
         ("GPU-hours", f"{summary.gpu_hours:.4f}"),

@@ -390,5 +390,6 @@ def plan_workload(
             user_name=identity.user_name,
             idempotency_token=idempotency_token,
             home=os.environ.get(USER_WORKSPACE_DIR_ENV) or None,
+            run_name=run_name,
         )
     return plan

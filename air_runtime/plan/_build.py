@@ -391,9 +391,11 @@ def build_plan(
     idempotency_token: str | None = None,
     launch_suffix: str | None = None,
     home: str | None = None,
+    run_name: str | None = None,
 ) -> SubmissionPlan:
     """The plan of a single-workload run (docs/spec/workload.md §4-§5). ``home`` replaces the user's
-    workspace folder (the CLI's DATABRICKS_INTERNAL_USER_WORKSPACE_DIR, runlaunch.go)."""
+    workspace folder (the CLI's DATABRICKS_INTERNAL_USER_WORKSPACE_DIR, runlaunch.go);
+    ``run_name`` the run's name (the experiment name, as the CLI sends, when not given)."""
     if not isinstance(workload, Workload):
         raise WorkloadError(
             [
@@ -410,9 +412,13 @@ def build_plan(
         _check_suffix(launch_suffix) if launch_suffix is not None else default_launch_suffix(token)
     )
     stage = Stage(workload.experiment_name, workload)
+    if run_name is not None and not run_name.strip():
+        raise WorkloadError(
+            [Problem("run_name", "run_name must not be blank", "name the run or leave it unset")]
+        )
     return _assemble(
         [stage],
-        run_name=workload.experiment_name,
+        run_name=run_name or workload.experiment_name,
         user_name=user_name,
         token=token,
         suffixes={stage.task_key: suffix},

@@ -83,7 +83,8 @@ def test_a_subset_of_stages_runs_with_dependencies_among_the_selected(
     assert counters(local_workspace)["runs_created"] == 1
 
     body = _raw_run(local_workspace, run_id)
-    assert body["run_name"] == "rl_pipeline"
+    # The workflow's name, then whose run it is: the job and the step.
+    assert body["run_name"] == "rl_pipeline--ephemeral_asset_job--rl_pipeline"
     depends = {
         t["task_key"]: [d["task_key"] for d in t.get("depends_on", [])] for t in body["tasks"]
     }

@@ -168,7 +168,7 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         assert page.endswith(f"/jobs/runs/{held_run}"), page
         log = task_log_text(deployment, "air_trigger_timeout_planned", planned_timeout, "held")
         every, _ = workspace_client.list_runs(active_only=False, limit=25)
-        planned_runs = [r for r in every if r.run_name == "held_planned"]
+        planned_runs = [r for r in every if (r.run_name or "").startswith("held_planned--")]
         assert len(planned_runs) == 1, planned_runs
         state = workspace_client.get_run(planned_runs[0].run_id)
         assert state.is_terminal and state.result_state == "CANCELED", state

@@ -1,0 +1,46 @@
+"""Runs say whose they are: a partition's run is named after its job, asset and partition
+key, and its ranks get the Dagster ids as variables."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_checks import workload
+
+from air_runtime import AirClient
+from dagster_air import AirStage, build_air_assets
+
+
+def _env(path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_a_partition_names_its_run_and_tells_its_ranks(
+    air_workspace, instance, local_workspace, tmp_path
+):
+    assets = build_air_assets(
+        AirStage(
+            key="sweep",
+            workload=workload("identity_sweep", f'env > "{tmp_path}/env_$AIRO_PARTITION_KEY"'),
+        ),
+        partitions_def=dg.StaticPartitionsDefinition(["lr-small", "lr-large"]),
+    )
+    result = dg.materialize(
+        [assets],
+        partition_key="lr-large",
+        resources={"air_workspace": air_workspace},
+        instance=instance,
+    )
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("sweep")
+    run_id = mat.metadata["dagster-air/run_id"].value
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        name = client.get_run(run_id).run_name
+    # The job's name loses the underscores around it (__ephemeral_asset_job__).
+    assert name == f"identity_sweep--{result.job_def.name.strip('_')}--sweep--lr-large"
+    env = _env(tmp_path / "env_lr-large")
+    assert env["AIRO_ORCHESTRATOR"] == "dagster"
+    assert env["AIRO_PIPELINE"] == result.job_def.name
+    assert env["AIRO_TASK"] == "sweep"
+    assert env["AIRO_PARTITION_KEY"] == "lr-large"
+    assert env["AIRO_ORCHESTRATOR_RUN_ID"] == result.run_id
+    assert "AIRO_MAP_INDEX" not in env
