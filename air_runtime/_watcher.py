@@ -163,12 +163,15 @@ class LineBudget:
     Each running run with a line waiter is read every ``interval`` seconds at the most, one
     request per node of each running attempt, each bringing at most ``lines_per_read`` of
     its newest lines; all line reads together take at most ``share`` of the watcher's
-    requests per second (status polls keep the rest). With many runs a run's turn comes less
-    often, never the budget more."""
+    requests per second. Status polls keep the rest and never wait behind more than one line
+    read (the reads are sent one at a time through the same first-come bucket), so lines take
+    what the status polls leave: little while many runs all run, since a sweep then lists
+    the smaller, completed side. With many runs a run's turn comes less often, never the
+    budget more."""
 
     interval: float = 15.0
     lines_per_read: int = 50
-    share: float = 0.5
+    share: float = 0.8
 
 
 def _is_running(state: RunState | None) -> bool:

@@ -32,8 +32,9 @@ MODULES = {
     "P7": "benchmarks.p7_deployment",
     "P9": "benchmarks.p9_image_copy",
     "P11_AIRFLOW": "benchmarks.p11_airflow_repair",
+    "P12": "benchmarks.p12_live_lines",
 }
-ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P11_AIRFLOW"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P11_AIRFLOW", "P12"]
 
 
 def _p1(r: dict[str, Any]) -> tuple[str, str]:
@@ -163,6 +164,18 @@ def _p11_airflow(r: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _p12(r: dict[str, Any]) -> tuple[str, str]:
+    (row,) = r["rows"]
+    shown = row["printed_to_shown_s"]
+    return (
+        "N waiting runs' live lines: <= 10 req/s, loop lag p99 <= 20 ms, newest line in 60 s",
+        f"N={row['n']}: {fmt(row['watcher_requests_per_s'], 3)} req/s "
+        f"({fmt(row['line_requests_per_s'], 3)} for lines), lag p99 "
+        f"{fmt(row['loop_lag_ms']['p99'], 3)} ms, printed to shown p99 {fmt(shown['p99'], 3)} s, "
+        f"{row['runs_with_a_line_shown_in_last_60s']}/{row['n']} runs shown a line in the last 60 s",
+    )
+
+
 SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -174,6 +187,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P8": _p8,
     "P9": _p9,
     "P11_AIRFLOW": _p11_airflow,
+    "P12": _p12,
 }
 
 

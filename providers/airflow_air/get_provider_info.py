@@ -126,11 +126,11 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "live_lines_share": {
                         "description": "The share of workspace_request_budget live lines "
-                        "may take (0 to 1).",
+                        "may take (0 to 1); the status polls keep the rest.",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "0.25",
-                        "default": "0.5",
+                        "default": "0.8",
                     },
                     "completed_log_lines": {
                         "description": "At most this many node log lines are copied into the "

@@ -1,0 +1,241 @@
+"""P12: live node lines of N waiting runs in one event loop, within the workspace budget.
+
+The situation of an Airflow triggerer with N deferred tasks and ``[air] live_lines`` on: one
+asyncio loop, one shared ``RunWatcher`` at the default request budget (10 req/s) and line
+budget (``LineBudget()``: each run read every 15 s at most, half the budget at most), N
+waiters that each hand their run's new lines to a ``airflow_air._logs.LiveLines``-like writer
+(formatted and passed to a logger, as the trigger does). The workspace (execute mode) runs in
+its own process; each run's rank prints a line every 5 s for the whole window, stamping it
+with its own clock (bash ``$EPOCHREALTIME``, no process per line).
+
+Measured over the window: requests the workspace served (all endpoints, its counters) per
+second against the budget; event-loop lag (a 10 ms sampler's oversleep, p99); and for every
+line shown, the time from being printed to being shown (p50, p99, max), plus the share of
+runs whose newest line was shown within 60 s at the window's end. Progress lines are not
+read here (the trigger does not follow MLflow yet).
+
+    python -m benchmarks.p12_live_lines [--quick] [--n 500]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import PYTHON, REPO, parser_for, percentile, write_result
+
+TOKEN = "bench-p12-token"
+PRINT_EVERY_S = 5
+COMMAND = (
+    "exec 3<> <(:)\n"
+    "i=0\n"
+    "while :; do\n"
+    '  i=$((i+1)); echo "line $i printed_at $EPOCHREALTIME"\n'
+    f"  read -t {PRINT_EVERY_S} -u 3 || true\n"
+    "done\n"
+)
+
+
+class _Workspace:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="airo-bench-p12-"))
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.host = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "air_runtime.cli",
+                "workspace",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.dir),
+                "--token",
+                TOKEN,
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "AIRO_WORKSPACE_TOKEN": ""},
+        )
+
+    def wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(
+                    f"{self.host}/api/2.0/preview/scim/v2/Me",
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                    timeout=2,
+                )
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError("the workspace did not start")
+
+    def counters(self) -> dict[str, int]:
+        import httpx
+
+        response = httpx.get(
+            f"{self.host}/api/2.0/airo-admin/counters",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
+        response.raise_for_status()
+        return {
+            k: v for k, v in response.json()["requests"].items() if not k.startswith("airo-admin")
+        }
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[str, Any]:
+    from air_runtime import AsyncAirClient, RunWatcher, load_workload
+
+    log = logging.getLogger("bench.p12.task")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+    async with AsyncAirClient(host, TOKEN) as client:
+        workload = load_workload(
+            {
+                "experiment_name": "bench-p12",
+                "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                "max_retries": 0,
+                "command": COMMAND,
+            }
+        )
+        limit = asyncio.Semaphore(16)
+
+        async def submit(i: int) -> int:
+            async with limit:
+                plan_workload = workload.with_overrides({"experiment_name": f"bench-p12-{i}"})
+                return (await client.submit_workload(plan_workload)).run_id
+
+        run_ids = list(await asyncio.gather(*(submit(i) for i in range(n))))
+        watcher = RunWatcher(client)  # the defaults of the triggerer: 10 req/s, LineBudget()
+        latencies: list[float] = []
+        newest_shown: dict[int, float] = {}
+        window_start = 0.0
+
+        def writer(run_id: int):
+            def on_lines(records, passed_over) -> None:
+                now = time.time()
+                for record in records:
+                    log.info("[%s] %s", record.label, record.body)
+                    parts = record.body.split("printed_at ")
+                    if len(parts) == 2 and now >= window_start > 0:
+                        latencies.append(now - float(parts[1].replace(",", ".")))
+                if records:
+                    newest_shown[run_id] = time.time()
+
+            return on_lines
+
+        lags: list[float] = []
+
+        async def sampler() -> None:
+            loop = asyncio.get_running_loop()
+            while True:
+                before = loop.time()
+                await asyncio.sleep(0.01)
+                if window_start > 0:
+                    lags.append(loop.time() - before - 0.01)
+
+        waits = [asyncio.ensure_future(watcher.wait(r, on_lines=writer(r))) for r in run_ids]
+        sampling = asyncio.ensure_future(sampler())
+        await asyncio.sleep(warmup_s)
+        window_start = time.time()
+        before_requests = watcher.requests
+        before_lines = watcher.line_requests
+        await asyncio.sleep(window_s)
+        elapsed = time.time() - window_start
+        requests = watcher.requests - before_requests
+        line_requests = watcher.line_requests - before_lines
+        fresh = sum(1 for r in run_ids if time.time() - newest_shown.get(r, 0) <= 60)
+        sampling.cancel()
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, sampling, return_exceptions=True)
+        for run_id in run_ids:
+            await client.cancel(run_id)
+        await watcher.aclose()
+    return {
+        "n": n,
+        "window_s": round(elapsed, 1),
+        "watcher_requests_per_s": round(requests / elapsed, 2),
+        "line_requests_per_s": round(line_requests / elapsed, 2),
+        "lines_shown": len(latencies),
+        "printed_to_shown_s": {
+            "p50": round(percentile(latencies, 50), 1),
+            "p99": round(percentile(latencies, 99), 1),
+            "max": round(max(latencies, default=float("nan")), 1),
+        },
+        "runs_with_a_line_shown_in_last_60s": fresh,
+        "loop_lag_ms": {
+            "p99": round(percentile(lags, 99) * 1000, 1),
+            "max": round(max(lags, default=float("nan")) * 1000, 1),
+        },
+    }
+
+
+def measure(*, quick: bool = False, n: int | None = None) -> dict[str, Any]:
+    n = n or (100 if quick else 500)
+    window_s, warmup_s = (90.0, 30.0) if quick else (180.0, 60.0)
+    workspace = _Workspace()
+    try:
+        workspace.wait_ready()
+        before = workspace.counters()
+        started = time.time()
+        row = asyncio.run(_measure(workspace.host, n, window_s, warmup_s))
+        total = sum(workspace.counters().values()) - sum(before.values())
+        row["workspace_requests_per_s_whole_run"] = round(total / (time.time() - started), 2)
+    finally:
+        workspace.stop()
+    row["budget_rps"] = 10.0
+    row["within_budget"] = row["watcher_requests_per_s"] <= row["budget_rps"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = parser_for(__doc__)
+    parser.add_argument("--n", type=int, default=None)
+    args = parser.parse_args(argv)
+    row = measure(quick=args.quick, n=args.n)
+    met = (
+        row["within_budget"]
+        and row["loop_lag_ms"]["p99"] <= 20
+        and row["printed_to_shown_s"]["p99"] <= 60
+        and row["runs_with_a_line_shown_in_last_60s"] == row["n"]
+    )
+    path = write_result("P12_quick" if args.quick else "P12", {"rows": [row], "met": met})
+    print(json.dumps(row, indent=2))
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
