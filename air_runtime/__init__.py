@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from air_runtime._errors import (
     AirError,
     AuthError,
+    BudgetExceeded,
     CapacityError,
     ConfigurationError,
     InvalidResponse,
@@ -121,6 +122,7 @@ __getattr__ = lazy_exports(globals(), _LAZY)
 __all__ = [
     "AirError",
     "AuthError",
+    "BudgetExceeded",
     "CapacityError",
     "CodeSnapshot",
     "CodeSource",

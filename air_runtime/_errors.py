@@ -156,3 +156,31 @@ class RunTimeout(AirError):
     def __init__(self, message: str, *, run_id: int | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+def _used_text(used: float, budget: float) -> str:
+    """``used`` with as few significant digits as still show it over ``budget``."""
+    for digits in range(2, 10):
+        text = f"{used:.{digits}g}"
+        if float(text) > budget:
+            return text
+    return repr(used)
+
+
+class BudgetExceeded(AirError):
+    """A run (or a workflow stage) used more GPU-hours (accelerators x elapsed, every
+    attempt) than its ``max_gpu_hours``. The wait that saw it ends with this error; the run
+    itself keeps going until it is cancelled (the orchestrators cancel it)."""
+
+    def __init__(
+        self, run_id: int, used: float, budget: float, *, task_key: str | None = None
+    ) -> None:
+        what = f"stage {task_key} of run {run_id}" if task_key else f"run {run_id}"
+        super().__init__(
+            f"{what} used {_used_text(used, budget)} GPU-hours, over its budget of "
+            f"{budget:g} (max_gpu_hours)"
+        )
+        self.run_id = run_id
+        self.used = used
+        self.budget = budget
+        self.task_key = task_key

@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from air_runtime._errors import RunTimeout
+from air_runtime._errors import BudgetExceeded, RunTimeout
 from air_runtime._states import RunState
 
 logger = logging.getLogger("air_runtime.client")
@@ -55,6 +55,20 @@ def jittered(seconds: float, rng: random.Random) -> float:
 # --- the deadline loop of every wait on a run ---------------------------------------------
 
 
+def over_budget(
+    state: RunState, max_gpu_hours: float | None, task_key: str | None = None
+) -> BudgetExceeded | None:
+    """The error of a run (or stage) still going whose GPU-hours, attempts still running
+    counted up to now, passed ``max_gpu_hours``; None within it, ended, or without one.
+    Computed from a state already read: a budget costs no request."""
+    if max_gpu_hours is None or state.has_ended(task_key):
+        return None
+    used = state.gpu_hours(task_key, now_ms=int(time.time() * 1000))
+    if used <= max_gpu_hours:
+        return None
+    return BudgetExceeded(state.run_id, used, max_gpu_hours, task_key=task_key)
+
+
 @dataclass(frozen=True, slots=True)
 class Pause:
     """Sleep this long, then send ``None``: the loop asks for the run's state again."""
@@ -71,13 +85,15 @@ def until_ended(
     deadline: float | None = None,
     timeout: float | None = None,
     on_update: Callable[[RunState], None] | None = None,
+    max_gpu_hours: float | None = None,
 ) -> Generator[Pause | None, RunState | None, RunState]:
     """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
     its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
     be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
     (``time.time()``, so it survives serialization) and ``timeout`` seconds from the first
     request; past the earlier, ``RunTimeout`` (the run itself is left alone). ``on_update``
-    sees each change of state once.
+    sees each change of state once. Past ``max_gpu_hours`` (``over_budget``),
+    ``BudgetExceeded`` (the run is left alone: the caller cancels it).
 
     The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
     stage wait with its request budget; neither has a loop of its own."""
@@ -107,6 +123,9 @@ def until_ended(
                 on_update(state)
         if state.has_ended(task_key):
             return state
+        exceeded = over_budget(state, max_gpu_hours, task_key)
+        if exceeded is not None:
+            raise exceeded
         interval = next_interval(interval, poll_interval, state)
         pause = jittered(interval, rng)
         if deadline is not None:

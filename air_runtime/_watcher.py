@@ -49,9 +49,11 @@ from ._polling import (
     Pause,
     jittered,
     next_interval,
+    over_budget,
     until_ended,
     young_interval,
 )
+from ._progress import TrainingProgress
 from ._states import RunState
 from .client import AsyncAirClient, LogRecord
 from .client._live_lines import LineStream, running_streams
@@ -66,6 +68,10 @@ OnUpdate = Callable[[RunState], None]
 # A running run's newest node lines, oldest first, and whether older unread ones were passed
 # over to keep within the line budget.
 OnLines = Callable[[Sequence[LogRecord], bool], None]
+# A running run's training progress and time left (eta.go), when it changed.
+OnProgress = Callable[[TrainingProgress], None]
+# What one progress read costs: the task's runs/get-output, then its MLflow run and history.
+_PROGRESS_REQUESTS = 3
 
 
 def _in_waiter_context(on_update: Callable[..., None]) -> Callable[..., None]:
@@ -88,6 +94,12 @@ class _Waiter:
     future: asyncio.Future[RunState]
     on_update: OnUpdate | None
     on_lines: OnLines | None
+    on_progress: OnProgress | None = None
+    max_gpu_hours: float | None = None
+
+    @property
+    def follows(self) -> bool:
+        return self.on_lines is not None or self.on_progress is not None
 
 
 class TokenBucket:
@@ -122,6 +134,8 @@ class _Watched:
         "key",
         "lines_due",
         "next_due",
+        "progress",
+        "progress_due",
         "run_id",
         "since",
         "start_ms",
@@ -138,6 +152,9 @@ class _Watched:
         # Live lines: the node streams read so far (cursors) and when the run is next read.
         self.streams: dict[tuple[str, int, int], LineStream] = {}
         self.lines_due = now
+        # Live progress: the last one told, and when it is next read.
+        self.progress: TrainingProgress | None = None
+        self.progress_due = now
         self.key: tuple[Any, Any, Any] | None = None
         self.state: RunState | None = None
         self.since = now
@@ -172,6 +189,7 @@ class LineBudget:
     interval: float = 15.0
     lines_per_read: int = 50
     share: float = 0.8
+    progress_interval: float = 60.0
 
 
 def _is_running(state: RunState | None) -> bool:
@@ -269,19 +287,29 @@ class RunWatcher:
         on_update: OnUpdate | None = None,
         task_key: str | None = None,
         on_lines: OnLines | None = None,
+        max_gpu_hours: float | None = None,
+        on_progress: OnProgress | None = None,
     ) -> RunState:
         """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
         return the state that shows it (success or not).
 
         ``on_update`` hears each state change; ``on_lines`` the run's newest node lines
-        while it runs, within the watcher's ``LineBudget`` (a whole run's wait only). Both
-        are called in the context of the task that waits.
+        while it runs and ``on_progress`` its training progress when it changes (read at
+        most every ``LineBudget.progress_interval``), both within the watcher's
+        ``LineBudget`` (a whole run's wait only). All are called in the context of the task
+        that waits.
 
         ``deadline`` is a wall-clock time (``time.time()``), so it survives serialization
         (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
-        itself is left alone)."""
+        itself is left alone).
+
+        ``max_gpu_hours``: past it (the run's, or the stage's, GPU-hours, computed from the
+        states the watcher reads anyway, so at most a poll late): ``BudgetExceeded`` (the
+        run itself is left alone: the caller cancels it)."""
         if task_key is not None:
-            return await self._wait_for_stage(run_id, task_key, deadline, timeout, on_update)
+            return await self._wait_for_stage(
+                run_id, task_key, deadline, timeout, on_update, max_gpu_hours
+            )
         loop = asyncio.get_running_loop()
         now = loop.time()
         limits = []
@@ -298,15 +326,19 @@ class RunWatcher:
             future,
             None if on_update is None else _in_waiter_context(on_update),
             None if on_lines is None else _in_waiter_context(on_lines),
+            on_progress=None if on_progress is None else _in_waiter_context(on_progress),
+            max_gpu_hours=max_gpu_hours,
         )
         watched.waiters.append(entry)
+        if watched.state is not None:
+            self._check_budgets(watched, watched.state)
         # Contexts of their own: the poller and the line reader belong to no waiter (see
         # _in_waiter_context).
         if self._poller is None or self._poller.done():
             self._poller = loop.create_task(
                 self._poll_forever(), name="air-run-watcher", context=contextvars.Context()
             )
-        if on_lines is not None and (self._line_reader is None or self._line_reader.done()):
+        if entry.follows and (self._line_reader is None or self._line_reader.done()):
             self._line_reader = loop.create_task(
                 self._read_lines_forever(), name="air-run-lines", context=contextvars.Context()
             )
@@ -335,6 +367,7 @@ class RunWatcher:
         deadline: float | None,
         timeout: float | None,
         on_update: OnUpdate | None,
+        max_gpu_hours: float | None,
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget."""
@@ -346,6 +379,7 @@ class RunWatcher:
             deadline=deadline,
             timeout=timeout,
             on_update=on_update,
+            max_gpu_hours=max_gpu_hours,
         )
         request = next(loop)
         while True:
@@ -388,7 +422,7 @@ class RunWatcher:
         request budget; ends when no waiter wants lines."""
         loop = asyncio.get_running_loop()
         while True:
-            following = [w for w in self._runs.values() if any(x.on_lines for x in w.waiters)]
+            following = [w for w in self._runs.values() if any(x.follows for x in w.waiters)]
             if not following:
                 return
             now = loop.time()
@@ -409,6 +443,13 @@ class RunWatcher:
 
     async def _read_lines(self, watched: _Watched) -> None:
         assert watched.state is not None
+        waiters = list(watched.waiters)
+        now = asyncio.get_running_loop().time()
+        if any(w.on_progress for w in waiters) and watched.progress_due <= now:
+            watched.progress_due = now + self.lines.progress_interval
+            await self._read_progress(watched, waiters)
+        if not any(w.on_lines for w in waiters):
+            return
         for stream in running_streams(watched.state, None):
             kept = watched.streams.setdefault(stream.key, stream)
             await self._lines_bucket.acquire()
@@ -427,6 +468,24 @@ class RunWatcher:
                         waiter.on_lines(read.records, read.passed_over)
                     except Exception:
                         logger.exception("on_lines callback for run %s failed", watched.run_id)
+
+    async def _read_progress(self, watched: _Watched, waiters: list[_Waiter]) -> None:
+        assert watched.state is not None
+        for _ in range(_PROGRESS_REQUESTS):
+            await self._lines_bucket.acquire()
+            await self.bucket.acquire()
+        self.requests += _PROGRESS_REQUESTS
+        self.line_requests += _PROGRESS_REQUESTS
+        progress = await self.client.training_progress(watched.state)
+        if progress is None or progress == watched.progress:
+            return
+        watched.progress = progress
+        for waiter in waiters:
+            if waiter.on_progress is not None:
+                try:
+                    waiter.on_progress(progress)
+                except Exception:
+                    logger.exception("on_progress callback for run %s failed", watched.run_id)
 
     def _next_cycle_at(self, now: float, started: float, cost: int = 0) -> float:
         if self._prefers_list(len(self._runs)):
@@ -670,12 +729,15 @@ class RunWatcher:
             state_body.get("state_message"),
         )
         if key == watched.key:
+            if any(w.max_gpu_hours is not None for w in watched.waiters):
+                self._check_budgets(watched, RunState.from_api(raw))  # its attempts changed
             return False
         state = RunState.from_api(raw)
         if state.is_terminal:
             return True
         watched.key = key
         self._changed(watched, state)
+        self._check_budgets(watched, state)
         return False
 
     def _observe(self, watched: _Watched, state: RunState, *, final: bool) -> None:
@@ -688,6 +750,7 @@ class RunWatcher:
         if state.is_terminal and final:
             self._finish(watched, state)
             return
+        self._check_budgets(watched, state)
         now = asyncio.get_running_loop().time()
         watched.interval = next_interval(watched.interval, self.interval, state)
         pause = young_interval(watched.interval, now - watched.since)
@@ -709,6 +772,15 @@ class RunWatcher:
                 waiter.on_update(state)
             except Exception:
                 logger.exception("on_update callback for run %s failed", watched.run_id)
+
+    def _check_budgets(self, watched: _Watched, state: RunState) -> None:
+        """End the wait of each waiter whose ``max_gpu_hours`` the run has passed."""
+        for waiter in watched.waiters:
+            if waiter.max_gpu_hours is None or waiter.future.done():
+                continue
+            exceeded = over_budget(state, waiter.max_gpu_hours)
+            if exceeded is not None:
+                waiter.future.set_exception(exceeded)
 
     def _finish(self, watched: _Watched, state: RunState) -> None:
         watched.state = state

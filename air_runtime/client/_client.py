@@ -307,11 +307,14 @@ class AirClient(_BaseClient, SyncOperations):
         on_update: Callable[[RunState], None] | None = None,
         task_key: str | None = None,
         deadline: float | None = None,
+        max_gpu_hours: float | None = None,
     ) -> RunState:
         """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
         with ``task_key`` until that task of it ends (a workflow stage ends before its run);
         the state that shows the end. Past ``timeout``
-        (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on."""
+        (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on. Past
+        ``max_gpu_hours`` (of the run, or of the stage): ``BudgetExceeded``, the run goes on
+        until cancelled."""
         return self._run(
             _runs.wait(
                 self._core,
@@ -321,6 +324,7 @@ class AirClient(_BaseClient, SyncOperations):
                 on_update=on_update,
                 task_key=task_key,
                 deadline=deadline,
+                max_gpu_hours=max_gpu_hours,
             )
         )
 
@@ -672,6 +676,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         on_update: Callable[[RunState], None] | None = None,
         task_key: str | None = None,
         deadline: float | None = None,
+        max_gpu_hours: float | None = None,
     ) -> RunState:
         return await self._run(
             _runs.wait(
@@ -682,6 +687,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 on_update=on_update,
                 task_key=task_key,
                 deadline=deadline,
+                max_gpu_hours=max_gpu_hours,
             )
         )
 

@@ -113,9 +113,11 @@ def wait(
     on_update: Callable[[RunState], None] | None,
     task_key: str | None = None,
     deadline: float | None = None,
+    max_gpu_hours: float | None = None,
 ) -> Flow[RunState]:
     """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
-    shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock."""
+    shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock; past
+    ``max_gpu_hours``, ``BudgetExceeded``."""
     loop = until_ended(
         run_id,
         poll_interval=poll_interval,
@@ -124,6 +126,7 @@ def wait(
         deadline=deadline,
         timeout=timeout,
         on_update=on_update,
+        max_gpu_hours=max_gpu_hours,
     )
     request = next(loop)
     while True:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from air_runtime import BudgetExceeded
 
 if TYPE_CHECKING:
     from air_runtime import AirClient, AsyncAirClient, RunState
@@ -109,18 +112,27 @@ def wait_logging(
     *,
     poll_interval: float | None,
     stream: bool,
+    max_gpu_hours: float | None = None,
+    on_over_budget: Callable[[], None] | None = None,
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
     change and, with ``stream``, every node's lines as they come (``poll_interval`` None:
-    the client's)."""
+    the client's); past ``max_gpu_hours``, ``on_over_budget`` (which cancels the run: the
+    streamer's last read waits for the run to end), then ``BudgetExceeded``."""
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     with streaming:
-        return client.wait(
-            run_id,
-            poll_interval=poll_interval,
-            on_update=StateLogger(log, run_id, task_key),
-            task_key=task_key,
-        )
+        try:
+            return client.wait(
+                run_id,
+                poll_interval=poll_interval,
+                on_update=StateLogger(log, run_id, task_key),
+                task_key=task_key,
+                max_gpu_hours=max_gpu_hours,
+            )
+        except BudgetExceeded:
+            if on_over_budget is not None:
+                on_over_budget()
+            raise
 
 
 def _stream_key(record: Any) -> str:

@@ -29,7 +29,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from air_runtime import AirError, RedactingLog, RunFailed, RunOutcome, RunTimeout, Submission
+from air_runtime import (
+    AirError,
+    BudgetExceeded,
+    RedactingLog,
+    RunFailed,
+    RunOutcome,
+    RunTimeout,
+    Submission,
+)
 from airflow_air._deployment import submission_key
 from airflow_air._generations import RunRecord, first_try_generation, own_run
 from airflow_air.exceptions import AirConfigurationError
@@ -115,6 +123,26 @@ def defer_timeout(deadline: float | None) -> timedelta | None:
     if deadline is None:
         return None
     return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
+
+
+def gpu_budget_of(task: AirRunOperator) -> float | None:
+    """The task's ``max_gpu_hours``, checked: a positive number or None."""
+    budget = task.max_gpu_hours
+    if budget is None:
+        return None
+    try:
+        hours = float(budget)
+    except (TypeError, ValueError):
+        hours = 0.0
+    if not hours > 0 or hours == float("inf"):
+        raise AirConfigurationError(
+            f"{task.task_id}: max_gpu_hours must be a positive number of GPU-hours, got {budget!r}"
+        )
+    return hours
+
+
+# An outcome's status for a run cancelled because it passed its max_gpu_hours.
+BUDGET_STATUS = "budget"
 
 
 def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
@@ -324,6 +352,7 @@ class AirTaskRun(TaskRun):
             configuration_errors_fail_fast(self.redact),
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
+            gpu_budget_of(task)  # refused before any request to the workspace
             if self.stage is not None:
                 self._open(client)
                 record = self._stage_run(client)
@@ -368,7 +397,7 @@ class AirTaskRun(TaskRun):
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
             )
-        if outcome.status in ("success", "failed", "timeout"):
+        if outcome.status in ("success", "failed", "timeout", BUDGET_STATUS):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
                     if self.task._redactor is None:
@@ -501,15 +530,40 @@ class AirTaskRun(TaskRun):
     def _wait_in_worker(self, client: AirClient, record: RunRecord) -> Any:
         from airflow_air._logs import wait_logging
 
-        state = wait_logging(
-            client,
-            record.run_id,
-            self.log,
-            self.stage,
-            poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
-            stream=self.task.stream_logs,
-        )
+        notes: list[str] = []
+        try:
+            state = wait_logging(
+                client,
+                record.run_id,
+                self.log,
+                self.stage,
+                poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
+                stream=self.task.stream_logs,
+                max_gpu_hours=gpu_budget_of(self.task),
+                on_over_budget=lambda: notes.append(self._cancel_over_budget(client, record)),
+            )
+        except BudgetExceeded as exceeded:
+            note = notes[0] if notes else self._cancel_over_budget(client, record)
+            return self._complete(self._over_budget(record, exceeded, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
+
+    def _cancel_over_budget(self, client: AirClient, record: RunRecord) -> str:
+        """Cancel the run that passed its ``max_gpu_hours`` (a stage's budget cancels its
+        whole run: the platform cancels runs, not tasks); how that went, for the message."""
+        submission = self.submission or self.open_submission()
+        try:
+            submission.attach(record.run_id, record.run_page_url).cancel(client)
+        except AirError as error:
+            return f"; cancelling run {record.run_id} failed: {self.redact(str(error))}"
+        return "; cancelled"
+
+    def _over_budget(self, record: RunRecord, exceeded: BudgetExceeded, note: str) -> RunOutcome:
+        """The outcome of a run cancelled over its budget."""
+        self.log.warning("%s%s", exceeded, note)
+        outcome = RunOutcome.unfinished(
+            BUDGET_STATUS, record.run_id, record.run_page_url, f"{exceeded}{note}", self.stage
+        )
+        return dataclasses.replace(outcome, gpu_hours=round(exceeded.used, 6))
 
     def _defer(
         self,
@@ -553,6 +607,7 @@ class AirTaskRun(TaskRun):
                 push_return_value=bool(task.do_xcom_push),
                 submission=submission,
                 stream_logs=task.stream_logs,
+                max_gpu_hours=gpu_budget_of(task),
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -583,7 +638,11 @@ class AirTaskRun(TaskRun):
     def _complete(
         self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None
     ) -> Any:
-        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+        from airflow.sdk.exceptions import (
+            AirflowException,
+            AirflowFailException,
+            AirflowTaskTimeout,
+        )
 
         from airflow_air.exceptions import AirRunFailedError
 
@@ -592,7 +651,7 @@ class AirTaskRun(TaskRun):
         result = self.push_outcome_xcoms(outcome)
         task._lineage_result = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in ("success", "failed"):
+        if outcome.status in ("success", "failed", BUDGET_STATUS):
             self._finish(outcome, client, state)
         if outcome.status == "success":
             task.log.info("%s", outcome.summary())
@@ -606,6 +665,8 @@ class AirTaskRun(TaskRun):
             )
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
+        if outcome.status == BUDGET_STATUS:  # a retry would spend again: none
+            raise AirflowFailException(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
 
     def _submission_with_keys(self, run_id: int, run_page_url: str) -> Submission | None:

@@ -72,6 +72,11 @@ class AirRunOperator(BaseOperator):
         workload the workspace refuses fails the task without retries, as in a worker. A try
         with ``secret_env``, a local code snapshot or a Docker image to register, a retry
         and a workflow stage submit in the worker.
+    :param max_gpu_hours: the run's budget in GPU-hours (accelerators times elapsed time,
+        every attempt of the run, retries included; for a workflow stage, its task's): once
+        the run passes it, the run is cancelled and the task fails saying so, without
+        retries. Checked on the states the wait reads anyway (at most a poll late; no extra
+        request), in the worker or in the triggerer.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -107,6 +112,7 @@ class AirRunOperator(BaseOperator):
         stream_logs: bool = True,
         finish_in_triggerer: bool = True,
         submit_in_triggerer: bool | None = None,
+        max_gpu_hours: float | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -131,6 +137,7 @@ class AirRunOperator(BaseOperator):
         self.stream_logs = stream_logs
         self.finish_in_triggerer = finish_in_triggerer
         self.submit_in_triggerer = submit_in_triggerer  # None: [air] submit_in_triggerer
+        self.max_gpu_hours = max_gpu_hours
         self.databricks_conn_id = databricks_conn_id
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None

@@ -72,7 +72,7 @@ from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
 from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
 
 if TYPE_CHECKING:
-    from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState
+    from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState, TrainingProgress
     from airflow_air._logs import LiveLines
 
 _ON_KILL_TIMEOUT_S = 20.0
@@ -132,6 +132,8 @@ class AirRunTrigger(BaseTrigger):
         secret keys: deleted here once the run has succeeded (``finish_in_triggerer``), else
         handed back in the event to the worker that resumes and deletes them.
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
+    :param max_gpu_hours: the run's (the stage's) budget: once the watcher's states show it
+        passed, the run is cancelled and the event's ``status`` is ``budget``.
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class AirRunTrigger(BaseTrigger):
         push_return_value: bool = True,
         submission: dict[str, Any] | None = None,
         stream_logs: bool = True,
+        max_gpu_hours: float | None = None,
     ) -> None:
         super().__init__()
         if run_id is None and not plan:
@@ -169,6 +172,7 @@ class AirRunTrigger(BaseTrigger):
         self.push_return_value = bool(push_return_value)
         self.submission = dict(submission) if submission else None
         self.stream_logs = bool(stream_logs)
+        self.max_gpu_hours = None if max_gpu_hours is None else float(max_gpu_hours)
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
@@ -194,6 +198,7 @@ class AirRunTrigger(BaseTrigger):
                 "push_return_value": self.push_return_value,
                 "submission": self.submission,
                 "stream_logs": self.stream_logs,
+                "max_gpu_hours": self.max_gpu_hours,
             },
         )
 
@@ -210,7 +215,7 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError, RunOutcome, RunTimeout
+        from air_runtime import AirError, BudgetExceeded, RunOutcome, RunTimeout
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
         # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
@@ -230,6 +235,8 @@ class AirRunTrigger(BaseTrigger):
                 on_update=self._on_update(),
                 task_key=self.task_key,
                 on_lines=self._on_lines(),
+                on_progress=self._on_progress(),
+                max_gpu_hours=self.max_gpu_hours,
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -256,6 +263,18 @@ class AirRunTrigger(BaseTrigger):
             outcome = RunOutcome.unfinished(
                 "timeout", self.run_id, self.run_page_url, message, self.task_key
             )
+        except BudgetExceeded as exceeded:
+            # Always cancelled (cancel_on_kill or not): the budget is what the user spends.
+            note = await self._cancel("it passed its max_gpu_hours")
+            cancelled = note == f"; run {self.run_id} was cancelled"
+            outcome = RunOutcome.unfinished(
+                "budget",
+                self.run_id,
+                self.run_page_url,
+                f"{exceeded}; cancelled" if cancelled else f"{exceeded}{note}",
+                self.task_key,
+            )
+            outcome = dataclasses.replace(outcome, gpu_hours=round(exceeded.used, 6))
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
@@ -402,6 +421,18 @@ class AirRunTrigger(BaseTrigger):
             return None
         self._live = LiveLines(RedactingLog(self.log, self.redact), self.run_id)
         return self._live
+
+    def _on_progress(self) -> Callable[[TrainingProgress], None] | None:
+        """A line when the run's training progress changes (``databricks air get``'s
+        percentage and time left, from what the run logs to MLflow), with the live lines."""
+        if self._live is None:
+            return None
+        log = self._live.log
+
+        def on_progress(progress: TrainingProgress) -> None:
+            log.info("Run %s: training %s", self.run_id, progress.detailed())
+
+        return on_progress
 
     def _seen(self, state: RunState) -> None:
         task = state.task(self.task_key) if self.task_key else None
