@@ -132,6 +132,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "0.25",
                         "default": "0.8",
                     },
+                    "live_progress_interval": {
+                        "description": "With live_lines on, a deferred task logs its run's "
+                        "training progress and time left when they change (as databricks air "
+                        "get computes them from the MLflow params max_steps or "
+                        "num_train_epochs and the epoch metric), read at most every this many "
+                        "seconds, within live_lines_share.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "300",
+                        "default": "60",
+                    },
                     "completed_log_lines": {
                         "description": "At most this many node log lines are copied into the "
                         "task log when a run (or workflow stage) that was waited on in the "

@@ -7,6 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from air_runtime import AirClient, load_workload
 
 
@@ -64,3 +66,63 @@ def test_a_deferred_task_shows_node_lines_while_its_run_runs(
 
 def _text(task_log) -> str:
     return task_log.text()
+
+
+# A rank logging as HuggingFace Trainer does (max_steps, then `epoch` at steps 10..100, one
+# second apart by their timestamps: 10 steps/s, 900 steps left -> 90 s, 10%), then holding
+# until the test releases it.
+TRAINING = """\
+python - <<'PY'
+import os, pathlib, time
+from mlflow import MlflowClient
+run_id = os.environ["MLFLOW_RUN_ID"]
+client = MlflowClient()
+client.log_param(run_id, "max_steps", 1000)
+start = int(time.time() * 1000) - 20_000
+for i, step in enumerate(range(10, 101, 10)):
+    client.log_metric(run_id, "epoch", step / 1000, timestamp=start + 1000 * i, step=step)
+print("logged progress", flush=True)
+while not pathlib.Path("{release}").exists():
+    time.sleep(0.05)
+PY
+"""
+
+
+def test_a_deferred_task_logs_its_run_s_training_progress(
+    workspace, task_log, monkeypatch, tmp_path
+):
+    """With live lines on, the trigger logs the run's progress and time left once MLflow has
+    them (eta.go's rules), in its own task's log, once per change."""
+    pytest.importorskip("mlflow")
+    from airflow_air.triggers import AirRunTrigger
+
+    monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
+    monkeypatch.setenv("AIRFLOW__AIR__LIVE_PROGRESS_INTERVAL", "0.3")
+    release = tmp_path / "release"
+    workload = load_workload(
+        {
+            "experiment_name": "live_progress",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": TRAINING.format(release=release),
+        }
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        run_id = client.submit_workload(workload).run_id
+    trigger = AirRunTrigger(run_id, poll_interval=0.2, cancel_on_kill=False)
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(anext(events))
+        deadline = time.monotonic() + 120
+        while f"Run {run_id}: training 10% · ~2m left" not in _text(task_log):
+            assert not waiting.done(), waiting.result()
+            assert time.monotonic() < deadline, _text(task_log)
+            await asyncio.sleep(0.1)
+        release.touch()
+        event = await waiting
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(scenario())["status"] == "success"
+    assert _text(task_log).count("training 10%") == 1  # logged when it changes, once
