@@ -45,6 +45,12 @@ class AirWorkspace(dg.ConfigurableResource):
         "to this workspace together.",
     )
     request_timeout: float = Field(default=30.0, description="Seconds per HTTP request.")
+    progress_interval: float = Field(
+        default=60.0,
+        description="Read a running run's training progress and time left (from what it logs "
+        "to MLflow, as databricks air get computes them) at most every this many seconds; "
+        "each change is logged and recorded as an observation. 0: never.",
+    )
     stream_logs: bool = Field(
         default=True, description="Copy the run's node logs into the step's stdout while waiting."
     )

@@ -485,6 +485,22 @@ class AirStep:
             self._last_state = state
             self._follow_blocking(state)
             yield from self._attempt_ends(state)
+        elif kind == "progress":
+            # Read for a run of one task only (eta.go reads one MLflow run): that row's.
+            self.context.log.info(f"run {run_id}: training {value.detailed()}")
+            tasks = self._last_state.tasks if self._last_state is not None else ()
+            for task in tasks:
+                row = self.plan.rows.get(task.task_key)
+                if row is not None:
+                    yield dg.AssetObservation(
+                        asset_key=row.stage.asset_key,
+                        partition=row.partition,
+                        metadata={
+                            "dagster-air/run_id": run_id,
+                            "dagster-air/progress_percent": value.percent_complete,
+                            "dagster-air/remaining_s": value.remaining_seconds,
+                        },
+                    )
         elif kind == "warning":
             self.context.log.warning(self.redact(str(value)))
         elif kind == "log":

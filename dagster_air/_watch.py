@@ -10,7 +10,7 @@ import queue
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from air_runtime import AirError, RunState, RunWatcher
+from air_runtime import AirError, LineBudget, RunState, RunWatcher
 
 from ._loop import run_in_background
 
@@ -31,6 +31,7 @@ def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
         credentials=workspace._credentials(),
         interval=workspace.poll_interval,
         budget_rps=workspace.request_budget,
+        lines=LineBudget(progress_interval=workspace.progress_interval or 60.0),
         timeout=workspace.request_timeout,
         user_agent_extra=USER_AGENT_EXTRA,
     )
@@ -72,7 +73,13 @@ async def watch_run(
         else None
     )
     try:
-        state = await watcher.wait(run_id, on_update=lambda s: events.put(("state", s)))
+        state = await watcher.wait(
+            run_id,
+            on_update=lambda s: events.put(("state", s)),
+            on_progress=(lambda p: events.put(("progress", p)))
+            if workspace.progress_interval
+            else None,
+        )
         ended.set()
         if follower is not None:
             with contextlib.suppress(TimeoutError):
