@@ -1,9 +1,9 @@
 """Operators that run Databricks AI Runtime workloads and register Docker images.
 
 Importing this module is what every Dag file using the provider pays at parse time, so it
-imports nothing beyond ``airflow.sdk`` and two small modules of its own (the links, where a
-workload comes from): the core client (httpx), the hook and the triggers are loaded inside
-``execute``. Nothing is validated at parse time
+imports nothing beyond ``airflow.sdk`` and three small modules of its own (the links, where a
+workload comes from, its accelerators for ``pool_slots``): the core client (httpx), the hook
+and the triggers are loaded inside ``execute``. Nothing is validated at parse time
 either; an invalid workload fails the task, not the Dag import.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_air._accelerators import ACCELERATORS
 from airflow_air._workload_source import WORKLOAD_EXTENSIONS
 from airflow_air.links import AirMlflowRunLink, AirRunLink
 
@@ -34,6 +35,12 @@ def _default_deferrable() -> bool:
     from airflow.sdk import conf
 
     return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def _pool_slots_from_accelerators() -> bool:
+    from airflow.sdk import conf
+
+    return conf.getboolean("air", "pool_slots_from_accelerators", fallback=False)
 
 
 class AirRunOperator(BaseOperator):
@@ -77,6 +84,12 @@ class AirRunOperator(BaseOperator):
         the run passes it, the run is cancelled and the task fails saying so, without
         retries. Checked on the states the wait reads anyway (at most a poll late; no extra
         request), in the worker or in the triggerer.
+    :param pool_slots: Airflow's, or ``"accelerators"``: the slots of ``pool`` the task
+        holds are its workload's ``compute.num_accelerators``, read when the Dag file is
+        parsed (a dict, YAML text or a file, with a literal override; a templated count is
+        refused then). ``[air] pool_slots_from_accelerators = True`` makes that the default
+        for tasks whose count is literal. A mapped task cannot weigh each trial (Airflow
+        takes one ``pool_slots`` for all): see ``airflow_air.sweeps.mapped_by_size``.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
@@ -116,6 +129,12 @@ class AirRunOperator(BaseOperator):
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
+        pool_slots = kwargs.get("pool_slots")
+        weigh = pool_slots == ACCELERATORS or (
+            pool_slots is None and _pool_slots_from_accelerators()
+        )
+        if pool_slots == ACCELERATORS:
+            del kwargs["pool_slots"]
         super().__init__(**kwargs)
         if isinstance(workload, os.PathLike):
             workload = os.fspath(workload)
@@ -138,6 +157,8 @@ class AirRunOperator(BaseOperator):
         self.finish_in_triggerer = finish_in_triggerer
         self.submit_in_triggerer = submit_in_triggerer  # None: [air] submit_in_triggerer
         self.max_gpu_hours = max_gpu_hours
+        if weigh:
+            self._weigh_by_accelerators(required=pool_slots == ACCELERATORS)
         self.databricks_conn_id = databricks_conn_id
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None
@@ -153,6 +174,22 @@ class AirRunOperator(BaseOperator):
         # This try's redactor (see redactor()); holds the resolved secret values, so it
         # is never a template field, never serialized and never pushed.
         self._redactor: Redactor | None = None
+
+    def _weigh_by_accelerators(self, *, required: bool) -> None:
+        """``pool_slots`` from the workload's accelerators, known at parse time; without
+        them, a Dag import error when asked for by name, else Airflow's default stays."""
+        from airflow_air._accelerators import parse_time_accelerators
+        from airflow_air._workload_source import search_folders
+
+        count = parse_time_accelerators(self.workload, self.overrides, search_folders(self))
+        if count is not None:
+            self.pool_slots = count
+        elif required:
+            raise ValueError(
+                f"{self.task_id}: pool_slots='accelerators' needs compute.num_accelerators "
+                "known when the Dag file is parsed (a dict, YAML text or a file, and no "
+                "templated override of it); give pool_slots as a number instead"
+            )
 
     # --- templating -----------------------------------------------------------------------
 

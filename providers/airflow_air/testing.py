@@ -16,6 +16,11 @@ core's sample context for the run's values (``air_runtime.sample_template_contex
 ``run_id``...; other names render as ``sample``), then validated by the core as at run time.
 Dag import errors are reported too. Nothing talks to a workspace.
 
+A mapped task whose trials ask for different accelerator counts while naming an Airflow
+pool is a problem: Airflow gives every map index the same ``pool_slots``, so the pool and
+the sizes cannot both hold (``airflow_air.sweeps.mapped_by_size`` builds one mapped task per
+size instead).
+
 Mapped tasks (``AirRunOperator.partial(...).expand(...)`` / ``.expand_kwargs(...)``) are
 checked once per expanded value, as Airflow expands them (``dag_id.task_id[<map index>]``):
 every element of a literal list, every item of a literal dict, the product of several
@@ -167,6 +172,31 @@ def _check_mapped(
         report.notes[where] = "expands to no task instances"
     for map_index, operator in operators:
         _check(operator, f"{where}[{map_index}]", context, report)
+    _check_pool_weight(task, where, [f"{where}[{i}]" for i, _ in operators], report)
+
+
+def _check_pool_weight(task: Any, where: str, trials: list[str], report: DagWorkloadReport) -> None:
+    """A mapped sweep holds one ``pool_slots`` per trial whatever its size (Airflow takes one
+    value for every map index): with trials of several sizes in a pool, either the pool is
+    sized by the largest trial (GPUs idle) or trials ask the GPU pool for more than it
+    reserves and wait at the platform. Said here, with what holds both."""
+    pool = getattr(task, "pool", None)
+    slots = getattr(task, "pool_slots", 1)
+    sizes = sorted(
+        {report.workloads[t].compute.num_accelerators for t in trials if t in report.workloads}
+    )
+    fix = "build one mapped task per size with airflow_air.sweeps.mapped_by_size"
+    if slots == "accelerators":
+        report.problems[where] = (
+            "pool_slots='accelerators' cannot weigh a mapped task's trials (Airflow takes one "
+            f"pool_slots for every map index); {fix}"
+        )
+    elif pool and pool != "default_pool" and len(sizes) > 1:
+        report.problems[where] = (
+            f"its trials ask for {' and '.join(map(str, sizes))} accelerators but each holds "
+            f"{slots} slot(s) of pool {pool!r}: a pool sized in accelerators would be "
+            f"overrun, one sized in trials leaves GPUs idle; {fix}"
+        )
 
 
 def check_dag_workloads(
