@@ -54,6 +54,12 @@ async def admin_counters(request: Request) -> dict[str, Any]:
     return workspace_state(request).counters.snapshot()
 
 
+@router.get("/pool-ledger")
+async def admin_pool_ledger(request: Request) -> dict[str, Any]:
+    """Per GPU pool: the accelerators reserved, used, most asked for at once, and waits."""
+    return workspace_state(request).engine.pools.snapshot()
+
+
 @router.post("/counters/reset")
 async def admin_counters_reset(request: Request) -> dict[str, Any]:
     workspace_state(request).counters.reset()

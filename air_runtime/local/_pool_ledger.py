@@ -1,7 +1,11 @@
 """Accelerators held on each GPU pool by the attempts this workspace runs. An attempt whose
 pool has too few idle accelerators waits, PENDING with the platform's message for it
 ("Waiting for GPU compute capacity to become available", logstream.go), until enough are
-given back or its run is cancelled. Used only from the server's event loop."""
+given back or its run is cancelled. Used only from the server's event loop.
+
+For tests it also records, per pool, the most accelerators ever asked for at once (held plus
+waited for) and how many attempts had to wait: a cap that works keeps the first within the
+reservation and the second at 0."""
 
 from __future__ import annotations
 
@@ -28,6 +32,21 @@ class PoolLedger:
         self._reserved = {str(p["pool_id"]): int(p["accelerator_count"]) for p in pools}
         self._used = dict.fromkeys(self._reserved, 0)
         self._released = asyncio.Event()  # set (and replaced) whenever accelerators come back
+        self._waiting = dict.fromkeys(self._reserved, 0)  # accelerators asked for, not held
+        self.peak_asked = dict.fromkeys(self._reserved, 0)
+        self.waits = dict.fromkeys(self._reserved, 0)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """Per pool: reserved, used, peak_asked, waits (see the module docstring)."""
+        return {
+            pool_id: {
+                "reserved": reserved,
+                "used": self._used[pool_id],
+                "peak_asked": self.peak_asked[pool_id],
+                "waits": self.waits[pool_id],
+            }
+            for pool_id, reserved in self._reserved.items()
+        }
 
     def used(self, pool_id: str) -> int:
         return self._used.get(pool_id, 0)
@@ -40,6 +59,17 @@ class PoolLedger:
 
     async def acquire(self, pool_id: str, count: int, cancel: asyncio.Event) -> bool:
         """Take ``count`` accelerators once the pool has them; False when cancelled first."""
+        asked = self._used[pool_id] + self._waiting[pool_id] + count
+        self.peak_asked[pool_id] = max(self.peak_asked[pool_id], asked)
+        if not self.has_room(pool_id, count):
+            self.waits[pool_id] += 1
+        self._waiting[pool_id] += count
+        try:
+            return await self._take(pool_id, count, cancel)
+        finally:
+            self._waiting[pool_id] -= count
+
+    async def _take(self, pool_id: str, count: int, cancel: asyncio.Event) -> bool:
         while not cancel.is_set():
             if self.has_room(pool_id, count):
                 self._used[pool_id] += count

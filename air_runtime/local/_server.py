@@ -158,6 +158,12 @@ class AdminClient:
     def reset_counters(self) -> None:
         self._call("POST", "/counters/reset")
 
+    def pool_ledger(self) -> dict[str, Any]:
+        """Per GPU pool: reserved, used, peak_asked (held plus waited for, at most at once)
+        and waits (attempts that waited for capacity)."""
+        result: dict[str, Any] = self._call("GET", "/pool-ledger")
+        return result
+
     def revoke_token(self, token: str) -> None:
         self._call("POST", "/tokens/revoke", {"token": token})
 
