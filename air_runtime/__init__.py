@@ -132,7 +132,6 @@ __all__ = [
     "DockerImage",
     "Environment",
     "InvalidResponse",
-    "LineBudget",
     "NotFound",
     "Permission",
     "PlatformError",
