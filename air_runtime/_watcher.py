@@ -405,6 +405,7 @@ class RunWatcher:
             sent = self.requests
             try:
                 await self._cycle(started)
+                self._check_every_budget()
             except AuthError as error:
                 # No request can succeed: tell every waiter instead of polling in vain.
                 self._fail(list(self._runs.values()), error)
@@ -772,6 +773,14 @@ class RunWatcher:
                 waiter.on_update(state)
             except Exception:
                 logger.exception("on_update callback for run %s failed", watched.run_id)
+
+    def _check_every_budget(self) -> None:
+        """After each cycle, each budgeted run from its last state read: a listing of
+        completed runs says nothing new of one still going, and its attempts' start times
+        (with the time now) are all the arithmetic needs."""
+        for watched in list(self._runs.values()):
+            if watched.state is not None:
+                self._check_budgets(watched, watched.state)
 
     def _check_budgets(self, watched: _Watched, state: RunState) -> None:
         """End the wait of each waiter whose ``max_gpu_hours`` the run has passed."""
