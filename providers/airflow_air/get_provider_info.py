@@ -64,6 +64,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "True",
                         "default": "False",
                     },
+                    "pool_slots_from_accelerators": {
+                        "description": "Default of AirRunOperator's pool_slots: the "
+                        "accelerators of the task's workload (compute.num_accelerators) when "
+                        "they are known as the Dag file is parsed, so an Airflow pool sized in "
+                        "accelerators (python -m airflow_air.pools POOL --accelerators) caps "
+                        "GPUs, not tasks. Tasks whose count a template decides keep 1.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                     "trigger_first_poll_delay": {
                         "description": "Seconds a deferred operator's trigger waits before its "
                         "first status request. Airflow 3.3 can fail a deferred task whose "

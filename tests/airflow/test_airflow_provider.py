@@ -35,6 +35,7 @@ def test_provider_info_matches_airflow_schema():
         "default_secret_scope",
         "deployment_namespace",
         "submit_in_triggerer",
+        "pool_slots_from_accelerators",
     }
 
 
