@@ -98,6 +98,7 @@ ENV_ORCHESTRATOR_RUN_ID = "AIRO_ORCHESTRATOR_RUN_ID"
 ENV_TASK = "AIRO_TASK"
 ENV_MAP_INDEX = "AIRO_MAP_INDEX"
 ENV_PARTITION_KEY = "AIRO_PARTITION_KEY"
+ENV_STAGE = "AIRO_STAGE"  # a workflow stage's task key (the key's task is the submitting one)
 
 
 @dataclass(frozen=True)
@@ -171,14 +172,18 @@ class SubmissionKey:
     def identify(
         self, workload: Workload | Sequence[Stage], run_name: str | None
     ) -> tuple[Workload | list[Stage], str]:
-        """``workload`` (each stage's) with ``environment()`` and the run's name from
+        """``workload`` (each stage's, with its task key as ``AIRO_STAGE``) with
+        ``environment()`` and the run's name from
         ``run_name`` (else the first experiment name) with ``run_name()``: what every
         submission sends, so the platform, the run page and ``airo list`` tie a run back
         to its orchestrator task."""
         env = self.environment()
         if isinstance(workload, Sequence):
             stages = [
-                dataclasses.replace(stage, workload=stage.workload.with_env_variables(env))
+                dataclasses.replace(
+                    stage,
+                    workload=stage.workload.with_env_variables({**env, ENV_STAGE: stage.task_key}),
+                )
                 for stage in workload
             ]
             base = run_name or (stages[0].workload.experiment_name if stages else "run")

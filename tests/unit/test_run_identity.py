@@ -68,3 +68,4 @@ def test_identify_adds_the_variables_without_replacing_the_authors():
     stages, name = key.identify([Stage("a", _workload()), Stage("b", _workload())], "pipeline")
     assert name == "pipeline--dag--train--0"
     assert all(s.workload.env_variables["AIRO_PIPELINE"] == "dag" for s in stages)
+    assert [s.workload.env_variables["AIRO_STAGE"] for s in stages] == ["a", "b"]
