@@ -4,7 +4,9 @@ Importing this module is what every Dag file using the provider pays at parse ti
 imports nothing beyond ``airflow.sdk`` and three small modules of its own (the links, where a
 workload comes from, its accelerators for ``pool_slots``): the core client (httpx), the hook
 and the triggers are loaded inside ``execute``. Nothing is validated at parse time
-either; an invalid workload fails the task, not the Dag import.
+either; an invalid workload fails the task, not the Dag import (only
+``pool_slots="accelerators"`` reads the workload's accelerator count then, and an unknown
+count is a Dag import error).
 """
 
 from __future__ import annotations
