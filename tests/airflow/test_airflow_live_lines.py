@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow_ranks import progress_command
 
 from air_runtime import AirClient, load_workload
 
@@ -68,26 +69,6 @@ def _text(task_log) -> str:
     return task_log.text()
 
 
-# A rank logging as HuggingFace Trainer does (max_steps, then `epoch` at steps 10..100, one
-# second apart by their timestamps: 10 steps/s, 900 steps left -> 90 s, 10%), then holding
-# until the test releases it.
-TRAINING = """\
-python - <<'PY'
-import os, pathlib, time
-from mlflow import MlflowClient
-run_id = os.environ["MLFLOW_RUN_ID"]
-client = MlflowClient()
-client.log_param(run_id, "max_steps", 1000)
-start = int(time.time() * 1000) - 20_000
-for i, step in enumerate(range(10, 101, 10)):
-    client.log_metric(run_id, "epoch", step / 1000, timestamp=start + 1000 * i, step=step)
-print("logged progress", flush=True)
-while not pathlib.Path("{release}").exists():
-    time.sleep(0.05)
-PY
-"""
-
-
 def test_a_deferred_task_logs_its_run_s_training_progress(
     workspace, task_log, monkeypatch, tmp_path
 ):
@@ -104,7 +85,7 @@ def test_a_deferred_task_logs_its_run_s_training_progress(
             "experiment_name": "live_progress",
             "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
             "max_retries": 0,
-            "command": TRAINING.format(release=release),
+            "command": progress_command(release),
         }
     )
     with AirClient(workspace.host, workspace.token) as client:

@@ -4,10 +4,12 @@ and shown by `airo get` / `airo list` for a rank that logs with the real `mlflow
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from mlflow_ranks import progress_command
 
 from air_runtime import AirClient, RunState, TrainingProgress, compute_progress
 from air_runtime._progress import MetricPoint, coarse_duration
@@ -82,27 +84,16 @@ def test_coarse_duration(seconds, text):
     assert coarse_duration(seconds) == text
 
 
-# A rank logging as HuggingFace Trainer does: max_steps, then `epoch` at steps 10..100, one
-# second apart by their timestamps (10 steps/s: 900 steps left -> 90 s, 10%); then it holds
-# until the test releases it.
+# The workload of a rank logging progress through the mlflow client (tests/mlflow_ranks.py).
 TRAINING = """experiment_name: cli-progress
-compute: {{accelerator_type: GPU_1xA10, num_accelerators: 1}}
+compute: {accelerator_type: GPU_1xA10, num_accelerators: 1}
 max_retries: 0
 command: |
-  python - <<'EOF'
-  import os, pathlib, time
-  from mlflow import MlflowClient
-  run_id = os.environ["MLFLOW_RUN_ID"]
-  client = MlflowClient()
-  client.log_param(run_id, "max_steps", 1000)
-  start = int(time.time() * 1000) - 20_000
-  for i, step in enumerate(range(10, 101, 10)):
-      client.log_metric(run_id, "epoch", step / 1000, timestamp=start + 1000 * i, step=step)
-  print("logged progress", flush=True)
-  while not pathlib.Path("{release}").exists():
-      time.sleep(0.05)
-  EOF
 """
+
+
+def _training_yaml(release: Path) -> str:
+    return TRAINING + textwrap.indent(progress_command(release), "  ")
 
 
 def _auth(ws, tmp_path: Path) -> list[str]:
@@ -128,7 +119,7 @@ def test_airo_get_and_list_show_the_progress_a_rank_logs(workspace_factory, tmp_
     auth = _auth(ws, tmp_path)
     release = tmp_path / "release"
     job = tmp_path / "job.yaml"
-    job.write_text(TRAINING.format(release=release))
+    job.write_text(_training_yaml(release))
     assert airo(["run", str(job), *auth]) == 0
     run_id = int(capsys.readouterr().out.split()[1].rstrip(":"))
     try:
@@ -167,9 +158,7 @@ def test_airo_get_shows_each_running_tasks_progress(workspace_factory, tmp_path:
     ws = workspace_factory()
     auth = _auth(ws, tmp_path)
     release = tmp_path / "release"
-    # The rank's command: the job's Python part, without the YAML around it.
-    logging = TRAINING.split("command: |\n", 1)[1].format(release=release)
-    logging = "\n".join(line.removeprefix("  ") for line in logging.splitlines()) + "\n"
+    logging = progress_command(release)
     idle = f"while [ ! -e {release} ]; do sleep 0.05; done\n"
     with httpx.Client(
         base_url=ws.host, headers={"Authorization": f"Bearer {ws.token}"}, timeout=30

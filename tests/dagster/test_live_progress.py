@@ -11,26 +11,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster_checks import workload
+from mlflow_ranks import progress_command
 
 from dagster_air import AirStage, build_air_assets
-
-# As HuggingFace Trainer logs: max_steps, then `epoch` at steps 10..100 one second apart by
-# their timestamps (10 steps/s: 900 steps left -> 90 s, 10%); then it holds until released.
-TRAINING = """\
-python - <<'PY'
-import os, pathlib, time
-from mlflow import MlflowClient
-run_id = os.environ["MLFLOW_RUN_ID"]
-client = MlflowClient()
-client.log_param(run_id, "max_steps", 1000)
-start = int(time.time() * 1000) - 20_000
-for i, step in enumerate(range(10, 101, 10)):
-    client.log_metric(run_id, "epoch", step / 1000, timestamp=start + 1000 * i, step=step)
-print("logged progress", flush=True)
-while not pathlib.Path("{release}").exists():
-    time.sleep(0.05)
-PY
-"""
 
 
 def _progress_observations(instance: dg.DagsterInstance) -> list[dict]:
@@ -49,7 +32,7 @@ def test_a_waiting_step_logs_and_records_the_run_s_progress(
     pytest.importorskip("mlflow")
     release = tmp_path / "release"
     assets = build_air_assets(
-        AirStage(key="trainer", workload=workload("trainer", TRAINING.format(release=release)))
+        AirStage(key="trainer", workload=workload("trainer", progress_command(release)))
     )
     workspace = air_workspace.model_copy(update={"progress_interval": 0.3})
     outcome: dict = {}
