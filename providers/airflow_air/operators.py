@@ -86,13 +86,14 @@ class AirRunOperator(BaseOperator):
         the run passes it, the run is cancelled and the task fails saying so, without
         retries. Checked on the states the wait reads anyway (at most a poll late; no extra
         request), in the worker or in the triggerer.
-    :param pool_slots: Airflow's, or ``"accelerators"``: the slots of ``pool`` the task
-        holds are its workload's ``compute.num_accelerators``, read when the Dag file is
-        parsed (a dict, YAML text or a file, with a literal override; a templated count is
-        refused then). ``[air] pool_slots_from_accelerators = True`` makes that the default
-        for tasks whose count is literal. A mapped task cannot weigh each trial (Airflow
-        takes one ``pool_slots`` for all): see ``airflow_air.sweeps.mapped_by_size``.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
+
+    ``pool_slots`` (Airflow's own argument) also takes ``"accelerators"``: the slots of
+    ``pool`` the task holds are then its workload's ``compute.num_accelerators``, read when
+    the Dag file is parsed (a dict, YAML text or a file, with a literal override; a templated
+    count is refused then). ``[air] pool_slots_from_accelerators = True`` makes that the
+    default for tasks whose count is literal. A mapped task cannot weigh each trial (Airflow
+    takes one ``pool_slots`` for all): see ``airflow_air.sweeps.mapped_by_size``.
 
     Retries and clears (docs/spec/workload.md §6): an automatic retry after a worker crash reattaches
     to the run the crashed try started (or returns its success); a retry after the run
