@@ -405,7 +405,7 @@ class RunWatcher:
             sent = self.requests
             try:
                 await self._cycle(started)
-                self._check_every_budget()
+                await self._check_every_budget()
             except AuthError as error:
                 # No request can succeed: tell every waiter instead of polling in vain.
                 self._fail(list(self._runs.values()), error)
@@ -774,13 +774,27 @@ class RunWatcher:
             except Exception:
                 logger.exception("on_update callback for run %s failed", watched.run_id)
 
-    def _check_every_budget(self) -> None:
+    async def _check_every_budget(self) -> None:
         """After each cycle, each budgeted run from its last state read: a listing of
         completed runs says nothing new of one still going, and its attempts' start times
-        (with the time now) are all the arithmetic needs."""
+        (with the time now) are all the arithmetic needs. That state may be older than the
+        run's end, so a run it shows over budget is read once more before a wait ends: one
+        request, only then, so a run that ended within its budget is never called over it."""
         for watched in list(self._runs.values()):
-            if watched.state is not None:
-                self._check_budgets(watched, watched.state)
+            state = watched.state
+            if state is None or not any(
+                w.max_gpu_hours is not None and over_budget(state, w.max_gpu_hours) is not None
+                for w in watched.waiters
+                if not w.future.done()
+            ):
+                continue
+            await self.bucket.acquire()
+            self.requests += 1
+            fresh = await self.client.get_run(watched.run_id)
+            if fresh.is_terminal:
+                self._finish(watched, fresh)
+            else:
+                self._check_budgets(watched, fresh)
 
     def _check_budgets(self, watched: _Watched, state: RunState) -> None:
         """End the wait of each waiter whose ``max_gpu_hours`` the run has passed."""
