@@ -117,16 +117,23 @@ def test_host_check_applies_to_pages(local_workspace: LocalWorkspace, api: httpx
 
 
 def test_run_page_of_two_containers(
-    local_workspace: LocalWorkspace, api: httpx.Client, workloads: Workloads
+    local_workspace: LocalWorkspace, api: httpx.Client, workloads: Workloads, tmp_path: Path
 ) -> None:
+    # The trainer fails only once the server has printed (on a loaded machine rank 0 could
+    # otherwise be stopped before its first line).
+    served = tmp_path / "served"
     task = workloads.containers_task(
         [
             {
                 "name": "inference",
                 "ranks": [0],
-                "command": 'echo "served </pre><b>x</b>"; sleep 30',
+                "command": f'echo "served </pre><b>x</b>"; touch {served}; sleep 30',
             },
-            {"name": "trainer", "ranks": [1], "command": "echo trained; exit 3"},
+            {
+                "name": "trainer",
+                "ranks": [1],
+                "command": f"while [ ! -e {served} ]; do sleep 0.05; done; echo trained; exit 3",
+            },
         ],
         key="grpo",
     )
