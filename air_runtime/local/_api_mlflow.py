@@ -31,7 +31,7 @@ from fastapi.responses import Response
 
 from air_runtime.local._errors import ApiError, invalid, not_found
 from air_runtime.local._log_artifacts import artifact_uri, node_chunks, nodes
-from air_runtime.local._mlflow_runs import mlflow_runs
+from air_runtime.local._mlflow_runs import MlflowRuns, mlflow_runs
 from air_runtime.local._request_params import get_params, host_url, int_param, json_body
 from air_runtime.local._workspace_state import WorkspaceState, workspace_state
 
@@ -115,43 +115,41 @@ async def mlflow_run(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/api/2.0/mlflow/runs/log-metric")
-async def log_metric(request: Request) -> dict[str, Any]:
+async def _logging_to(request: Request) -> tuple[MlflowRuns, str, dict[str, Any]]:
+    """The store, the run and the body of a logging request, once the run is known to be a
+    task's."""
     state = workspace_state(request)
     body = await json_body(request)
     run_id = _run_id_of(body)
     _task_of(state, run_id)
-    mlflow_runs(state.store).log_batch(run_id, metrics=[body])
+    return mlflow_runs(state.store), run_id, body
+
+
+@router.post("/api/2.0/mlflow/runs/log-metric")
+async def log_metric(request: Request) -> dict[str, Any]:
+    runs, run_id, body = await _logging_to(request)
+    runs.log_batch(run_id, metrics=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/log-parameter")
 async def log_parameter(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
-    body = await json_body(request)
-    run_id = _run_id_of(body)
-    _task_of(state, run_id)
-    mlflow_runs(state.store).log_batch(run_id, params=[body])
+    runs, run_id, body = await _logging_to(request)
+    runs.log_batch(run_id, params=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/set-tag")
 async def set_tag(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
-    body = await json_body(request)
-    run_id = _run_id_of(body)
-    _task_of(state, run_id)
-    mlflow_runs(state.store).log_batch(run_id, tags=[body])
+    runs, run_id, body = await _logging_to(request)
+    runs.log_batch(run_id, tags=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/log-batch")
 async def log_batch(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
-    body = await json_body(request)
-    run_id = _run_id_of(body)
-    _task_of(state, run_id)
-    mlflow_runs(state.store).log_batch(
+    runs, run_id, body = await _logging_to(request)
+    runs.log_batch(
         run_id,
         metrics=body.get("metrics") or [],
         params=body.get("params") or [],
