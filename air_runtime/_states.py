@@ -404,7 +404,7 @@ def failure_message(
         if task.run_id is not None:
             details.append(f"task run {task.run_id}")
         if task.attempt_number:
-            details.append(f"attempt {task.attempt_number + 1}")
+            details.append(f"attempt {task.attempt_number}")
         if node is not None:
             details.append(f"node {node}")
         if details:

@@ -221,8 +221,8 @@ class RunOutcome:
     result_state: str | None = None
     message: str = ""
     task_key: str | None = None
-    # 1 for the first attempt of the task (the platform counts from 0).
-    attempt: int | None = None
+    # 0 for the first attempt of the task: the platform's and the CLI's count (get.go).
+    attempt_number: int | None = None
     mlflow_experiment_id: str | None = None
     mlflow_run_id: str | None = None
     mlflow_run_url: str | None = None
@@ -253,7 +253,11 @@ class RunOutcome:
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> RunOutcome:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in event.items() if k in known})
+        read = {k: v for k, v in event.items() if k in known}
+        if "attempt" in event and "attempt_number" not in event:
+            # Events stored before attempts were counted from 0 said ``attempt`` (1 first).
+            read["attempt_number"] = event["attempt"] - 1
+        return cls(**read)
 
     @classmethod
     def read(cls, client: AirClient, state: RunState, task_key: str | None = None) -> RunOutcome:
@@ -299,7 +303,7 @@ def outcome_flow(
         result_state=view.result_state,
         message="" if result.failure is None else str(result.failure),
         task_key=task_key,
-        attempt=task.attempt_number + 1 if task is not None else None,
+        attempt_number=task.attempt_number if task is not None else None,
         mlflow_experiment_id=experiment,
         mlflow_run_id=mlflow_run,
         mlflow_run_url=mlflow_run_url(core.host, experiment, mlflow_run),

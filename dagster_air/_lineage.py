@@ -170,7 +170,7 @@ def record_launch(context: dg.AssetExecutionContext, launch: Launch) -> None:
         "task_keys": list(launch.task_keys),
     }
     context.instance.report_engine_event(
-        f"submitted run {launch.run_id} (generation {launch.generation})",
+        f"submitted run {launch.run_id}",
         dagster_run=context.run,
         engine_event_data=EngineEventData(
             metadata={

@@ -220,7 +220,7 @@ def earlier_attempt_observation(
     final attempt's reports are the materialization and the check results."""
     metadata: dict[str, Any] = {
         f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
-        f"{META_PREFIX}attempt": reports.attempt + 1,
+        f"{META_PREFIX}attempt_number": reports.attempt,
         f"{META_PREFIX}superseded_by_retry": True,
     }
     for result in reports.materializations.values():

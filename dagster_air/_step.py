@@ -269,11 +269,17 @@ class AirStep:
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
+        planned = {(r.index, r.task_keys) for r in self.plan.runs}
         for launch in stale:
+            why = (
+                "it runs other tasks than this attempt plans"
+                if (launch.index, launch.task_keys) not in planned
+                else "a run of this step ended unsuccessfully after it started"
+            )
             context.log.warning(
                 f"cancelling run {launch.run_id} ({launch.run_page_url}), started by Dagster run "
-                f"{launch.dagster_run_id} and still going: this attempt cannot adopt it "
-                f"(generation {launch.generation}, now {self.generation}), and never runs both"
+                f"{launch.dagster_run_id} and still going: this attempt cannot adopt it ({why}) "
+                "and never runs both"
             )
             key = submission_key(context, self.workspace, self.lineage, launch.index)
             try:
@@ -307,14 +313,14 @@ class AirStep:
                 ),
             )
             earlier = adoptable.get(submitted.run_id)
-            adopted = (
-                f", adopted: started by Dagster run {earlier.dagster_run_id}"
-                if earlier is not None and earlier.dagster_run_id != context.run_id
-                else ""
-            )
+            if earlier is not None and earlier.dagster_run_id != context.run_id:
+                how = f" (continued: started by Dagster run {earlier.dagster_run_id})"
+            elif self.generation:
+                how = " (a new run: this step's earlier run ended unsuccessfully)"
+            else:
+                how = ""
             context.log.info(
-                f"run {submitted.run_id} for {planned.label}: {submitted.run_page_url} "
-                f"(generation {self.generation}{adopted})"
+                f"run {submitted.run_id} for {planned.label}: {submitted.run_page_url}{how}"
             )
         if self.plan.is_range:
             context.log.info(
@@ -585,7 +591,7 @@ class AirStep:
             final = attempt.result_state or attempt.life_cycle_state
             shown = dataclasses.replace(attempt, state_message=self.redact(attempt.state_message))
             self.context.log.info(
-                f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number + 1} "
+                f"run {state.run_id}: {attempt.task_key} attempt {attempt.attempt_number} "
                 f"ended {final}"
             )
             yield dg.AssetObservation(

@@ -262,7 +262,7 @@ class DagsterAirTranslator:
         metadata.update(
             {
                 f"{META_PREFIX}final_state": outcome.result_state or state.life_cycle_state,
-                f"{META_PREFIX}attempt": outcome.attempt or 1,
+                f"{META_PREFIX}attempt_number": outcome.attempt_number or 0,
                 f"{META_PREFIX}accelerator": workload.compute.accelerator_type,
                 f"{META_PREFIX}num_accelerators": workload.compute.num_accelerators,
                 f"{META_PREFIX}containers": containers_table(workload),
@@ -296,7 +296,7 @@ class DagsterAirTranslator:
         included); ``attempt.state_message`` is already redacted."""
         metadata: dict[str, Any] = {
             f"{META_PREFIX}run_id": dg.MetadataValue.int(run_id),
-            f"{META_PREFIX}attempt": attempt.attempt_number + 1,
+            f"{META_PREFIX}attempt_number": attempt.attempt_number,
             f"{META_PREFIX}attempt_state": attempt.result_state or attempt.life_cycle_state,
             ATTEMPT_GPU_HOURS_KEY: dg.MetadataValue.float(round(attempt.gpu_hours(), 6)),
         }

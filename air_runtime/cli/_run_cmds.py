@@ -83,7 +83,10 @@ def register(subparsers: Any) -> None:
     )
     logs.add_argument("--node", type=int, help="only this node (0 is the first)")
     logs.add_argument(
-        "--attempt", type=int, metavar="K", help="only attempt K (1 is the first, as labelled)"
+        "--attempt",
+        type=int,
+        metavar="K",
+        help="only attempt K (0 is the first, as labelled; the same as --retry K)",
     )
     logs.add_argument(
         "--retry",
@@ -411,7 +414,7 @@ def _task_run_given(client: Any, run_id: int, command: str) -> int | None:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    for name in ("tail", "minutes", "attempt"):
+    for name in ("tail", "minutes"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             print(f"airo logs: --{name} must be positive, got {value:g}", file=sys.stderr)
@@ -419,16 +422,17 @@ def _logs(args: argparse.Namespace) -> int:
     if args.node is not None and args.node < 0:
         print(f"airo logs: --node must not be negative, got {args.node}", file=sys.stderr)
         return EXIT_USAGE
-    if args.retry is not None and (args.retry < 0 or args.attempt is not None):
-        print("airo logs: --retry must be 0 or more, and not with --attempt", file=sys.stderr)
+    if args.attempt is not None and args.retry is not None:
+        print("airo logs: --retry and --attempt are one option; give one", file=sys.stderr)
+        return EXIT_USAGE
+    attempt = args.retry if args.retry is not None else args.attempt
+    if attempt is not None and attempt < 0:
+        print(f"airo logs: --retry must be 0 or more, got {attempt}", file=sys.stderr)
         return EXIT_USAGE
     if args.download_to is not None and (args.follow or args.tail or args.minutes):
         print("airo logs: --download-to writes whole logs (no --follow/--tail/--minutes)",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    attempt = args.retry if args.retry is not None else (
-        None if args.attempt is None else args.attempt - 1
-    )  # fmt: skip
     client = None
     try:
         with open_client(args) as client:
@@ -469,7 +473,7 @@ def _logs(args: argparse.Namespace) -> int:
                     line = {
                         "task": record.task_key,
                         "node": record.node_index,
-                        "attempt": record.attempt + 1,
+                        "attempt_number": record.attempt,
                         "time_unix_nano": record.time_unix_nano,
                         "line": record.body,
                     }

@@ -135,8 +135,9 @@ class LogRecord:
     @property
     def label(self) -> str:
         """Where the line came from, for a log that interleaves streams:
-        ``train node 1 attempt 2`` (attempts counted from 1, as users count retries)."""
-        where = f"node {self.node_index} attempt {self.attempt + 1}"
+        ``train node 1 attempt 1``: attempts counted from 0, as the platform and the CLI count
+        them (``databricks air logs --retry N``, ``logs/attempt_N/``)."""
+        where = f"node {self.node_index} attempt {self.attempt}"
         return f"{self.task_key} {where}" if self.task_key else where
 
 

@@ -57,7 +57,7 @@ def check_attempt(state: RunState, attempt: int | None, task_key: str | None) ->
     newest = max(numbers, default=0)
     if attempt < 0 or attempt > newest:
         raise ConfigurationError(
-            f"invalid attempt {attempt + 1}: run {state.run_id} has attempts 1 to {newest + 1}"
+            f"invalid attempt {attempt}: run {state.run_id} has attempts 0 to {newest}"
         )
 
 

@@ -81,9 +81,9 @@ def test_a_stored_connection_serves_every_path(stored_connection, task_log, tmp_
     # the runs waited on in the worker, copied when the deferred ones completed.
     for name, nodes in (("sync", 2), ("deferred", 2), ("stage_sync", 1), ("stage_deferred", 2)):
         for rank in range(nodes):
-            line = f"node {rank} attempt 1] line-of-{name}-{rank}"
+            line = f"node {rank} attempt 0] line-of-{name}-{rank}"
             assert line in log, (line, log[-3000:])
-    assert "stage_deferred node 1 attempt 1] line-of-stage_deferred-1" in log
+    assert "stage_deferred node 1 attempt 0] line-of-stage_deferred-1" in log
     # A stage's log has its own task's lines only.
     stage_lines = [
         e["event"] for e in task_log.events if "line-of-stage_sync" in str(e.get("event"))
@@ -164,7 +164,7 @@ def test_copied_logs_are_labelled_and_capped(local_workspace):
     for rank in (0, 1):
         for word in ("one", "two"):
             assert any(
-                line.endswith(f"node {rank} attempt 1] {word}-{rank}") for line in every.lines
+                line.endswith(f"node {rank} attempt 0] {word}-{rank}") for line in every.lines
             ), every.lines
     assert len(capped.lines) <= 4 and "completed_log_lines" in capped.lines[-1], capped.lines
     assert f"airo logs {run_id}" in capped.lines[-1]

@@ -241,7 +241,7 @@ def test_trigger_ends_a_successful_run_itself(workspace, task_log, monkeypatch):
     if result["mlflow_run_id"]:
         assert xcoms[AirMlflowRunLink().xcom_key] == xcoms["mlflow_run_url"]
     log = task_log.text()
-    assert "node 0 attempt 1] trial line one" in log and "trial line two" in log, log
+    assert "node 0 attempt 0] trial line one" in log and "trial line two" in log, log
     assert f"Run {run_id} succeeded" in log
     assert "hf-value-123456" not in log
     with AirClient(workspace.host, workspace.token) as client:

@@ -45,7 +45,7 @@ def test_a_deferred_task_shows_node_lines_while_its_run_runs(
         waiting = asyncio.ensure_future(anext(events))
         # Both nodes' first lines reach the log while the run is held RUNNING.
         deadline = time.monotonic() + 120
-        while not all(f"node {n} attempt 1] rank {n} first" in _text(task_log) for n in (0, 1)):
+        while not all(f"node {n} attempt 0] rank {n} first" in _text(task_log) for n in (0, 1)):
             assert not waiting.done(), waiting.result()
             assert time.monotonic() < deadline, _text(task_log)
             await asyncio.sleep(0.1)

@@ -51,7 +51,7 @@ def test_success(workspace, task_log, dag_id):
     out = task_log.text()
     # The node's lines in the task log (streamed, or copied once the deferred run ended),
     # labelled with task, node and attempt.
-    assert "node 0 attempt 1] hello from rank 0" in out
+    assert "node 0 attempt 0] hello from rank 0" in out
     assert result["gpu_hours"] > 0
     if dag_id == "air_test_sync":
         assert "Pausing task as DEFERRED" not in out

@@ -184,14 +184,14 @@ def test_a_task_is_found_by_its_stage_name_or_partition(workspace_factory, tmp_p
         return capsys.readouterr().out.splitlines()
 
     assert lines("sweep") == [
-        "[sweep__lr_0_1_1a2b3c4d node 0 attempt 1] trial 0_1",
-        "[sweep__lr_0_3_762c457c node 0 attempt 1] trial 0_3",
+        "[sweep__lr_0_1_1a2b3c4d node 0 attempt 0] trial 0_1",
+        "[sweep__lr_0_3_762c457c node 0 attempt 0] trial 0_3",
     ]
-    assert lines("lr=0.3") == ["[sweep__lr_0_3_762c457c node 0 attempt 1] trial 0_3"]
+    assert lines("lr=0.3") == ["[sweep__lr_0_3_762c457c node 0 attempt 0] trial 0_3"]
     assert lines("sweep__lr_0_1_1a2b3c4d") == [
-        "[sweep__lr_0_1_1a2b3c4d node 0 attempt 1] trial 0_1"
+        "[sweep__lr_0_1_1a2b3c4d node 0 attempt 0] trial 0_1"
     ]
-    assert lines("prepare") == ["[prepare node 0 attempt 1] prepared"]
+    assert lines("prepare") == ["[prepare node 0 attempt 0] prepared"]
     assert airo(["logs", str(run_id), "--task", "evaluate", *auth]) == 2
     assert "has no task 'evaluate'" in capsys.readouterr().err
 
@@ -250,6 +250,6 @@ def test_followed_lines_never_share_the_spinners_line(workspace_factory, tmp_pat
     os.close(primary)
     assert process.wait(timeout=60) == 0
     for line in ("followed-line-one", "followed-line-two"):
-        label = seen.index(f"[spin node 0 attempt 1] {line}")
+        label = seen.index(f"[spin node 0 attempt 0] {line}")
         before = seen[:label]
         assert before.endswith(("\n", "\r\x1b[K")), repr(before[-80:])

@@ -47,8 +47,8 @@ def test_every_node_and_attempt_of_a_retried_run(workspace_factory, tmp_path: Pa
         lines = {(r.label, r.body) for r in followed}
         assert len(followed) == len(lines), Counter((r.label, r.body) for r in followed)
         for node in (0, 1):
-            assert (f"retried node {node} attempt 1", f"first try on {node}") in lines
-            assert (f"retried node {node} attempt 2", f"second try on {node}") in lines
+            assert (f"retried node {node} attempt 0", f"first try on {node}") in lines
+            assert (f"retried node {node} attempt 1", f"second try on {node}") in lines
         # Read again once the run has ended: the same lines, without following.
         again = {(r.label, r.body) for r in client.iter_run_logs(run.run_id)}
         assert again == lines
@@ -79,9 +79,9 @@ def test_tasks_of_a_multi_task_run_and_airo_logs(workspace_factory) -> None:
 
     lines = asyncio.run(follow())
     assert sorted(lines) == [
-        ("prepare node 0 attempt 1", "prepared on 0"),
-        ("prepare node 1 attempt 1", "prepared on 1"),
-        ("train node 0 attempt 1", "trained on 0"),
+        ("prepare node 0 attempt 0", "prepared on 0"),
+        ("prepare node 1 attempt 0", "prepared on 1"),
+        ("train node 0 attempt 0", "trained on 0"),
     ]
 
     with AirClient(ws.host, ws.token) as client:
@@ -93,7 +93,7 @@ def test_tasks_of_a_multi_task_run_and_airo_logs(workspace_factory) -> None:
         [*base, "--task", "prepare", "--node", "1"], capture_output=True, text=True, env=env
     )
     assert one.returncode == 0, one.stderr
-    assert one.stdout.splitlines() == ["[prepare node 1 attempt 1] prepared on 1"]
+    assert one.stdout.splitlines() == ["[prepare node 1 attempt 0] prepared on 1"]
     missing = subprocess.run([*base, "--task", "evaluate"], capture_output=True, text=True, env=env)
     assert missing.returncode == 2
     assert "has no task 'evaluate' (its tasks: prepare, train)" in missing.stderr

@@ -176,7 +176,7 @@ def test_logs_tail_minutes_and_attempt(workspace_factory):
         full = [(r.attempt, r.body) for r in client.read_logs(run.run_id)]
         second = [r for r in client.read_logs(run.run_id, attempt=1)]
         recent = [r.body for r in client.read_logs(run.run_id, minutes=10)]
-        with pytest.raises(ConfigurationError, match="attempts 1 to 2"):
+        with pytest.raises(ConfigurationError, match="attempts 0 to 1"):
             list(client.read_logs(run.run_id, attempt=2))
         with pytest.raises(ConfigurationError, match="cannot combine --tail with --minutes"):
             list(client.read_logs(run.run_id, tail=1, minutes=1))

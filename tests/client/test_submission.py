@@ -200,7 +200,7 @@ def test_a_stage_ending_before_its_run_keeps_the_keys_until_the_run_ends(
             "first",
             "SUCCESS",
         )
-        assert outcome.attempt == 1 and outcome.task_run_id is not None
+        assert outcome.attempt_number == 0 and outcome.task_run_id is not None
         assert submission.finish(client, state) is False
         assert len([k for k in _keys(client) if k.startswith(prefix)]) == 5
 
@@ -249,7 +249,7 @@ def test_the_outcome_event_form_is_stable():
         "boom",
         0.5,
     )
-    assert outcome.attempt is None and outcome.mlflow_run_id is None
+    assert outcome.attempt_number is None and outcome.mlflow_run_id is None
     assert outcome.to_event() == stored  # nothing added that was not there
     assert RunOutcome.from_event({**stored, "from_a_newer_version": 1}) == outcome
 

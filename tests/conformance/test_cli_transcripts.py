@@ -441,10 +441,10 @@ def test_whole_run_logs_ask_each_node_of_each_attempt(
     stub.stub("GET /api/2.0/ai-training/workflows/by-run-id/123/logs", logs)
     labelled = [(r.label, r.body) for r in client.iter_run_logs(123)]
     assert labelled == [
-        ("t node 0 attempt 1", "attempt 0 node 0"),
-        ("t node 1 attempt 1", "attempt 0 node 1"),
-        ("t node 0 attempt 2", "attempt 1 node 0"),
-        ("t node 1 attempt 2", "attempt 1 node 1"),
+        ("t node 0 attempt 0", "attempt 0 node 0"),
+        ("t node 1 attempt 0", "attempt 0 node 1"),
+        ("t node 0 attempt 1", "attempt 1 node 0"),
+        ("t node 1 attempt 1", "attempt 1 node 1"),
     ]
     queries = [r.query for r in stub.to("GET", ".*/logs")]
     assert [(q["ref.attempt_number"], q["filter.node_index"]) for q in queries] == [

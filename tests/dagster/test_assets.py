@@ -45,7 +45,7 @@ def test_success_records_metadata_and_streams_node_logs(
     assert isinstance(run_id, int)
     assert md["dagster-air/run_url"].url == f"{local_workspace.host}/jobs/runs/{run_id}"
     assert md["dagster-air/final_state"].value == "SUCCESS"
-    assert md["dagster-air/attempt"].value == 1
+    assert md["dagster-air/attempt_number"].value == 0
     assert md["dagster-air/duration_s"].value >= 0
     assert md["dagster-air/accelerator"].value == "GPU_1xA10"
     assert md["dagster-air/container/command"].value == "ranks 0, image runtime 6"
@@ -70,7 +70,7 @@ def test_success_records_metadata_and_streams_node_logs(
     # Node 0's log went to the step's compute log while waiting.
     assert "hello from rank 0" in node_log(local_workspace, run_id)
     logs = compute_logs(dagster_home, result.run_id)
-    assert f"[run {run_id} hello node 0 attempt 1] hello from rank 0" in logs
+    assert f"[run {run_id} hello node 0 attempt 0] hello from rank 0" in logs
     assert "learning_rate: 0.25" in logs
     assert counters(local_workspace)["runs_created"] == 1
 

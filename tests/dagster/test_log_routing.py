@@ -86,7 +86,7 @@ def test_each_step_logs_only_its_own_run(
             assert f"line 3 of {name}" in text and f"of {other}" not in text, text[-3000:]
     # Every node line names the run it came from, wherever the steps' output is captured.
     node_lines = re.findall(
-        r"\[run (\d+) \w+ node 0 attempt 1\] line \d of (\w+)", "\n".join(compute_logs.values())
+        r"\[run (\d+) \w+ node 0 attempt 0\] line \d of (\w+)", "\n".join(compute_logs.values())
     )
     assert len(node_lines) == 8, node_lines
     assert all(int(run) == remote[name] for run, name in node_lines), node_lines

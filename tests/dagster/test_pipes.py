@@ -85,6 +85,6 @@ def test_rank_zero_reports_metadata_and_checks_and_a_failing_blocking_check_stop
     assert mat.metadata["dagster-air/gpu_hours"].value > 0
     # Ordinary lines stay in the compute logs, labelled; Pipes messages do not.
     stdout = compute_logs(dagster_home, result.run_id)
-    assert "node 0 attempt 1] rank 0 of 2 up" in stdout
-    assert "node 1 attempt 1] rank 1 of 2 up" in stdout
+    assert "node 0 attempt 0] rank 0 of 2 up" in stdout
+    assert "node 1 attempt 0] rank 1 of 2 up" in stdout
     assert "__dagster_pipes_version" not in stdout

@@ -322,7 +322,7 @@ def test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations(
     (mat,) = result.asset_materializations_for_node("flaky")
     assert mat.metadata["loss"].value == 0.5
     assert mat.metadata["first_attempt"].value is False
-    assert mat.metadata["dagster-air/attempt"].value == 2
+    assert mat.metadata["dagster-air/attempt_number"].value == 1
     (check,) = _checks(result)
     assert check.passed and check.metadata["first_attempt"].value is False
     observations = [

@@ -190,7 +190,7 @@ def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
         assert retry.success
     assert _trained(count_dir) == ["started"]  # one training
     assert counters(local_workspace)["runs_created"] == 1  # one GPU run
-    assert "adopted: started by Dagster run " + parent.run_id in _step_log(instance, retry.run_id)
+    assert "continued: started by Dagster run " + parent.run_id in _step_log(instance, retry.run_id)
     records = instance.fetch_materializations(dg.AssetKey("held"), limit=10).records
     assert len(records) == 1
     with AirClient(local_workspace.host, local_workspace.token) as client:

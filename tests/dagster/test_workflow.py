@@ -165,26 +165,26 @@ def test_every_node_and_attempt_reaches_the_compute_logs_and_each_attempt_end_is
     result = dg.materialize([assets], resources={"air_workspace": air_workspace}, instance=instance)
     assert result.success
     stdout = compute_logs(dagster_home, result.run_id)
-    for label in ("train node 0 attempt 1", "train node 1 attempt 1", "train node 1 attempt 2"):
+    for label in ("train node 0 attempt 0", "train node 1 attempt 0", "train node 1 attempt 1"):
         assert f"{label}] rank {label.split()[2]} try" in stdout, label
-    assert "prepare node 0 attempt 1] prepared" in stdout
+    assert "prepare node 0 attempt 0] prepared" in stdout
     ends = [
         (
             e.asset_observation_data.asset_observation.asset_key.path[-1],
-            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt"].value,
+            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt_number"].value,
             e.asset_observation_data.asset_observation.metadata["dagster-air/attempt_state"].value,
         )
         for e in result.all_events
         if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
     ]
     assert sorted(ends) == [
-        ("prepare", 1, "SUCCESS"),
-        ("train", 1, "FAILED"),
-        ("train", 2, "SUCCESS"),
+        ("prepare", 0, "SUCCESS"),
+        ("train", 0, "FAILED"),
+        ("train", 1, "SUCCESS"),
     ]
     mats = {
         m.asset_key.path[-1]: m.materialization for m in result.get_asset_materialization_events()
     }
     # GPU-hours of both attempts of train (2 GPUs each).
     assert mats["train"].metadata["dagster-air/gpu_hours"].value > 0
-    assert mats["train"].metadata["dagster-air/attempt"].value == 2
+    assert mats["train"].metadata["dagster-air/attempt_number"].value == 1

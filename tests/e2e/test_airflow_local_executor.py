@@ -68,7 +68,7 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         assert len(set(fanout_remote.values())) == FANOUT_WIDTH  # one remote run per task
         # The node's lines reached the task log of a run waited on in the triggerer.
         fanout_log = task_log_text(deployment, FANOUT_DAG, fanout_run, "run_03")
-        assert "node 0 attempt 1] fan-out run 3 done" in fanout_log, fanout_log[-3000:]
+        assert "node 0 attempt 0] fan-out run 3 done" in fanout_log, fanout_log[-3000:]
 
         rl_remote = check_air_task_instances(deployment, "rl_pipeline", rl_run, workspace_client)
         assert rl_remote, "rl_pipeline pushed no AI Runtime run id"

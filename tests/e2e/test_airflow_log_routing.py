@@ -154,7 +154,7 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
         assert capacity == waiting, (capacity, waiting)
         # Copied node lines carry the time they were printed: 15 s apart, not one instant.
         stamps = re.findall(
-            r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z \[a_ok node 0 attempt 1\] (start|end) of",
+            r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z \[a_ok node 0 attempt 0\] (start|end) of",
             logs[(TEAM_A[0], "a_ok")],
         )
         assert [what for _, what in stamps] == ["start", "end"], stamps

@@ -102,7 +102,7 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         # The node's lines, labelled as in the worker, and the success line.
         for task_id in remote:
             log = task_log_text(deployment, "air_finish", finish_run, task_id)
-            label = f"[{task_id} node 0 attempt 1]"
+            label = f"[{task_id} node 0 attempt 0]"
             assert f"{label} first line of {task_id}" in log, log[-3000:]
             assert f"{label} last line of {task_id}" in log, log[-3000:]
             assert f"Run {remote[task_id]} succeeded" in log, log[-3000:]
@@ -128,7 +128,7 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         log = task_log_text(deployment, *planned, "submitted_by_trigger")
         assert "Deferring before the submit: the triggerer submits run" in log, log[-3000:]
         assert f"Submitted run {result['run_id']}" in log, log[-3000:]
-        assert "[submitted_by_trigger node 0 attempt 1] last line of" in log, log[-3000:]
+        assert "[submitted_by_trigger node 0 attempt 0] last line of" in log, log[-3000:]
 
         # -- a failure resumes in a worker and raises the rich error there
         failed = deployment.task_instance("air_finish_failure", failure_run, "fails")

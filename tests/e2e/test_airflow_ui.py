@@ -170,8 +170,8 @@ def test_airflow_ui_links_lead_to_the_run_pages(
             wait_until(
                 browser,
                 lambda d: (
-                    "node 1 attempt 1] trainer step 1 mean reward 0.42" in _page_text(d)
-                    and "node 0 attempt 1] policy server done" in _page_text(d)
+                    "node 1 attempt 0] trainer step 1 mean reward 0.42" in _page_text(d)
+                    and "node 0 attempt 0] policy server done" in _page_text(d)
                 ),
                 "the node lines in the task log of the UI",
             )

@@ -86,7 +86,7 @@ def test_a_killed_run_worker_s_retry_adopts_its_gpu_run(
         _wait(
             "adoption",
             lambda: (
-                f"adopted: started by Dagster run {parent}" in deployment.run_messages(retry, 300)
+                f"continued: started by Dagster run {parent}" in deployment.run_messages(retry, 300)
             ),
             deployment,
         )
