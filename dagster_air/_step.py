@@ -269,11 +269,11 @@ class AirStep:
         self.redact = client.redactor.with_values(())
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
-        planned = {(r.index, r.task_keys) for r in self.plan.runs}
+        plan_runs = {(r.index, r.task_keys) for r in self.plan.runs}
         for launch in stale:
             why = (
                 "it runs other tasks than this attempt plans"
-                if (launch.index, launch.task_keys) not in planned
+                if (launch.index, launch.task_keys) not in plan_runs
                 else "a run of this step ended unsuccessfully after it started"
             )
             context.log.warning(
