@@ -167,6 +167,22 @@ def _used_text(used: float, budget: float) -> str:
     return repr(used)
 
 
+class RetriesStopped(AirError):
+    """An attempt of the run failed in a way retries will not change (a deterministic
+    diagnosis: CUDA out of memory, a missing command, ...) while the platform was about to
+    retry it, and the wait was asked to stop there (``stop_deterministic_retries``). The
+    wait ends with this error; the run goes on until it is cancelled (the orchestrators
+    cancel it)."""
+
+    def __init__(self, run_id: int, headline: str, *, task_key: str | None = None) -> None:
+        super().__init__(
+            f"{headline}; further retries of run {run_id} stopped (stop_deterministic_retries)"
+        )
+        self.run_id = run_id
+        self.headline = headline
+        self.task_key = task_key
+
+
 class BudgetExceeded(AirError):
     """A run (or a workflow stage) used more GPU-hours (accelerators x elapsed, every
     attempt) than its ``max_gpu_hours``. The wait that saw it ends with this error; the run

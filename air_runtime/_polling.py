@@ -22,8 +22,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from air_runtime._errors import BudgetExceeded, RunTimeout
-from air_runtime._states import RunState
+from air_runtime._diagnosis import Diagnosis
+from air_runtime._errors import BudgetExceeded, RetriesStopped, RunTimeout
+from air_runtime._states import RunState, TaskState
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -76,6 +77,45 @@ class Pause:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class Examine:
+    """Send the ``Diagnosis`` of this ended attempt (None when nothing says why)."""
+
+    state: RunState
+    attempt: TaskState
+
+
+def attempts_to_examine(
+    state: RunState, task_key: str | None, examined: set[tuple[str, int]]
+) -> list[TaskState]:
+    """The attempts (of the run, or of the stage ``task_key``) that failed while the run
+    goes on and that the platform will retry (retries left), not examined yet; each is
+    marked examined. A task out of retries is left to the run's end: stopping the run
+    there would cancel its other tasks for nothing."""
+    if state.has_ended(task_key):
+        return []
+    found = []
+    for attempt in state.task_attempts(task_key):
+        key = (attempt.task_key, attempt.attempt_number)
+        if key in examined or not attempt.is_terminal or attempt.is_success:
+            continue
+        retries = attempt.max_retries
+        if retries is not None and 0 <= retries <= attempt.attempt_number:
+            continue
+        examined.add(key)
+        found.append(attempt)
+    return found
+
+
+def retries_stopped(
+    state: RunState, diagnosis: Diagnosis | None, task_key: str | None = None
+) -> RetriesStopped | None:
+    """The error that stops a run's further retries: only a deterministic diagnosis."""
+    if diagnosis is None or not diagnosis.deterministic:
+        return None
+    return RetriesStopped(state.run_id, diagnosis.headline(), task_key=task_key)
+
+
 def until_ended(
     run_id: int,
     *,
@@ -86,14 +126,18 @@ def until_ended(
     timeout: float | None = None,
     on_update: Callable[[RunState], None] | None = None,
     max_gpu_hours: float | None = None,
-) -> Generator[Pause | None, RunState | None, RunState]:
+    stop_deterministic_retries: bool = False,
+) -> Generator[Pause | Examine | None, Any, RunState]:
     """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
     its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
     be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
     (``time.time()``, so it survives serialization) and ``timeout`` seconds from the first
     request; past the earlier, ``RunTimeout`` (the run itself is left alone). ``on_update``
     sees each change of state once. Past ``max_gpu_hours`` (``over_budget``),
-    ``BudgetExceeded`` (the run is left alone: the caller cancels it).
+    ``BudgetExceeded`` (the run is left alone: the caller cancels it). With
+    ``stop_deterministic_retries``, each attempt that failed while a retry follows is
+    yielded as an ``Examine`` (send its diagnosis); a deterministic one raises
+    ``RetriesStopped`` (the run is left alone: the caller cancels it).
 
     The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
     stage wait with its request budget; neither has a loop of its own."""
@@ -102,6 +146,7 @@ def until_ended(
     interval = poll_interval
     seen: tuple[Any, ...] | None = None
     warned_unknown = False
+    examined: set[tuple[str, int]] = set()
     what = f"stage {task_key} of run {run_id}" if task_key else f"run {run_id}"
     while True:
         state = yield None
@@ -126,6 +171,11 @@ def until_ended(
         exceeded = over_budget(state, max_gpu_hours, task_key)
         if exceeded is not None:
             raise exceeded
+        if stop_deterministic_retries:
+            for attempt in attempts_to_examine(state, task_key, examined):
+                stopped = retries_stopped(state, (yield Examine(state, attempt)), task_key)
+                if stopped is not None:
+                    raise stopped
         interval = next_interval(interval, poll_interval, state)
         pause = jittered(interval, rng)
         if deadline is not None:

@@ -46,10 +46,13 @@ from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
 from ._errors import AirError, AuthError, NotFound, RunTimeout
 from ._polling import (
     YOUNG_MIN_INTERVAL,
+    Examine,
     Pause,
+    attempts_to_examine,
     jittered,
     next_interval,
     over_budget,
+    retries_stopped,
     until_ended,
     young_interval,
 )
@@ -57,6 +60,7 @@ from ._progress import TrainingProgress
 from ._states import RunState
 from .client import AsyncAirClient, LogRecord
 from .client._live_lines import LineStream, running_streams
+from .client._runs import attempt_diagnosis
 
 logger = logging.getLogger("air_runtime.watcher")
 
@@ -96,6 +100,7 @@ class _Waiter:
     on_lines: OnLines | None
     on_progress: OnProgress | None = None
     max_gpu_hours: float | None = None
+    stop_deterministic_retries: bool = False
 
     @property
     def follows(self) -> bool:
@@ -130,6 +135,7 @@ class _Watched:
     """One run and the waiters on it."""
 
     __slots__ = (
+        "examined",
         "interval",
         "key",
         "lines_due",
@@ -161,6 +167,8 @@ class _Watched:
         self.next_due = first_poll
         self.interval = interval
         self.warned = False
+        # Failed attempts already diagnosed for stop_deterministic_retries: (task, attempt).
+        self.examined: set[tuple[str, int]] = set()
 
 
 @dataclass(slots=True)
@@ -289,6 +297,7 @@ class RunWatcher:
         on_lines: OnLines | None = None,
         max_gpu_hours: float | None = None,
         on_progress: OnProgress | None = None,
+        stop_deterministic_retries: bool = False,
     ) -> RunState:
         """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
         return the state that shows it (success or not).
@@ -305,10 +314,20 @@ class RunWatcher:
 
         ``max_gpu_hours``: past it (the run's, or the stage's, GPU-hours, computed from the
         states the watcher reads anyway, so at most a poll late): ``BudgetExceeded`` (the
-        run itself is left alone: the caller cancels it)."""
+        run itself is left alone: the caller cancels it).
+
+        ``stop_deterministic_retries``: an attempt that failed while the platform will retry
+        it is diagnosed from its nodes' last lines (a few requests, only then); a
+        deterministic diagnosis ends the wait with ``RetriesStopped`` (the caller cancels)."""
         if task_key is not None:
             return await self._wait_for_stage(
-                run_id, task_key, deadline, timeout, on_update, max_gpu_hours
+                run_id,
+                task_key,
+                deadline,
+                timeout,
+                on_update,
+                max_gpu_hours,
+                stop_deterministic_retries,
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -328,6 +347,7 @@ class RunWatcher:
             None if on_lines is None else _in_waiter_context(on_lines),
             on_progress=None if on_progress is None else _in_waiter_context(on_progress),
             max_gpu_hours=max_gpu_hours,
+            stop_deterministic_retries=stop_deterministic_retries,
         )
         watched.waiters.append(entry)
         if watched.state is not None:
@@ -368,6 +388,7 @@ class RunWatcher:
         timeout: float | None,
         on_update: OnUpdate | None,
         max_gpu_hours: float | None,
+        stop_deterministic_retries: bool,
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget."""
@@ -380,12 +401,15 @@ class RunWatcher:
             timeout=timeout,
             on_update=on_update,
             max_gpu_hours=max_gpu_hours,
+            stop_deterministic_retries=stop_deterministic_retries,
         )
         request = next(loop)
         while True:
-            answer: RunState | None = None
+            answer: Any = None
             if isinstance(request, Pause):
                 await asyncio.sleep(request.seconds)
+            elif isinstance(request, Examine):
+                answer = await self._diagnose(request)
             else:
                 await self.bucket.acquire()
                 self.requests += 1
@@ -406,6 +430,7 @@ class RunWatcher:
             try:
                 await self._cycle(started)
                 await self._check_every_budget()
+                await self._check_every_retry()
             except AuthError as error:
                 # No request can succeed: tell every waiter instead of polling in vain.
                 self._fail(list(self._runs.values()), error)
@@ -730,6 +755,9 @@ class RunWatcher:
             state_body.get("state_message"),
         )
         if key == watched.key:
+            if any(w.stop_deterministic_retries for w in watched.waiters):
+                # An attempt can fail and be retried under one run state: keep its tasks.
+                watched.state = RunState.from_api(raw)
             if any(w.max_gpu_hours is not None for w in watched.waiters):
                 self._check_budgets(watched, RunState.from_api(raw))  # its attempts changed
             return False
@@ -748,6 +776,7 @@ class RunWatcher:
         if key != watched.key:
             watched.key = key
             self._changed(watched, state)
+        watched.state = state  # its attempts may have changed under one run state
         if state.is_terminal and final:
             self._finish(watched, state)
             return
@@ -795,6 +824,36 @@ class RunWatcher:
                 self._finish(watched, fresh)
             else:
                 self._check_budgets(watched, fresh)
+
+    async def _check_every_retry(self) -> None:
+        """After each cycle, each run one of whose waiters stops deterministic retries: an
+        attempt its last state shows failed, with a retry to follow, is diagnosed (its
+        nodes' last lines, within the request budget); a deterministic diagnosis ends those
+        waits. Nothing is read for a run whose attempts have not failed."""
+        for watched in list(self._runs.values()):
+            state = watched.state
+            stopping = [
+                w for w in watched.waiters if w.stop_deterministic_retries and not w.future.done()
+            ]
+            if state is None or not stopping:
+                continue
+            for attempt in attempts_to_examine(state, None, watched.examined):
+                stopped = retries_stopped(state, await self._diagnose(Examine(state, attempt)))
+                if stopped is None:
+                    continue
+                for waiter in stopping:
+                    if not waiter.future.done():
+                        waiter.future.set_exception(stopped)
+                break
+
+    async def _diagnose(self, request: Examine) -> Any:
+        nodes = min(request.attempt.node_count, 8)
+        for _ in range(nodes):  # one log read per node
+            await self.bucket.acquire()
+        self.requests += nodes
+        return await self.client.run_flow(
+            lambda core: attempt_diagnosis(core, request.state, request.attempt)
+        )
 
     def _check_budgets(self, watched: _Watched, state: RunState) -> None:
         """End the wait of each waiter whose ``max_gpu_hours`` the run has passed."""

@@ -308,13 +308,16 @@ class AirClient(_BaseClient, SyncOperations):
         task_key: str | None = None,
         deadline: float | None = None,
         max_gpu_hours: float | None = None,
+        stop_deterministic_retries: bool = False,
     ) -> RunState:
         """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
         with ``task_key`` until that task of it ends (a workflow stage ends before its run);
         the state that shows the end. Past ``timeout``
         (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on. Past
         ``max_gpu_hours`` (of the run, or of the stage): ``BudgetExceeded``, the run goes on
-        until cancelled."""
+        until cancelled. With ``stop_deterministic_retries``, an attempt that failed in a way
+        retries will not change (a deterministic diagnosis) while a retry follows:
+        ``RetriesStopped``, the run goes on until cancelled."""
         return self._run(
             _runs.wait(
                 self._core,
@@ -325,6 +328,7 @@ class AirClient(_BaseClient, SyncOperations):
                 task_key=task_key,
                 deadline=deadline,
                 max_gpu_hours=max_gpu_hours,
+                stop_deterministic_retries=stop_deterministic_retries,
             )
         )
 
@@ -677,6 +681,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         task_key: str | None = None,
         deadline: float | None = None,
         max_gpu_hours: float | None = None,
+        stop_deterministic_retries: bool = False,
     ) -> RunState:
         return await self._run(
             _runs.wait(
@@ -688,6 +693,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 task_key=task_key,
                 deadline=deadline,
                 max_gpu_hours=max_gpu_hours,
+                stop_deterministic_retries=stop_deterministic_retries,
             )
         )
 

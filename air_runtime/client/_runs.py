@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._diagnosis import Diagnosis, diagnose
+from .._diagnosis import Diagnosis, Termination, diagnose
 from .._errors import AirError, NotFound, PlatformError, RunFailed
-from .._polling import Pause, jittered, until_ended
+from .._polling import Examine, Pause, jittered, until_ended
 from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep, gather
 
@@ -114,10 +114,12 @@ def wait(
     task_key: str | None = None,
     deadline: float | None = None,
     max_gpu_hours: float | None = None,
+    stop_deterministic_retries: bool = False,
 ) -> Flow[RunState]:
     """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
     shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock; past
-    ``max_gpu_hours``, ``BudgetExceeded``."""
+    ``max_gpu_hours``, ``BudgetExceeded``; with ``stop_deterministic_retries``, an attempt
+    that failed for good while a retry follows: ``RetriesStopped``."""
     loop = until_ended(
         run_id,
         poll_interval=poll_interval,
@@ -127,12 +129,15 @@ def wait(
         timeout=timeout,
         on_update=on_update,
         max_gpu_hours=max_gpu_hours,
+        stop_deterministic_retries=stop_deterministic_retries,
     )
     request = next(loop)
     while True:
-        answer: RunState | None = None
+        answer: RunState | Diagnosis | None = None
         if isinstance(request, Pause):
             yield Sleep(request.seconds)
+        elif isinstance(request, Examine):
+            answer = yield from attempt_diagnosis(core, request.state, request.attempt)
         else:
             answer = yield from get_run(core, run_id)
         try:
@@ -420,6 +425,38 @@ def failure_report(core: ClientCore, state: RunState) -> Flow[FailureReport]:
         tails = {n: lines for n, lines in enumerate(read) if lines}
     except AirError as error:
         logger.debug("no logs for run %s: %s", state.run_id, error)
+    return _report(
+        tails, task, (task.termination if task is not None else None) or state.termination
+    )
+
+
+def attempt_diagnosis(
+    core: ClientCore, state: RunState, attempt: TaskState
+) -> Flow[Diagnosis | None]:
+    """Why one ended attempt of the run failed, while the run goes on (a retry follows): its
+    nodes' last lines (up to 8 nodes, read at once), addressed as the CLI addresses an
+    attempt (``ref.attempt_number``, logbricklens.go), its exit code and termination reason."""
+    cursors = _attempt_cursors(state, attempt, None)[:_MAX_NODES_SEARCHED]
+    tails: dict[int, list[str]] = {}
+    try:
+        read = yield from gather([tail_records(core, c, _LOG_TAIL) for c in cursors], len(cursors))
+    except AirError as error:
+        logger.debug(
+            "no logs for attempt %s of run %s: %s", attempt.attempt_number, state.run_id, error
+        )
+        read = []
+    for cursor, records in zip(cursors, read, strict=False):
+        lines = [x for _, body in records or [] for x in body.rstrip("\n").splitlines()]
+        if lines:
+            tails[cursor.node] = lines[-_LOG_TAIL:]
+    return _report(tails, attempt, attempt.termination).diagnosis
+
+
+def _report(
+    tails: dict[int, list[str]], task: TaskState | None, termination: Termination | None
+) -> FailureReport:
+    """The node whose command failed (the launcher's error line; else node 0) and the
+    diagnosis of the task's nodes' last lines."""
     failed = next((n for n, t in tails.items() if any(_FAILED_SCRIPT_MARK in x for x in t)), None)
     node = failed if failed is not None else (0 if 0 in tails else None)
     diagnosis = diagnose(
@@ -427,7 +464,7 @@ def failure_report(core: ClientCore, state: RunState) -> Flow[FailureReport]:
         task_key=task.task_key if task is not None else None,
         attempt_number=task.attempt_number if task is not None else None,
         max_retries=task.max_retries if task is not None else None,
-        termination=(task.termination if task is not None else None) or state.termination,
+        termination=termination,
         failed_node=node,
     )
     return FailureReport(tails, node, diagnosis)
