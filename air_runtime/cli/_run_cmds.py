@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from air_runtime._errors import AirError, ConfigurationError
+from air_runtime._errors import AirError, ConfigurationError, RetriesStopped
 from air_runtime._states import RunState
 from air_runtime.cli._connection import (
     EXIT_ERROR,
@@ -66,6 +66,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="Ctrl-C or SIGTERM while waiting cancels the run (default: stop waiting, the "
         "run goes on)",
+    )
+    run.add_argument(
+        "--stop-deterministic-retries",
+        action="store_true",
+        help="wait (as --wait), and when an attempt fails in a way retries will not change (CUDA out "
+        "of memory, a missing command, ...), cancel the run instead of letting the platform "
+        "retry it (default: retried up to the workload's max_retries)",
     )
     add_workspace_options(run)
     run.set_defaults(func=_run)
@@ -300,7 +307,7 @@ def _run(args: argparse.Namespace) -> int:
                 _learn_registry_credentials(client)
             submitted = client.submit_workload(workload)
             run_id = submitted.run_id
-            if not (args.wait or args.follow_logs):
+            if not (args.wait or args.follow_logs or args.stop_deterministic_retries):
                 if args.json:
                     print(
                         json.dumps({"run_id": str(run_id), "run_page_url": submitted.run_page_url})
@@ -328,7 +335,21 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
                     target=_print_logs, args=(client, run_id, progress.print_record), daemon=True
                 )
                 printer.start()
-            state = client.wait(run_id, on_update=progress.update)
+            try:
+                state = client.wait(
+                    run_id,
+                    on_update=progress.update,
+                    stop_deterministic_retries=args.stop_deterministic_retries,
+                )
+            except RetriesStopped as stopped:
+                progress.stop()
+                print(client.redactor(f"error: {stopped}"), file=sys.stderr)
+                client.cancel(run_id)
+                state = client.wait(run_id)
+                if args.follow_logs:
+                    printer.join(timeout=30)
+                print(f"run {run_id} cancelled: it ended {state.describe()}", file=sys.stderr)
+                return EXIT_RUN_FAILED
             progress.stop()
             if args.follow_logs:
                 printer.join(timeout=30)

@@ -210,7 +210,7 @@ def test_logs_tail_and_no_logs(workspace_factory, tmp_path: Path, capsys):
     run_id = int(capsys.readouterr().out.split()[1].rstrip(":"))
     assert airo(["logs", str(run_id), "--tail", "1", "--json", *auth]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["line"], r["node"], r["attempt"]) for r in lines] == [("n3", 0, 1)]
+    assert [(r["line"], r["node"], r["attempt_number"]) for r in lines] == [("n3", 0, 0)]
     quiet = workspace_factory()
     (tmp_path / "q").mkdir()
     quiet_auth = _auth(quiet, tmp_path / "q")

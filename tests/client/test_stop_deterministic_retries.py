@@ -111,3 +111,26 @@ async def test_without_the_option_the_watcher_waits_for_every_retry(
     assert state.result_state == "SUCCESS" and len(state.task_attempts()) == 2
     requests = ws.admin.counters()["requests"]
     assert not any("logs" in path for path in requests), requests
+
+
+def test_airo_run_stops_and_cancels(workspace_factory, tmp_path: Path, capsys):
+    from air_runtime.cli import main as airo
+
+    ws = workspace_factory()
+    token = tmp_path / "token"
+    token.write_text(ws.token)
+    token.chmod(0o600)
+    job = tmp_path / "oom.yaml"
+    job.write_text(
+        JOB.format(name="oom-airo", mark=tmp_path / "airo.mark", failure=OOM, then=WAIT_FOREVER)
+    )
+    auth = ["--host", ws.host, "--token-file", str(token)]
+    assert airo(["run", str(job), "--stop-deterministic-retries", *auth]) == 3
+    out, err = capsys.readouterr()
+    run_id = int(out.split()[1].rstrip(":"))
+    assert "error: CUDA out of memory on node 0 (task oom-airo, retry 0 of 3)" in err, err
+    assert f"further retries of run {run_id} stopped" in err
+    assert f"run {run_id} cancelled: it ended" in err and "CANCELED" in err, err
+    with AirClient(ws.host, ws.token) as client:
+        state = client.get_run(run_id)
+    assert state.result_state == "CANCELED" and len(state.task_attempts()) <= 2
