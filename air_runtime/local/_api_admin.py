@@ -8,7 +8,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from air_runtime.local._api_usage_policies import add_usage_policy
 from air_runtime.local._errors import invalid
 from air_runtime.local._faults import FaultInjector, normalize_faults
 from air_runtime.local._request_params import get_params, int_param, json_body, required_str
@@ -68,20 +67,15 @@ async def admin_counters_reset(request: Request) -> dict[str, Any]:
 
 @router.post("/tokens/revoke")
 async def admin_revoke(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
     token = required_str(await json_body(request), "token")
-    state.store.revoke(token)
-    state.revoked.add(token)
+    workspace_state(request).tokens.revoke(token)
     return {}
 
 
 @router.post("/tokens/add")
 async def admin_add_token(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
     token = required_str(await json_body(request), "token")
-    state.tokens.add(token)
-    state.revoked.discard(token)
-    state.store.unrevoke(token)
+    workspace_state(request).tokens.add(token)
     return {}
 
 
@@ -95,9 +89,10 @@ async def admin_request_log(request: Request) -> dict[str, Any]:
 @router.post("/usage-policies")
 async def admin_add_usage_policy(request: Request) -> dict[str, Any]:
     body = await json_body(request)
-    return add_usage_policy(
-        workspace_state(request).store, body.get("policy_name"), body.get("policy_id")
+    policy = workspace_state(request).usage_policies.add(
+        body.get("policy_name"), body.get("policy_id")
     )
+    return {"policy_id": policy.policy_id, "policy_name": policy.policy_name}
 
 
 @router.get("/simulate")

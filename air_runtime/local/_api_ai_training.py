@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from air_runtime.local._errors import ApiError, invalid, not_found
+from air_runtime.local._errors import ApiError, invalid
 from air_runtime.local._options import LOG_RECORDS_FEATURE
 from air_runtime.local._request_params import (
     flag,
@@ -20,7 +20,7 @@ from air_runtime.local._request_params import (
     make_page_token,
     read_page_token,
 )
-from air_runtime.local._uc_images import missing_images
+from air_runtime.local._store import TaskRun
 from air_runtime.local._validation import validate_config
 from air_runtime.local._workspace_state import workspace_state
 
@@ -36,7 +36,7 @@ async def config_validate(request: Request) -> dict[str, Any]:
     errors = validate_config(body, state.options.gpu_pools)
     task = body.get("task") if isinstance(body, dict) else None
     if not errors and isinstance(task, dict):
-        for reason in await missing_images(state, task):
+        for reason in await state.catalog_images.missing(task):
             errors.append(
                 {"path": "unity_catalog_image_path", "message": reason, "code": "NOT_FOUND"}
             )
@@ -54,29 +54,26 @@ async def training_workflows(request: Request) -> dict[str, Any]:
     AI Runtime run of its one user."""
     state = workspace_state(request)
     params = await get_params(request)
-    rows, more = state.store.list_runs(
+    runs, more = state.runs.newest(
         active_only=flag(params.get("active_only")),
-        completed_only=False,
         before_run_id=read_page_token(params.get("page_token")),
-        start_time_from=None,
-        start_time_to=None,
         limit=_WORKFLOWS_PAGE,
     )
     workflows = []
-    for row in rows:
-        tasks = state.store.task_rows(int(row["run_id"]))
-        submitted = datetime.fromtimestamp(row["start_time"] / 1000, UTC)
+    for run in runs:
+        tasks = state.runs.tasks(run.run_id)
+        submitted = datetime.fromtimestamp(run.start_time / 1000, UTC)
         item: dict[str, Any] = {
-            "job_run_id": str(row["run_id"]),
+            "job_run_id": str(run.run_id),
             "submit_time": submitted.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "metadata": {"creator_name": state.options.user_name},
         }
         if tasks:
-            item["task_run_id"] = str(tasks[-1]["task_run_id"])
+            item["task_run_id"] = str(tasks[-1].task_run_id)
         workflows.append(item)
     result: dict[str, Any] = {"training_workflows": workflows}
     if more:
-        result["next_page_token"] = make_page_token(int(rows[-1]["run_id"]))
+        result["next_page_token"] = make_page_token(runs[-1].run_id)
     return result
 
 
@@ -89,18 +86,13 @@ async def workflow_logs(request: Request, run_id: str) -> dict[str, Any]:
         raise ApiError(403, "FEATURE_DISABLED", "Log records are not enabled for this workspace.")
     ident = int_param(run_id, "run_id")
     params = await get_params(request)
-    if state.store.run_row(ident) is not None:
-        tasks = state.store.task_rows(ident)
-    else:
-        task = state.store.task_row(ident)
-        if task is None:
-            raise not_found(f"Run {ident} does not exist.")
-        tasks = [task]
+    found = state.runs.find(ident)
+    tasks = [found] if isinstance(found, TaskRun) else state.runs.tasks(ident)
     if params.get("ref.attempt_number"):
         # The CLI asks for one retry attempt with ref.attempt_number (logbricklens.go).
         attempt = int_param(params["ref.attempt_number"], "ref.attempt_number")
-        tasks = [t for t in tasks if int(t["attempt_number"]) == attempt]
-    task_run_ids = [int(t["task_run_id"]) for t in tasks]
+        tasks = [t for t in tasks if t.attempt_number == attempt]
+    task_run_ids = [t.task_run_id for t in tasks]
     node = int_param(params.get("filter.node_index") or 0, "filter.node_index")
     # `from` and `to` are Unix epoch SECONDS: the CLI sends the run's start second, or
     # time_unix_nano / 1e9 of the last record it printed when following a run, and caps a

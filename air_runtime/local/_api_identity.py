@@ -8,7 +8,6 @@ import base64
 import binascii
 import hmac
 import secrets as token_source
-import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -87,7 +86,7 @@ async def oidc_token(request: Request) -> JSONResponse:
         )
     token = "airo-oauth-" + token_source.token_urlsafe(24)
     lifetime = state.options.oauth_token_lifetime_s
-    state.store.add_access_token(token, client_id, time.time() + lifetime)
+    state.tokens.issue(token, client_id, lifetime)
     return JSONResponse(
         {
             "access_token": token,

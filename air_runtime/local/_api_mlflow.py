@@ -11,16 +11,15 @@ the run's artifact root (`mlflow/runs/get`), the artifact listing
 (`mlflow/artifacts/list`), and a pre-signed URL for one file
 (`mlflow/artifacts/credentials-for-read`) fetched without the workspace's token.
 
-The artifacts are each node's output (`_log_artifacts`). A signed URL names the run, the path and an expiry, signed with a key of
-this server process (it stops working when the workspace restarts)."""
+The artifacts are each node's output (`_log_artifacts`), kept by `MlflowRuns`. A signed URL
+names the run, the path and an expiry, signed with a key of this server process (it stops
+working when the workspace restarts)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
-import json
-import re
 import secrets
 import time
 from typing import Any
@@ -29,64 +28,29 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from air_runtime.local._errors import ApiError, invalid, not_found
-from air_runtime.local._log_artifacts import artifact_uri, node_chunks, nodes
-from air_runtime.local._mlflow_runs import MlflowRuns, mlflow_runs
+from air_runtime.local._errors import ApiError, invalid
+from air_runtime.local._mlflow_runs import CHUNK_PATH_RE, MlflowRun
 from air_runtime.local._request_params import get_params, host_url, int_param, json_body
-from air_runtime.local._workspace_state import WorkspaceState, workspace_state
+from air_runtime.local._workspace_state import workspace_state
 
 router = APIRouter()
 public_router = APIRouter()
 
 SIGNED_PATH = "/airo-artifacts/download"
 _SIGNED_URL_LIFETIME_S = 900
-_NODE_DIR_RE = re.compile(r"^logs/node_(\d+)$")
-_CHUNK_RE = re.compile(r"^logs/node_(\d+)/logs-(\d+)\.chunk\.txt$")
 _SIGNING_KEY = secrets.token_bytes(32)
 
 
-def _spec(state: WorkspaceState, task: Any) -> dict[str, Any]:
-    run = state.store.run_row(int(task["run_id"]))
-    tasks = json.loads(run["body"]).get("tasks") or [] if run is not None else []
-    return next((t for t in tasks if t.get("task_key") == task["task_key"]), {})
-
-
-def _artifact_uri(state: WorkspaceState, task: Any) -> str:
-    return artifact_uri(_spec(state, task), task["output"])
-
-
-def _task_of(state: WorkspaceState, mlflow_run_id: str) -> Any:
-    if not re.fullmatch(r"[0-9a-f]{32}", mlflow_run_id or ""):
-        raise not_found(f"Run '{mlflow_run_id}' not found.")
-    rows = state.store.query(
-        "SELECT * FROM tasks WHERE output LIKE ?", (f'%"mlflow_run_id": "{mlflow_run_id}"%',)
-    )
-    if not rows:
-        raise not_found(f"Run '{mlflow_run_id}' not found.")
-    return rows[0]
-
-
-def _run_info(state: WorkspaceState, run_id: str, task: Any) -> dict[str, Any]:
-    ids = json.loads(task["output"]).get("ai_runtime_task_output") or {}
-    logged = mlflow_runs(state.store).status(run_id)
-    ended = bool(task["end_time"])
-    status = "FINISHED" if ended else "RUNNING"
-    if ended and task["result_state"] in ("CANCELED", "TIMEDOUT"):
-        status = "KILLED"
-    elif ended and task["result_state"] != "SUCCESS":
-        status = "FAILED"
-    if logged is not None and not ended:
-        status = logged["status"]
-    end_time = (logged["end_time"] if logged is not None else None) or task["end_time"] or None
+def _info_json(run: MlflowRun) -> dict[str, Any]:
     return {
-        "run_id": run_id,
-        "run_uuid": run_id,
-        "run_name": (logged["run_name"] if logged is not None else None) or task["task_key"],
-        "experiment_id": ids.get("mlflow_experiment_id"),
-        "status": status,
-        "start_time": task["start_time"],
-        "end_time": end_time,
-        "artifact_uri": _artifact_uri(state, task),
+        "run_id": run.run_id,
+        "run_uuid": run.run_id,
+        "run_name": run.run_name,
+        "experiment_id": run.experiment_id,
+        "status": run.status,
+        "start_time": run.start_time,
+        "end_time": run.end_time,
+        "artifact_uri": run.artifact_uri,
         "lifecycle_stage": "active",
     }
 
@@ -98,59 +62,47 @@ def _run_id_of(body: dict[str, Any]) -> str:
 
 @router.get("/api/2.0/mlflow/runs/get")
 async def mlflow_run(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
+    mlflow = workspace_state(request).mlflow
     params = await get_params(request)
-    run_id = params.get("run_id") or params.get("run_uuid") or ""
-    task = _task_of(state, run_id)
-    runs = mlflow_runs(state.store)
+    run = mlflow.get(params.get("run_id") or params.get("run_uuid") or "")
     return {
         "run": {
-            "info": _run_info(state, run_id, task),
+            "info": _info_json(run),
             "data": {
-                "metrics": [m.to_json() for m in runs.latest_metrics(run_id)],
-                "params": runs.params(run_id),
-                "tags": runs.tags(run_id),
+                "metrics": [m.to_json() for m in mlflow.latest_metrics(run.run_id)],
+                "params": mlflow.params(run.run_id),
+                "tags": mlflow.tags(run.run_id),
             },
         }
     }
 
 
-async def _logging_to(request: Request) -> tuple[MlflowRuns, str, dict[str, Any]]:
-    """The store, the run and the body of a logging request, once the run is known to be a
-    task's."""
-    state = workspace_state(request)
-    body = await json_body(request)
-    run_id = _run_id_of(body)
-    _task_of(state, run_id)
-    return mlflow_runs(state.store), run_id, body
-
-
 @router.post("/api/2.0/mlflow/runs/log-metric")
 async def log_metric(request: Request) -> dict[str, Any]:
-    runs, run_id, body = await _logging_to(request)
-    runs.log_batch(run_id, metrics=[body])
+    body = await json_body(request)
+    workspace_state(request).mlflow.log(_run_id_of(body), metrics=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/log-parameter")
 async def log_parameter(request: Request) -> dict[str, Any]:
-    runs, run_id, body = await _logging_to(request)
-    runs.log_batch(run_id, params=[body])
+    body = await json_body(request)
+    workspace_state(request).mlflow.log(_run_id_of(body), params=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/set-tag")
 async def set_tag(request: Request) -> dict[str, Any]:
-    runs, run_id, body = await _logging_to(request)
-    runs.log_batch(run_id, tags=[body])
+    body = await json_body(request)
+    workspace_state(request).mlflow.log(_run_id_of(body), tags=[body])
     return {}
 
 
 @router.post("/api/2.0/mlflow/runs/log-batch")
 async def log_batch(request: Request) -> dict[str, Any]:
-    runs, run_id, body = await _logging_to(request)
-    runs.log_batch(
-        run_id,
+    body = await json_body(request)
+    workspace_state(request).mlflow.log(
+        _run_id_of(body),
         metrics=body.get("metrics") or [],
         params=body.get("params") or [],
         tags=body.get("tags") or [],
@@ -160,18 +112,11 @@ async def log_batch(request: Request) -> dict[str, Any]:
 
 @router.post("/api/2.0/mlflow/runs/update")
 async def update_run(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
     body = await json_body(request)
-    run_id = _run_id_of(body)
-    task = _task_of(state, run_id)
-    end_time = body.get("end_time")
-    mlflow_runs(state.store).set_status(
-        run_id,
-        body.get("status"),
-        None if end_time is None else int_param(end_time, "end_time"),
-        body.get("run_name") if isinstance(body.get("run_name"), str) else None,
+    run = workspace_state(request).mlflow.update(
+        _run_id_of(body), body.get("status"), body.get("end_time"), body.get("run_name")
     )
-    return {"run_info": _run_info(state, run_id, task)}
+    return {"run_info": _info_json(run)}
 
 
 # metrics/get-history pages: MLflow's default and largest page.
@@ -180,10 +125,10 @@ _HISTORY_PAGE = 25_000
 
 @router.get("/api/2.0/mlflow/metrics/get-history")
 async def metric_history(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
+    mlflow = workspace_state(request).mlflow
     params = await get_params(request)
     run_id = params.get("run_id") or params.get("run_uuid") or ""
-    _task_of(state, run_id)
+    mlflow.task_of(run_id)  # an unknown run is 404 whatever else is wrong
     key = params.get("metric_key") or ""
     if not key:
         raise invalid("metric_key is required.")
@@ -193,37 +138,20 @@ async def metric_history(request: Request) -> dict[str, Any]:
     after = 0
     if params.get("page_token"):
         after = int_param(params["page_token"], "page_token")
-    points, next_seq = mlflow_runs(state.store).history(run_id, key, after, limit)
+    points, next_seq = mlflow.history(run_id, key, after, limit)
     answer: dict[str, Any] = {"metrics": [p.to_json() for p in points]}
     if next_seq:
         answer["next_page_token"] = str(next_seq)
     return answer
 
 
-async def _listing(state: WorkspaceState, task: Any, path: str) -> list[dict[str, Any]]:
-    task_run_id = int(task["task_run_id"])
-    path = path.strip("/")
-    if path in ("", "logs"):
-        found = await asyncio.to_thread(nodes, state.logbook, task_run_id)
-        entries = [{"path": f"logs/node_{n}", "is_dir": True} for n in found]
-        return entries if path == "logs" else [{"path": "logs", "is_dir": True}]
-    match = _NODE_DIR_RE.match(path)
-    if match is None:
-        return []
-    chunks = await asyncio.to_thread(node_chunks, state.logbook, task_run_id, int(match.group(1)))
-    return [
-        {"path": f"{path}/logs-{i}.chunk.txt", "is_dir": False, "file_size": len(chunk)}
-        for i, chunk in enumerate(chunks)
-    ]
-
-
 @router.get("/api/2.0/mlflow/artifacts/list")
 async def list_artifacts(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
+    mlflow = workspace_state(request).mlflow
     params = await get_params(request)
-    task = _task_of(state, params.get("run_id") or "")
-    files = await _listing(state, task, params.get("path") or "")
-    return {"root_uri": _artifact_uri(state, task), "files": files}
+    run = mlflow.get(params.get("run_id") or "")
+    files = await asyncio.to_thread(mlflow.artifacts, run.task, params.get("path") or "")
+    return {"root_uri": run.artifact_uri, "files": files}
 
 
 def _signature(run_id: str, path: str, expires: int) -> str:
@@ -236,8 +164,8 @@ async def credentials_for_read(request: Request) -> dict[str, Any]:
     state = workspace_state(request)
     params = await get_params(request)
     run_id, path = params.get("run_id") or "", (params.get("path") or "").strip("/")
-    _task_of(state, run_id)
-    if not _CHUNK_RE.match(path):
+    state.mlflow.task_of(run_id)
+    if not CHUNK_PATH_RE.match(path):
         raise invalid(f"path {path[:200]!r} is not a file of this run's artifacts.")
     expires = int(time.time()) + _SIGNED_URL_LIFETIME_S
     query = urlencode(
@@ -264,7 +192,7 @@ async def credentials_for_read(request: Request) -> dict[str, Any]:
 @public_router.get(SIGNED_PATH)
 async def download(request: Request) -> Response:
     """A pre-signed artifact URL: the signature is the credential, as on cloud storage."""
-    state = workspace_state(request)
+    mlflow = workspace_state(request).mlflow
     params = request.query_params
     run_id, path = params.get("run_id") or "", params.get("path") or ""
     try:
@@ -276,12 +204,6 @@ async def download(request: Request) -> Response:
         signature, _signature(run_id, path, expires)
     ):
         raise ApiError(403, "PERMISSION_DENIED", "The signature is invalid or expired.")
-    task = _task_of(state, run_id)
-    match = _CHUNK_RE.match(path)
-    if match is None:
-        raise not_found("No such artifact.")
-    node, index = int(match.group(1)), int(match.group(2))
-    chunks = await asyncio.to_thread(node_chunks, state.logbook, int(task["task_run_id"]), node)
-    if index >= len(chunks):
-        raise not_found("No such artifact.")
-    return Response(chunks[index], media_type="text/plain; charset=utf-8")
+    task = mlflow.task_of(run_id)
+    chunk = await asyncio.to_thread(mlflow.artifact, task, path)
+    return Response(chunk, media_type="text/plain; charset=utf-8")

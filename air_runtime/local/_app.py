@@ -15,7 +15,7 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 | `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
 | `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
 | `_api_unity_catalog` | the metastore summary (the region of the Artifact Registry host) |
-| `_registry_tokens` | the token service of the Artifact Registry stand-in |
+| `_api_registry_tokens` | the token service of the Artifact Registry stand-in |
 | `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
 
@@ -41,12 +41,12 @@ from air_runtime.local import (
     _api_mlflow,
     _api_permissions,
     _api_pools,
+    _api_registry_tokens,
     _api_runs,
     _api_secrets,
     _api_unity_catalog,
     _api_usage_policies,
     _pages,
-    _registry_tokens,
 )
 from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
@@ -80,7 +80,7 @@ _PUBLIC_ROUTERS = (
     _api_admin.public_router,
     _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
     _pages.router,
-    _registry_tokens.public_router,  # Basic oauthtoken:<workspace token> is the credential
+    _api_registry_tokens.public_router,  # Basic oauthtoken:<workspace token> is the credential
 )
 
 
@@ -151,9 +151,7 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
     # closes the socket and injected answers bypass the handlers entirely.
     state.faults = FaultInjector(app, options.faults, state.counters, state.request_log)
     for policy in options.usage_policies:
-        _api_usage_policies.add_usage_policy(
-            state.store, policy.get("policy_name"), policy.get("policy_id")
-        )
+        state.usage_policies.add(policy.get("policy_name"), policy.get("policy_id"))
     return app
 
 

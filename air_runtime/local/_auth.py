@@ -8,7 +8,6 @@ import time
 from fastapi import Request
 
 from air_runtime.local._errors import ApiError
-from air_runtime.local._security import token_matches
 from air_runtime.local._workspace_state import workspace_state
 
 
@@ -30,22 +29,23 @@ def authenticate(request: Request) -> str:
             "UNAUTHENTICATED",
             "Missing bearer token: send the header 'Authorization: Bearer <token>'.",
         )
-    if token_matches(token, state.revoked):
+    tokens = state.tokens
+    if tokens.is_revoked(token):
         raise ApiError(403, "PERMISSION_DENIED", "Invalid access token: it was revoked.")
-    if token_matches(token, state.tokens):
+    if tokens.is_workspace_token(token):
         return state.options.user_name
-    row = state.store.access_token(token)
-    if row is not None:
-        if row["expires_at"] <= time.time():
+    issued = tokens.issued(token)
+    if issued is not None:
+        if issued.expires_at <= time.time():
             raise ApiError(401, "UNAUTHENTICATED", "The OAuth access token has expired.")
-        return str(row["principal"])
+        return issued.principal
     raise ApiError(403, "PERMISSION_DENIED", "Invalid access token.")
 
 
 def authenticate_admin(request: Request) -> None:
     """Admin calls need one of the workspace's tokens that is not revoked (OAuth access
     tokens are not enough)."""
-    state = workspace_state(request)
+    tokens = workspace_state(request).tokens
     token = _bearer(request)
-    if not token_matches(token, state.tokens) or token_matches(token, state.revoked):
+    if not tokens.is_workspace_token(token) or tokens.is_revoked(token):
         raise ApiError(403, "PERMISSION_DENIED", "Admin calls need a valid workspace token.")

@@ -13,7 +13,7 @@ from typing import Any
 from air_runtime._docker_ref import DockerRefError, parse_docker_ref
 from air_runtime.local._errors import invalid
 from air_runtime.local._options import WorkspaceOptions
-from air_runtime.local._store import Store
+from air_runtime.local._store._registrations import ImageTable
 
 
 def normal_form(url: Any) -> tuple[str, str]:
@@ -30,11 +30,11 @@ def normal_form(url: Any) -> tuple[str, str]:
 class ImageRegistry:
     def __init__(
         self,
-        store: Store,
+        table: ImageTable,
         options: WorkspaceOptions,
         secret_lookup: Callable[[str, str], bytes | None],
     ) -> None:
-        self.store = store
+        self._table = table
         self.options = options
         self.secret_lookup = secret_lookup
         self.private = {
@@ -52,14 +52,7 @@ class ImageRegistry:
         expected = self.private.get(repository)
         if expected is not None:
             state, message = self._check_credentials(image, expected, scope, key)
-        with self.store.transaction() as db:
-            row = db.execute("SELECT generation FROM images WHERE url = ?", (image,)).fetchone()
-            generation = (row["generation"] + 1) if row else 1
-            db.execute(
-                "INSERT OR REPLACE INTO images (url, registered_at, generation, credentials_scope,"
-                " credentials_key, outcome_state, outcome_message) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (image, time.time(), generation, scope, key, state, message),
-            )
+        self._table.register(image, scope, key, state, message)
         registration = self.get(image)
         assert registration is not None
         return registration
@@ -90,11 +83,10 @@ class ImageRegistry:
 
     def get(self, url: Any) -> dict[str, Any] | None:
         image, _ = normal_form(url)
-        rows = self.store.query("SELECT * FROM images WHERE url = ?", (image,))
-        if not rows:
+        record = self._table.get(image)
+        if record is None:
             return None
-        row = rows[0]
-        elapsed = time.time() - row["registered_at"]
+        elapsed = time.time() - record.registered_at
         delay = self.options.image_delay_s
         result: dict[str, Any] = {"docker_image_url": image}
         if elapsed < delay / 2:
@@ -102,11 +94,11 @@ class ImageRegistry:
         elif elapsed < delay:
             result.update(state="IMPORTING", status_message=f"Importing {image}.")
         else:
-            result.update(state=row["outcome_state"], status_message=row["outcome_message"])
-            if row["outcome_state"] == "AVAILABLE":
-                seed = f"{image}#{row['generation']}".encode()
+            result.update(state=record.outcome_state, status_message=record.outcome_message)
+            if record.outcome_state == "AVAILABLE":
+                seed = f"{image}#{record.generation}".encode()
                 result["manifest_sha256"] = hashlib.sha256(seed).hexdigest()
-        if row["credentials_scope"]:
-            result["credentials_scope"] = row["credentials_scope"]
-            result["credentials_key"] = row["credentials_key"]
+        if record.credentials_scope:
+            result["credentials_scope"] = record.credentials_scope
+            result["credentials_key"] = record.credentials_key
         return result

@@ -9,7 +9,6 @@ with the Files API); the others are served by the MLflow artifact endpoints
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import Any
@@ -22,12 +21,13 @@ logger = logging.getLogger("air_runtime.local")
 CHUNK_BYTES = 4 * 1024 * 1024
 
 
-def mlflow_ids(output: str) -> dict[str, str]:
-    ids = json.loads(output).get("ai_runtime_task_output") or {}
+def mlflow_ids(output: dict[str, Any]) -> dict[str, str]:
+    """The MLflow ids in a task run's output (runs/get-output without its metadata)."""
+    ids = output.get("ai_runtime_task_output") or {}
     return {k: str(v) for k, v in ids.items() if k.startswith("mlflow_") and v}
 
 
-def artifact_uri(spec: dict[str, Any], output: str) -> str:
+def artifact_uri(spec: dict[str, Any], output: dict[str, Any]) -> str:
     ids = mlflow_ids(output)
     location = str((spec.get("ai_runtime_task") or {}).get("mlflow_artifact_location") or "")
     location = location.removeprefix("dbfs:")  # sent as dbfs:/Volumes/... (runsubmit.go)
@@ -73,7 +73,11 @@ def node_chunks(logbook: LogBook, task_run_id: int, node: int) -> list[bytes]:
 
 
 def publish_to_volume(
-    volumes: VolumeTree, logbook: LogBook, spec: dict[str, Any], task_run_id: int, output: str
+    volumes: VolumeTree,
+    logbook: LogBook,
+    spec: dict[str, Any],
+    task_run_id: int,
+    output: dict[str, Any],
 ) -> None:
     """Write an ended attempt's log chunks into its volume artifact location, if it has one."""
     root = artifact_uri(spec, output)

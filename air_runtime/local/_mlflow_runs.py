@@ -1,7 +1,8 @@
-"""What training code logs to its MLflow run: params, metric histories, tags and the run's
-status, as the MLflow tracking REST API keeps them (https://mlflow.org/docs/latest/rest-api.html,
-https://docs.databricks.com/api/workspace/experiments). The run itself is the task attempt's
-(`ai_runtime_task_output.mlflow_run_id`); only what is logged to it lives here.
+"""The MLflow runs of the workspace: each task attempt has one (`ai_runtime_task_output.
+mlflow_run_id`), and training code logs params, metric histories, tags and the run's status
+to it, as the MLflow tracking REST API keeps them (https://mlflow.org/docs/latest/rest-api.html,
+https://docs.databricks.com/api/workspace/experiments); its log artifacts are each node's
+output (`_log_artifacts`).
 
 A param is written once: logging it again with another value is refused, as MLflow refuses
 it. A metric keeps every point; `runs/get` shows the newest point of each key (the largest
@@ -9,38 +10,21 @@ step, then the latest timestamp, as MLflow's latest-metric rule)."""
 
 from __future__ import annotations
 
+import re
 import secrets
-import sqlite3
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from air_runtime import _progress
-from air_runtime.local._errors import invalid
+from air_runtime.local._errors import invalid, not_found
+from air_runtime.local._log_artifacts import artifact_uri, node_chunks, nodes
+from air_runtime.local._logs import LogBook
+from air_runtime.local._request_params import int_param
 from air_runtime.local._security import private_dir, write_private
-from air_runtime.local._store import Store
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS mlflow_params (
-    mlflow_run_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (mlflow_run_id, key)
-);
-CREATE TABLE IF NOT EXISTS mlflow_tags (
-    mlflow_run_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (mlflow_run_id, key)
-);
-CREATE TABLE IF NOT EXISTS mlflow_metrics (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    mlflow_run_id TEXT NOT NULL, key TEXT NOT NULL, value REAL NOT NULL,
-    timestamp INTEGER NOT NULL, step INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS mlflow_metrics_key ON mlflow_metrics (mlflow_run_id, key, seq);
-CREATE TABLE IF NOT EXISTS mlflow_status (
-    mlflow_run_id TEXT PRIMARY KEY, status TEXT NOT NULL, end_time INTEGER, run_name TEXT
-);
-"""
+from air_runtime.local._store import MetricPoint, ParamConflict, Store, TaskRun
+from air_runtime.local._store._access import TokenTables
 
 # MLflow's documented limits: keys up to 250 characters, param values up to 6000.
 _MAX_KEY = 250
@@ -49,22 +33,6 @@ _MAX_TAG_VALUE = 8000
 # log-batch: at most 1000 metrics, 100 params, 100 tags per request (MLflow's limits).
 _BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 RUN_STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    key: str
-    value: float
-    timestamp: int
-    step: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "timestamp": self.timestamp,
-            "step": self.step,
-        }
 
 
 def _key(item: dict[str, Any], what: str) -> str:
@@ -103,24 +71,80 @@ def _pair(item: dict[str, Any], what: str, limit: int) -> tuple[str, str]:
     return key, value
 
 
+_RUN_ID_RE = re.compile(r"[0-9a-f]{32}")
+_NODE_DIR_RE = re.compile(r"^logs/node_(\d+)$")
+CHUNK_PATH_RE = re.compile(r"^logs/node_(\d+)/logs-(\d+)\.chunk\.txt$")
+
+
+@dataclass(frozen=True)
+class MlflowRun:
+    """An MLflow run as `runs/get` shows it: its task attempt's state, and what the
+    training code set with `runs/update`."""
+
+    run_id: str
+    task: TaskRun
+    run_name: str
+    experiment_id: Any
+    status: str
+    start_time: int
+    end_time: int | None
+    artifact_uri: str
+
+
 class MlflowRuns:
-    """The logged data of every MLflow run of the workspace, in the workspace's store."""
-
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, logbook: LogBook) -> None:
         self._store = store
-        with store.transaction() as db:
-            for statement in _SCHEMA.strip().split(";"):
-                if statement.strip():
-                    db.execute(statement)
+        self._logbook = logbook
 
-    def log_batch(
+    def find_task(self, run_id: str) -> TaskRun | None:
+        """The task attempt whose MLflow run this is."""
+        if not _RUN_ID_RE.fullmatch(run_id or ""):
+            return None
+        return self._store.runs.task_of_mlflow_run(run_id)
+
+    def task_of(self, run_id: str) -> TaskRun:
+        task = self.find_task(run_id)
+        if task is None:
+            raise not_found(f"Run '{run_id}' not found.")
+        return task
+
+    def get(self, run_id: str) -> MlflowRun:
+        task = self.task_of(run_id)
+        run = self._store.runs.get(task.run_id)
+        spec = run.spec(task.task_key) if run is not None else {}
+        logged = self._store.mlflow.status(run_id)
+        # The attempt's state decides, until training code set one while it runs.
+        ended = bool(task.end_time)
+        status = "FINISHED" if ended else "RUNNING"
+        if ended and task.result_state in ("CANCELED", "TIMEDOUT"):
+            status = "KILLED"
+        elif ended and task.result_state != "SUCCESS":
+            status = "FAILED"
+        if logged is not None and not ended:
+            status = logged.status
+        return MlflowRun(
+            run_id=run_id,
+            task=task,
+            run_name=(logged.run_name if logged is not None else None) or task.task_key,
+            experiment_id=task.mlflow_ids.get("mlflow_experiment_id"),
+            status=status,
+            start_time=task.start_time,
+            end_time=(logged.end_time if logged is not None else None) or task.end_time or None,
+            artifact_uri=artifact_uri(spec, task.output),
+        )
+
+    # --- what training code logs ------------------------------------------------------
+
+    def log(
         self,
         run_id: str,
         *,
-        metrics: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        params: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        tags: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        metrics: Any = (),
+        params: Any = (),
+        tags: Any = (),
     ) -> None:
+        """Log a batch to a task's run: checked whole first, then written at once."""
+        self.task_of(run_id)
         for name, items in (("metrics", metrics), ("params", params), ("tags", tags)):
             if not isinstance(items, list | tuple) or not all(isinstance(i, dict) for i in items):
                 raise invalid(f"{name} must be a list of objects.")
@@ -129,58 +153,35 @@ class MlflowRuns:
         points = [_metric(m) for m in metrics]
         pairs = [_pair(p, "Param", _MAX_PARAM_VALUE) for p in params]
         tag_pairs = [_pair(t, "Tag", _MAX_TAG_VALUE) for t in tags]
-        with self._store.transaction() as db:
-            for key, value in pairs:
-                self._put_param(db, run_id, key, value)
-            for key, value in tag_pairs:
-                db.execute(
-                    "INSERT OR REPLACE INTO mlflow_tags (mlflow_run_id, key, value) VALUES (?, ?, ?)",
-                    (run_id, key, value),
-                )
-            db.executemany(
-                "INSERT INTO mlflow_metrics (mlflow_run_id, key, value, timestamp, step)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(run_id, p.key, p.value, p.timestamp, p.step) for p in points],
-            )
-
-    @staticmethod
-    def _put_param(db: sqlite3.Connection, run_id: str, key: str, value: str) -> None:
-        row = db.execute(
-            "SELECT value FROM mlflow_params WHERE mlflow_run_id = ? AND key = ?", (run_id, key)
-        ).fetchone()
-        if row is None:
-            db.execute(
-                "INSERT INTO mlflow_params (mlflow_run_id, key, value) VALUES (?, ?, ?)",
-                (run_id, key, value),
-            )
-        elif row["value"] != value:
+        try:
+            self._store.mlflow.log(run_id, pairs, tag_pairs, points)
+        except ParamConflict as conflict:
             raise invalid(
-                f"Changing param values is not allowed. Param with key='{key}' was already "
-                f"logged with value='{row['value']}' for run ID='{run_id}'. Attempted "
-                f"logging new value '{value}'."
-            )
+                f"Changing param values is not allowed. Param with key='{conflict.key}' was "
+                f"already logged with value='{conflict.logged}' for run ID='{run_id}'. "
+                f"Attempted logging new value '{conflict.value}'."
+            ) from None
+
+    def update(self, run_id: str, status: Any, end_time: Any, run_name: Any) -> MlflowRun:
+        """`runs/update`: what is given of status, end time and name."""
+        self.task_of(run_id)
+        end = None if end_time is None else int_param(end_time, "end_time")
+        if status is not None and status not in RUN_STATUSES:
+            raise invalid(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}.")
+        name = run_name if isinstance(run_name, str) else None
+        self._store.mlflow.set_status(run_id, status, end, name)
+        return self.get(run_id)
 
     def params(self, run_id: str) -> list[dict[str, str]]:
-        rows = self._store.query(
-            "SELECT key, value FROM mlflow_params WHERE mlflow_run_id = ? ORDER BY key", (run_id,)
-        )
-        return [{"key": r["key"], "value": r["value"]} for r in rows]
+        return [{"key": k, "value": v} for k, v in self._store.mlflow.params(run_id)]
 
     def tags(self, run_id: str) -> list[dict[str, str]]:
-        rows = self._store.query(
-            "SELECT key, value FROM mlflow_tags WHERE mlflow_run_id = ? ORDER BY key", (run_id,)
-        )
-        return [{"key": r["key"], "value": r["value"]} for r in rows]
+        return [{"key": k, "value": v} for k, v in self._store.mlflow.tags(run_id)]
 
     def latest_metrics(self, run_id: str) -> list[MetricPoint]:
-        rows = self._store.query(
-            "SELECT key, value, timestamp, step FROM mlflow_metrics WHERE mlflow_run_id = ?"
-            " ORDER BY key, step, timestamp, seq",
-            (run_id,),
-        )
         latest: dict[str, MetricPoint] = {}
-        for r in rows:
-            latest[r["key"]] = MetricPoint(r["key"], r["value"], r["timestamp"], r["step"])
+        for point in self._store.mlflow.points(run_id):  # the newest of a key comes last
+            latest[point.key] = point
         return list(latest.values())
 
     def history(
@@ -188,66 +189,54 @@ class MlflowRuns:
     ) -> tuple[list[MetricPoint], int]:
         """Points of one metric in the order they were logged, from sequence ``after`` on;
         with the sequence to continue from (0 when there are no more)."""
-        rows = self._store.query(
-            "SELECT seq, key, value, timestamp, step FROM mlflow_metrics"
-            " WHERE mlflow_run_id = ? AND key = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (run_id, key, after, limit + 1),
-        )
-        points = [MetricPoint(r["key"], r["value"], r["timestamp"], r["step"]) for r in rows]
-        more = len(rows) > limit
-        return points[:limit], (int(rows[limit - 1]["seq"]) if more else 0)
+        return self._store.mlflow.history(run_id, key, after, limit)
 
     def progress(self, run_id: str) -> _progress.TrainingProgress | None:
         """The run's progress as the CLI estimates it from what it logged (eta.go)."""
-        params = {p["key"]: p["value"] for p in self.params(run_id)}
+        params = dict(self._store.mlflow.params(run_id))
         if not _progress.has_total(params):
             return None
-        rows = self._store.query(
-            "SELECT value, timestamp, step FROM mlflow_metrics"
-            " WHERE mlflow_run_id = ? AND key = ? ORDER BY seq",
-            (run_id, _progress.PROGRESS_METRIC),
-        )
-        points = [_progress.MetricPoint(r["value"], r["step"], r["timestamp"]) for r in rows]
+        points = [
+            _progress.MetricPoint(p.value, p.step, p.timestamp)
+            for p in self._store.mlflow.points(run_id, _progress.PROGRESS_METRIC)
+        ]
         return _progress.compute_progress(params, points)
 
-    def set_status(
-        self, run_id: str, status: str | None, end_time: int | None, run_name: str | None
-    ) -> None:
-        if status is not None and status not in RUN_STATUSES:
-            raise invalid(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}.")
-        with self._store.transaction() as db:
-            row = db.execute(
-                "SELECT * FROM mlflow_status WHERE mlflow_run_id = ?", (run_id,)
-            ).fetchone()
-            db.execute(
-                "INSERT OR REPLACE INTO mlflow_status (mlflow_run_id, status, end_time, run_name)"
-                " VALUES (?, ?, ?, ?)",
-                (
-                    run_id,
-                    status or (row["status"] if row else "RUNNING"),
-                    end_time if end_time is not None else (row["end_time"] if row else None),
-                    run_name if run_name is not None else (row["run_name"] if row else None),
-                ),
-            )
+    def experiment_path(self, experiment_id: str) -> str:
+        return self._store.mlflow.experiment_path(experiment_id) or ""
 
-    def status(self, run_id: str) -> sqlite3.Row | None:
-        rows = self._store.query("SELECT * FROM mlflow_status WHERE mlflow_run_id = ?", (run_id,))
-        return rows[0] if rows else None
+    # --- log artifacts (each node's output) -------------------------------------------
 
+    def artifacts(self, task: TaskRun, path: str) -> list[dict[str, Any]]:
+        """The listing of one folder of a task run's artifacts (reads files: off the loop)."""
+        path = path.strip("/")
+        if path in ("", "logs"):
+            found = nodes(self._logbook, task.task_run_id)
+            entries = [{"path": f"logs/node_{n}", "is_dir": True} for n in found]
+            return entries if path == "logs" else [{"path": "logs", "is_dir": True}]
+        match = _NODE_DIR_RE.match(path)
+        if match is None:
+            return []
+        chunks = node_chunks(self._logbook, task.task_run_id, int(match.group(1)))
+        return [
+            {"path": f"{path}/logs-{i}.chunk.txt", "is_dir": False, "file_size": len(chunk)}
+            for i, chunk in enumerate(chunks)
+        ]
 
-_BY_STORE: weakref.WeakKeyDictionary[Store, MlflowRuns] = weakref.WeakKeyDictionary()
-
-
-def mlflow_runs(store: Store) -> MlflowRuns:
-    """The MLflow data of the workspace whose state is ``store`` (its tables made once)."""
-    runs = _BY_STORE.get(store)
-    if runs is None:
-        runs = _BY_STORE[store] = MlflowRuns(store)
-    return runs
+    def artifact(self, task: TaskRun, path: str) -> bytes:
+        """One chunk file of a task run's artifacts (reads files: off the loop)."""
+        match = CHUNK_PATH_RE.match(path)
+        if match is None:
+            raise not_found("No such artifact.")
+        node, index = int(match.group(1)), int(match.group(2))
+        chunks = node_chunks(self._logbook, task.task_run_id, node)
+        if index >= len(chunks):
+            raise not_found("No such artifact.")
+        return chunks[index]
 
 
 def rank_tracking_env(
-    store: Store,
+    tokens: TokenTables,
     host: str,
     principal: str,
     ids: dict[str, str],
@@ -263,7 +252,7 @@ def rank_tracking_env(
     revoked when the attempt ends, and is not in the environment: a variable named
     DATABRICKS_TOKEN in a rank is never a credential of the machine running the workspace."""
     token = f"dapi-rank-{secrets.token_hex(16)}"
-    store.add_access_token(token, principal, time.time() + lifetime_s)
+    tokens.add_access_token(token, principal, time.time() + lifetime_s)
     config = private_dir(folder) / "databrickscfg"
     write_private(config, f"[DEFAULT]\nhost = {host}\ntoken = {token}\n")
     env = {
@@ -274,7 +263,3 @@ def rank_tracking_env(
         "DATABRICKS_CONFIG_FILE": str(config),
     }
     return env, token
-
-
-def revoke_rank_token(store: Store, token: str) -> None:
-    store.execute("DELETE FROM access_tokens WHERE token = ?", (token,))

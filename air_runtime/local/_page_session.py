@@ -46,7 +46,7 @@ def session_value(token: str) -> str:
 
 
 def _valid_tokens(state: WorkspaceState) -> list[str]:
-    return [t for t in state.tokens if not token_matches(t, state.revoked)]
+    return state.tokens.valid_workspace_tokens()
 
 
 def page_user(request: Request) -> str | None:

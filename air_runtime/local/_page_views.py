@@ -7,8 +7,6 @@ escaped by the templates (names and log lines come from workloads).
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
@@ -18,9 +16,8 @@ from air_runtime._diagnosis import diagnose
 from air_runtime._states import TaskState
 from air_runtime.local._execution import roles, topology
 from air_runtime.local._logs import Record
-from air_runtime.local._mlflow_runs import mlflow_runs
-from air_runtime.local._runs import task_json
-from air_runtime.local._store import ACTIVE_LIFE_CYCLES, now_ms
+from air_runtime.local._run_json import task_json
+from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Run, TaskRun, now_ms
 from air_runtime.local._workspace_state import WorkspaceState
 
 TAIL_LINES = 40  # last lines of each node's log on a page
@@ -59,16 +56,16 @@ class Progress:
     active: bool
 
 
-def _progress(row: sqlite3.Row) -> dict[str, Any]:
-    """The `Progress` fields of a row of `runs` or of `tasks` (they share these columns)."""
+def _progress(record: Run | TaskRun) -> dict[str, Any]:
+    """The `Progress` fields of a run or of a task run."""
     return {
-        "life_cycle_state": str(row["life_cycle_state"]),
-        "result_state": row["result_state"],
-        "state_message": str(row["state_message"] or ""),
-        "start": clock(row["start_time"]),
-        "end": clock(row["end_time"]),
-        "duration": duration(row["start_time"], row["end_time"]),
-        "active": row["life_cycle_state"] in ACTIVE_LIFE_CYCLES,
+        "life_cycle_state": record.life_cycle_state,
+        "result_state": record.result_state,
+        "state_message": record.state_message or "",
+        "start": clock(record.start_time),
+        "end": clock(record.end_time),
+        "duration": duration(record.start_time, record.end_time),
+        "active": record.life_cycle_state in ACTIVE_LIFE_CYCLES,
     }
 
 
@@ -145,15 +142,15 @@ def duration(start_ms: int | None, end_ms: int | None) -> str:
 
 
 def _node_state(
-    state: WorkspaceState, row: sqlite3.Row, mode: str, node: int
+    state: WorkspaceState, task: TaskRun, mode: str, node: int
 ) -> tuple[str, int | None]:
-    record = state.logbook.exit_record(int(row["task_run_id"]), node)
+    record = state.logbook.exit_record(task.task_run_id, node)
     if record is not None:
         code = int(record["exit_code"])
         if record.get("stopped"):
             return "STOPPED", code
         return ("SUCCEEDED" if code == 0 else "FAILED"), code
-    life_cycle = str(row["life_cycle_state"])
+    life_cycle = task.life_cycle_state
     if life_cycle in ("RUNNING", "TERMINATING"):
         return "RUNNING", None
     if life_cycle in ACTIVE_LIFE_CYCLES:
@@ -162,8 +159,7 @@ def _node_state(
         return "SIMULATED", None  # a scripted timeline starts no process
     # Ended without a record: set-up failed before any process started, or the workspace
     # stopped while the processes ran (see RunEngine.recover).
-    started = json.loads(row["pgids"] or "[]")
-    return ("LOST" if started else "NOT STARTED"), None
+    return ("LOST" if task.pgids else "NOT STARTED"), None
 
 
 def _launch_folder(command_path: str, containers: bool) -> str:
@@ -175,34 +171,28 @@ def _launch_folder(command_path: str, containers: bool) -> str:
 
 def attempt_view(
     state: WorkspaceState,
-    row: sqlite3.Row,
+    task: TaskRun,
     spec: dict[str, Any],
     mode: str,
     *,
     with_logs: bool = True,
 ) -> AttemptView:
-    task_run_id = int(row["task_run_id"])
-    api = task_json(row, spec, "")
+    task_run_id = task.task_run_id
+    api = task_json(task, spec, "")
     attempt = TaskState.from_api(api)
-    output = json.loads(row["output"] or "{}")
-    ids = output.get("ai_runtime_task_output") or {}
+    ids = task.mlflow_ids
     experiment_id = str(ids.get("mlflow_experiment_id") or "")
-    experiment_path = ""
-    if experiment_id:
-        found = state.store.query(
-            "SELECT path FROM experiments WHERE experiment_id = ?", (experiment_id,)
-        )
-        experiment_path = str(found[0]["path"]) if found else ""
+    experiment_path = state.mlflow.experiment_path(experiment_id) if experiment_id else ""
     ai = spec.get("ai_runtime_task") or {}
     deployment = (ai.get("deployments") or [{}])[0]
     compute = deployment.get("compute") or {}
     has_containers = bool(deployment.get("containers"))
     view = AttemptView(
-        task_key=str(row["task_key"]),
+        task_key=task.task_key,
         task_run_id=task_run_id,
-        attempt_number=int(row["attempt_number"]),
+        attempt_number=task.attempt_number,
         gpu_hours=attempt.gpu_hours(now_ms()),
-        **_progress(row),
+        **_progress(task),
         accelerator_type=str(compute.get("accelerator_type") or "-"),
         accelerator_count=int(compute.get("accelerator_count") or 0),
         node_count=attempt.node_count,
@@ -213,10 +203,10 @@ def attempt_view(
         code_source_path=str(ai.get("code_source_path") or ""),
         depends_on=[str(d.get("task_key")) for d in spec.get("depends_on") or []],
         run_if=str(spec.get("run_if") or "ALL_SUCCESS"),
-        error_trace=str(output.get("error_trace") or ""),
+        error_trace=str(task.output.get("error_trace") or ""),
     )
     if view.active and view.mlflow_run_id:
-        progress = mlflow_runs(state.store).progress(view.mlflow_run_id)
+        progress = state.mlflow.progress(view.mlflow_run_id)
         view.training_progress = progress.detailed() if progress else ""
     if not deployment.get("compute"):
         return view  # not a task this workspace could run: nothing more to show
@@ -234,7 +224,7 @@ def attempt_view(
             nodes=[],
         )
         for node in role.ranks:
-            node_state, code = _node_state(state, row, mode, node)
+            node_state, code = _node_state(state, task, mode, node)
             records = state.logbook.last_records(task_run_id, node, TAIL_LINES) if with_logs else []
             container.nodes.append(
                 NodeView(
@@ -248,7 +238,7 @@ def attempt_view(
                 )
             )
         view.containers.append(container)
-    if with_logs and row["result_state"] not in (None, "SUCCESS", "CANCELED"):
+    if with_logs and task.result_state not in (None, "SUCCESS", "CANCELED"):
         view.diagnosis = _diagnosis(view, spec)
     return view
 
@@ -267,48 +257,41 @@ def _diagnosis(view: AttemptView, spec: dict[str, Any]) -> str:
     return found.headline() if found is not None else ""
 
 
-def _specs(run: sqlite3.Row) -> dict[str, dict[str, Any]]:
-    body = json.loads(run["body"])
-    return {str(t.get("task_key")): t for t in body.get("tasks") or []}
-
-
-def run_view(state: WorkspaceState, run: sqlite3.Row, *, with_logs: bool = True) -> RunView:
-    specs = _specs(run)
+def run_view(state: WorkspaceState, run: Run, *, with_logs: bool = True) -> RunView:
     by_key: dict[str, list[AttemptView]] = {}
-    for row in state.store.task_rows(int(run["run_id"])):
-        key = str(row["task_key"])
-        by_key.setdefault(key, []).append(
-            attempt_view(state, row, specs.get(key, {}), str(run["mode"]), with_logs=False)
+    for task in state.runs.tasks(run.run_id):
+        by_key.setdefault(task.task_key, []).append(
+            attempt_view(state, task, run.spec(task.task_key), run.mode, with_logs=False)
         )
     tasks = []
     for attempts in by_key.values():
         newest = attempts[-1]
         if with_logs:
-            found = state.store.task_row(newest.task_run_id)
+            found = state.runs.find_task(newest.task_run_id)
             assert found is not None
-            newest = attempt_view(state, found, specs.get(newest.task_key, {}), str(run["mode"]))
+            newest = attempt_view(state, found, run.spec(newest.task_key), run.mode)
             attempts[-1] = newest
         tasks.append(TaskView(newest, attempts, sum(a.gpu_hours for a in attempts)))
     return RunView(
-        run_id=int(run["run_id"]),
-        run_name=str(run["run_name"]),
+        run_id=run.run_id,
+        run_name=run.run_name,
         gpu_hours=sum(t.gpu_hours for t in tasks),
-        mode=str(run["mode"]),
+        mode=run.mode,
         **_progress(run),
         tasks=tasks,
     )
 
 
 def task_run_view(
-    state: WorkspaceState, task: sqlite3.Row
+    state: WorkspaceState, task: TaskRun
 ) -> tuple[RunView, AttemptView, list[AttemptView]]:
     """The run a task attempt belongs to (without logs), the attempt in full, and every
     attempt of its task."""
-    run = state.store.run_row(int(task["run_id"]))
+    run = state.runs.find_run(task.run_id)
     assert run is not None
     parent = run_view(state, run, with_logs=False)
-    key = str(task["task_key"])
-    attempt = attempt_view(state, task, _specs(run).get(key, {}), str(run["mode"]))
+    key = task.task_key
+    attempt = attempt_view(state, task, run.spec(key), run.mode)
     siblings = next((t.attempts for t in parent.tasks if t.latest.task_key == key), [attempt])
     return parent, attempt, siblings
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -60,7 +59,6 @@ RUNS_PER_PAGE = 25
 TAIL_BATCH = 500  # lines per node and poll; a busy node catches up over a few polls
 _MAX_TAILED_NODES = 256
 _LOG_CHUNK = 64 * 1024
-_MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _headers(nonce: str) -> dict[str, str]:
@@ -191,15 +189,8 @@ async def runs_page(request: Request) -> Response:
         return _to_login(request)
     state = workspace_state(request)
     before = _ident(request.query_params.get("before", ""))
-    rows, more = state.store.list_runs(
-        active_only=False,
-        completed_only=False,
-        before_run_id=before,
-        start_time_from=None,
-        start_time_to=None,
-        limit=RUNS_PER_PAGE,
-    )
-    views = await asyncio.to_thread(lambda: [run_view(state, r, with_logs=False) for r in rows])
+    runs, more = state.runs.newest(before_run_id=before, limit=RUNS_PER_PAGE)
+    views = await asyncio.to_thread(lambda: [run_view(state, r, with_logs=False) for r in runs])
     older = views[-1].run_id if more and views else None
     live = any(v.active for v in views)
     # No script on the list: while a run is going it reloads itself every few seconds.
@@ -213,7 +204,7 @@ async def run_page(request: Request, ident: str) -> Response:
         return _to_login(request)
     state = workspace_state(request)
     number = _ident(ident)
-    run = state.store.run_row(number) if number is not None else None
+    run = state.runs.find_run(number) if number is not None else None
     if run is not None:
         view = await asyncio.to_thread(run_view, state, run)
         return _render(
@@ -225,7 +216,7 @@ async def run_page(request: Request, ident: str) -> Response:
             live=view.active,
             refresh=view.active,
         )
-    task = state.store.task_row(number) if number is not None else None
+    task = state.runs.find_task(number) if number is not None else None
     if task is None:
         return _error(
             request, 404, "No such run", f"Run {ident} does not exist in this workspace.", user
@@ -276,12 +267,12 @@ async def node_log(request: Request, ident: str, node: str) -> Response:
         return _to_login(request)
     state = workspace_state(request)
     task_run_id, index = _ident(ident), _ident(node)
-    task = state.store.task_row(task_run_id) if task_run_id is not None else None
+    task = state.runs.find_task(task_run_id) if task_run_id is not None else None
     if task is None or index is None:
         return _error(request, 404, "No such log", f"Task run {ident} has no node {node}.", user)
     # Plain text, never HTML: a log line cannot become markup.
     return StreamingResponse(
-        _whole_log(state, int(task["task_run_id"]), index),
+        _whole_log(state, task.task_run_id, index),
         media_type="text/plain; charset=utf-8",
         headers=_plain_headers(),
     )
@@ -305,8 +296,8 @@ async def tail(request: Request, ident: str) -> Response:
         return JSONResponse({"error_code": "UNAUTHENTICATED", "message": "Log in."}, 401)
     state = workspace_state(request)
     number = _ident(ident)
-    run = state.store.run_row(number) if number is not None else None
-    task = None if run is not None or number is None else state.store.task_row(number)
+    run = state.runs.find_run(number) if number is not None else None
+    task = None if run is not None or number is None else state.runs.find_task(number)
     if run is None and task is None:
         return JSONResponse({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No run."}, 404)
     if run is not None:
@@ -349,16 +340,10 @@ async def mlflow_run(request: Request, experiment_id: str, mlflow_run_id: str) -
     if user is None:
         return _to_login(request)
     state = workspace_state(request)
-    if _MLFLOW_RUN_ID.fullmatch(mlflow_run_id):
-        for row in state.store.query(
-            "SELECT task_run_id, output FROM tasks WHERE output LIKE ?", (f'%"{mlflow_run_id}"%',)
-        ):
-            ids = json.loads(row["output"]).get("ai_runtime_task_output") or {}
-            if ids.get("mlflow_run_id") == mlflow_run_id and (
-                str(ids.get("mlflow_experiment_id")) == experiment_id
-            ):
-                task_run_id = int(row["task_run_id"])
-                return RedirectResponse(f"/jobs/runs/{task_run_id}#mlflow-{task_run_id}", 303)
+    task = state.mlflow.find_task(mlflow_run_id)
+    if task is not None and str(task.mlflow_ids.get("mlflow_experiment_id")) == experiment_id:
+        task_run_id = task.task_run_id
+        return RedirectResponse(f"/jobs/runs/{task_run_id}#mlflow-{task_run_id}", 303)
     return _error(
         request,
         404,

@@ -7,32 +7,23 @@ signs against the certificate kept in the workspace's data dir. The service take
 real registry takes from ``docker login``: user ``oauthtoken`` and a token of this workspace
 as the password (databricks/cli libs/dockercredentials/registry.go OAuthTokenUsername,
 cmd/auth/docker/docker_token.go). Not a Databricks API: the real registry's token service is
-its own business; a client finds either one from the challenge.
+its own business; a client finds either one from the challenge. Here: the signer and the
+tokens it signs; the endpoint is `_api_registry_tokens`.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime
 import secrets as token_source
 import time
 from pathlib import Path
-from typing import Any
-
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
-
-from air_runtime.local._security import token_matches
-from air_runtime.local._workspace_state import workspace_state
 
 TOKEN_PATH = "/api/2.0/airo-registry/token"
 ISSUER = "airo-local-workspace"
 SERVICE = "airo-artifact-registry"
 TOKEN_LIFETIME_S = 300
 OAUTH_TOKEN_USERNAME = "oauthtoken"
-
-public_router = APIRouter()
 
 
 def signing_material(data_dir: Path) -> tuple[Path, Path]:
@@ -102,46 +93,3 @@ def issue_token(data_dir: Path, subject: str, scopes: list[str]) -> str:
     }
     chain = [base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()]
     return jwt.encode(claims, key_path.read_bytes(), algorithm="RS256", headers={"x5c": chain})
-
-
-def _workspace_principal(request: Request, password: str) -> str | None:
-    state = workspace_state(request)
-    if token_matches(password, state.revoked):
-        return None
-    if token_matches(password, state.tokens):
-        return state.options.user_name
-    row = state.store.access_token(password)
-    if row is not None and row["expires_at"] > time.time():
-        return str(row["principal"])
-    return None
-
-
-def _refused(message: str) -> JSONResponse:
-    return JSONResponse(
-        {"errors": [{"code": "UNAUTHORIZED", "message": message}]},
-        status_code=401,
-        headers={"WWW-Authenticate": f'Basic realm="{SERVICE}"'},
-    )
-
-
-@public_router.get(TOKEN_PATH)
-async def registry_token(request: Request) -> JSONResponse:
-    scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "basic":
-        return _refused("log in with user oauthtoken and a workspace token")
-    try:
-        user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return _refused("malformed Basic credentials")
-    principal = _workspace_principal(request, password) if user == OAUTH_TOKEN_USERNAME else None
-    if principal is None:
-        return _refused("invalid credentials: use user oauthtoken and a workspace token")
-    scopes = request.query_params.getlist("scope")
-    token = issue_token(workspace_state(request).data_dir, principal, scopes)
-    body: dict[str, Any] = {
-        "token": token,
-        "access_token": token,
-        "expires_in": TOKEN_LIFETIME_S,
-        "issued_at": datetime.datetime.now(datetime.UTC).isoformat(),
-    }
-    return JSONResponse(body)

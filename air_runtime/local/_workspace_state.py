@@ -1,4 +1,7 @@
-"""Everything one local workspace server holds, built once by `create_app`."""
+"""The backend of one local workspace server, built once by `create_app`: it owns the
+state and the rules. A handler (`_api_*`) reads the request, calls one operation of a part
+here (`runs.submit`, `permissions.update_job`, `mlflow.log`, `secrets.put`, ...) and renders
+the answer; the parts keep their data in the `Store`, the only place with SQL."""
 
 from __future__ import annotations
 
@@ -10,11 +13,17 @@ from air_runtime.local._faults import Counters, FaultInjector, RequestLog
 from air_runtime.local._files import VolumeTree, WorkspaceTree
 from air_runtime.local._images import ImageRegistry
 from air_runtime.local._logs import LogBook
+from air_runtime.local._mlflow_runs import MlflowRuns
 from air_runtime.local._options import WorkspaceOptions
-from air_runtime.local._runs import RunEngine
+from air_runtime.local._permissions import Permissions
+from air_runtime.local._run_engine import RunEngine
+from air_runtime.local._runs import Runs
 from air_runtime.local._secret_store import SecretStore
 from air_runtime.local._security import ensure_token, private_dir
 from air_runtime.local._store import Store
+from air_runtime.local._tokens import Tokens
+from air_runtime.local._uc_images import CatalogImages
+from air_runtime.local._usage_policies import UsagePolicies
 
 
 class WorkspaceState:
@@ -28,13 +37,15 @@ class WorkspaceState:
         self.options = options
         self.data_dir = data_dir
         self.store = Store(data_dir / "state.sqlite3")
-        self.secrets = SecretStore(self.store)
+        self.tokens = Tokens(self.store.tokens, options.tokens, options.user_name)
+        self.secrets = SecretStore(self.store.secrets)
         self.workspace = WorkspaceTree(data_dir / "workspace")
         self.volumes = VolumeTree(data_dir / "volumes")
         self.logbook = LogBook(data_dir / "logs")
         self.counters = Counters()
         self.request_log = RequestLog(data_dir / "request_log.jsonl", options.request_log_size)
-        self.images = ImageRegistry(self.store, options, self.secrets.value)
+        self.images = ImageRegistry(self.store.images, options, self.secrets.value)
+        self.catalog_images = CatalogImages(options, data_dir)
         self.engine = RunEngine(
             self.store,
             self.workspace,
@@ -45,8 +56,12 @@ class WorkspaceState:
             self.secrets.value,
             instance_id=self.store.instance_id(),
         )
-        self.tokens = set(options.tokens)
-        self.revoked = self.store.revoked_tokens()
+        self.runs = Runs(
+            self.store, self.engine, self.images, self.catalog_images, options, self.counters
+        )
+        self.mlflow = MlflowRuns(self.store, self.logbook)
+        self.permissions = Permissions(self.store)
+        self.usage_policies = UsagePolicies(self.store.usage_policies)
         self.faults: FaultInjector | None = None
 
     def close(self) -> None:
