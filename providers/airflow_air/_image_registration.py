@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from air_runtime import ConfigurationError, DockerCredential, normalize_docker_ref
-from airflow_air._task_run import (
+from airflow_air._deferral import (
     configuration_errors_fail_fast,
     defer_timeout,
     first_poll_at,

@@ -9,13 +9,20 @@ import contextlib
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from air_runtime import BudgetExceeded
 
 if TYPE_CHECKING:
     from air_runtime import AirClient, AsyncAirClient, RunState
-    from airflow_air._task_run import TaskLog
+
+
+class TaskLog(Protocol):
+    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
+
+    def info(self, event: str, *args: Any) -> Any: ...
+
+    def warning(self, event: str, *args: Any) -> Any: ...
 
 
 class StateLogger:

@@ -19,9 +19,15 @@ never values.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_air.exceptions import AirConfigurationError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from air_runtime import AirClient, Redactor
+    from airflow_air.operators import AirRunOperator
 
 _CONN_FIELDS = ("password", "login", "host", "schema", "port", "uri")
 
@@ -169,3 +175,75 @@ def _mask(value: str, name: str) -> None:
         mask_secret(value, name)
     except Exception:
         pass
+
+
+# --- a try's scopes and redaction ------------------------------------------------------------
+
+
+def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
+    """The scope ``secret_env`` values are written to (``secret_scope``: a rendered one)."""
+    from airflow_air.hooks import default_secret_scope
+
+    return secret_scope or task.secret_scope or default_secret_scope()
+
+
+def submission_scopes(task: AirRunOperator, context: Context) -> list[str]:
+    """The scopes the keys of ``task``'s submission are in. A workflow stage's are those of
+    every stage of its run: the submit task wrote them all under one submission, and
+    whichever stage task sees the whole run end deletes them (the last stage often has no
+    ``secret_env`` of its own)."""
+    stages = task.workflow_stages() or [task]
+    scopes: list[str] = []
+    for stage in stages:
+        if not stage.secret_env:
+            continue
+        scope = stage.secret_scope
+        if stage is not task and isinstance(scope, str) and "{{" in scope:
+            scope = stage.render_template(scope, context)  # rendered when the stage runs
+        scope = secret_scope_of(stage, scope)
+        if scope not in scopes:
+            scopes.append(scope)
+    return scopes
+
+
+def redaction_references(task: AirRunOperator) -> dict[str, str]:
+    """The ``secret_env`` references whose values must not show in this task's messages:
+    its own and, for a workflow stage, those of the other stages of its run (their
+    workloads share one run, and a stage's log can print a sibling's secret)."""
+    references: dict[str, str] = {}
+    for other in task.workflow_stages():
+        if other is not task:
+            for name, ref in (other.secret_env or {}).items():
+                if isinstance(ref, str) and "{{" not in ref:
+                    references[f"{other.task_id}.{name}"] = ref
+    references.update(task.secret_env or {})
+    return references
+
+
+def try_redactor(
+    task: AirRunOperator, client: AirClient | None = None, *, check: bool = False
+) -> Redactor:
+    """The workspace credentials and every value of ``redaction_references``, looked up
+    again, so a reattaching or resumed try that did not submit redacts them too. ``check``:
+    a try about to submit checks its own references first (a malformed one fails it)."""
+    from air_runtime import Redactor, credential_secrets
+    from airflow_air.hooks import AirHook
+
+    strict = task.secret_env if check and not task.workflow_submit_task_id else None
+    values = secret_values(redaction_references(task), strict=strict)
+    if client is not None:
+        redactor = client.redactor.with_values(values)
+    else:
+        redactor = Redactor(values)
+        try:
+            access = AirHook(task.databricks_conn_id).workspace_access()
+            redactor.add(*credential_secrets(access.credentials))
+        except Exception:  # the connection is checked where it is used
+            pass
+    if redactor.ignored:
+        task.log.warning(
+            "%d secret_env value(s) are shorter than 4 characters: they are not "
+            "redacted from messages and logs (too short to tell from ordinary text)",
+            redactor.ignored,
+        )
+    return redactor

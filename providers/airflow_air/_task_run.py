@@ -22,40 +22,38 @@ the try was asked for after its stage failed (``airflow_air.workflow.StageRerun`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from air_runtime import (
     AirError,
     BudgetExceeded,
     RedactingLog,
-    RunFailed,
     RunOutcome,
-    RunTimeout,
     Submission,
+)
+from airflow_air._deferral import (
+    configuration_errors_fail_fast,
+    defer_timeout,
+    first_poll_at,
+    poll_interval_of,
+    try_deadline,
 )
 from airflow_air._deployment import submission_key
 from airflow_air._generations import RunRecord, first_try_generation, own_run
-from airflow_air.exceptions import AirConfigurationError
-from airflow_air.hooks import (
-    AirHook,
-    completed_log_lines,
-    default_secret_scope,
-    defer_timeout_grace,
-    first_poll_delay,
-    submits_in_triggerer,
+from airflow_air._secret_env import (
+    redaction_references,
+    secret_scope_of,
+    submission_scopes,
+    try_redactor,
 )
+from airflow_air.exceptions import AirConfigurationError
+from airflow_air.hooks import AirHook, completed_log_lines, submits_in_triggerer
 from airflow_air.links import (
-    LINK_URLS_ATTR,
-    MLFLOW_URL_KEY,
     RUN_ID_KEY,
     RUN_PAGE_URL_KEY,
-    AirMlflowRunLink,
-    AirRunLink,
+    LinkXComs,
     outcome_xcoms,
     return_value,
 )
@@ -64,6 +62,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
     from air_runtime import AirClient, Redactor, RunState, Stage, SubmissionPlan, Workload
+    from airflow_air._logs import TaskLog
     from airflow_air.operators import AirRunOperator
 
 
@@ -71,58 +70,6 @@ class StageRunner(Protocol):
     """What a stage's try needs of its group's submit task (``AirWorkflowSubmitOperator``)."""
 
     def stage_run(self, attempt: AirTaskRun, client: AirClient) -> tuple[RunRecord, bool]: ...
-
-
-class TaskLog(Protocol):
-    """What these helpers need of a logger: the stdlib's and Airflow's task logger both fit."""
-
-    def info(self, event: str, *args: Any) -> Any: ...
-
-    def warning(self, event: str, *args: Any) -> Any: ...
-
-
-@contextlib.contextmanager
-def configuration_errors_fail_fast(redact: Callable[[str], str] = str) -> Iterator[None]:
-    """The core's errors a retry cannot fix (``retryable`` False: an invalid workload, a
-    refused credential, a request the workspace rejects) become ``AirConfigurationError`` (an
-    AirflowFailException); a failed or timed-out run stays retryable (a retry submits a new
-    run). ``redact`` cleans the message (an image registration's reason may echo credentials)."""
-    try:
-        yield
-    except AirError as exc:
-        if exc.retryable or isinstance(exc, RunFailed | RunTimeout):
-            raise
-        raise AirConfigurationError(redact(str(exc))) from exc
-
-
-def try_deadline(task: BaseOperator, context: Context) -> float | None:
-    """Wall-clock end of ``execution_timeout`` counted from this try's start, for triggers."""
-    if task.execution_timeout is None:
-        return None
-    started = getattr(context.get("ti"), "start_date", None)
-    start = started.timestamp() if started is not None else time.time()
-    return start + task.execution_timeout.total_seconds()
-
-
-def poll_interval_of(task: BaseOperator, client: AirClient) -> float:
-    """Seconds between a wait's polls: the operator's ``poll_interval``, else the client's
-    (the hook sets it from ``[air] default_poll_interval``)."""
-    own = getattr(task, "poll_interval", None)
-    return float(own) if own is not None else client.poll_interval
-
-
-def first_poll_at() -> float:
-    """When a trigger created now may first ask the workspace (see ``airflow_air.triggers``)."""
-    return time.time() + max(first_poll_delay(), 0.0)
-
-
-def defer_timeout(deadline: float | None) -> timedelta | None:
-    """The deferral's timeout: the task's deadline plus ``[air] defer_timeout_grace``, the
-    extra time the triggerer gets before Airflow gives up on the trigger (the trigger
-    cancels the run at the deadline itself; past the grace ``resume_execution`` does)."""
-    if deadline is None:
-        return None
-    return timedelta(seconds=max(deadline - time.time(), 0) + defer_timeout_grace())
 
 
 def gpu_budget_of(task: AirRunOperator) -> float | None:
@@ -145,87 +92,11 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
 BUDGET_STATUS = "budget"
 
 
-def secret_scope_of(task: AirRunOperator, secret_scope: str | None = None) -> str:
-    """The scope ``secret_env`` values are written to (``secret_scope``: a rendered one)."""
-    return secret_scope or task.secret_scope or default_secret_scope()
-
-
-def workflow_stages(task: AirRunOperator) -> list[AirRunOperator]:
-    """The stages of ``task``'s workflow run, ``task`` included (none for a plain task)."""
-    if task.workflow_submit_task_id is None or not task.has_dag():
-        return []
-    return [
-        other  # type: ignore[misc]
-        for other in task.dag.tasks
-        if getattr(other, "workflow_submit_task_id", None) == task.workflow_submit_task_id
-    ]
-
-
-def submission_scopes(task: AirRunOperator, context: Context) -> list[str]:
-    """The scopes the keys of ``task``'s submission are in. A workflow stage's are those of
-    every stage of its run: the submit task wrote them all under one submission, and
-    whichever stage task sees the whole run end deletes them (the last stage often has no
-    ``secret_env`` of its own)."""
-    stages = workflow_stages(task) or [task]
-    scopes: list[str] = []
-    for stage in stages:
-        if not stage.secret_env:
-            continue
-        scope = stage.secret_scope
-        if stage is not task and isinstance(scope, str) and "{{" in scope:
-            scope = stage.render_template(scope, context)  # rendered when the stage runs
-        scope = secret_scope_of(stage, scope)
-        if scope not in scopes:
-            scopes.append(scope)
-    return scopes
-
-
-def redaction_references(task: AirRunOperator) -> dict[str, str]:
-    """The ``secret_env`` references whose values must not show in this task's messages:
-    its own and, for a workflow stage, those of the other stages of its run (their
-    workloads share one run, and a stage's log can print a sibling's secret)."""
-    references: dict[str, str] = {}
-    for other in workflow_stages(task):
-        if other is not task:
-            for name, ref in (other.secret_env or {}).items():
-                if isinstance(ref, str) and "{{" not in ref:
-                    references[f"{other.task_id}.{name}"] = ref
-    references.update(task.secret_env or {})
-    return references
-
-
-def try_redactor(
-    task: AirRunOperator, client: AirClient | None = None, *, check: bool = False
-) -> Redactor:
-    """The workspace credentials and every value of ``redaction_references``, looked up
-    again, so a reattaching or resumed try that did not submit redacts them too. ``check``:
-    a try about to submit checks its own references first (a malformed one fails it)."""
-    from air_runtime import Redactor, credential_secrets
-    from airflow_air._secret_env import secret_values
-
-    strict = task.secret_env if check and not task.workflow_submit_task_id else None
-    values = secret_values(redaction_references(task), strict=strict)
-    if client is not None:
-        redactor = client.redactor.with_values(values)
-    else:
-        redactor = Redactor(values)
-        try:
-            access = AirHook(task.databricks_conn_id).workspace_access()
-            redactor.add(*credential_secrets(access.credentials))
-        except Exception:  # the connection is checked where it is used
-            pass
-    if redactor.ignored:
-        task.log.warning(
-            "%d secret_env value(s) are shorter than 4 characters: they are not "
-            "redacted from messages and logs (too short to tell from ordinary text)",
-            redactor.ignored,
-        )
-    return redactor
-
-
 class TaskRun:
     """What every try that submits shares (an ``AirRunOperator``'s, the workflow group's
-    submit task's): its submission, in this deployment's namespace, and the run it owns."""
+    submit task's): its submission, in this deployment's namespace, the run it owns, and
+    what the operator reads of the try (its ``try_run``): the run to cancel when killed,
+    the lineage, the links' XComs."""
 
     def __init__(
         self, task: BaseOperator, context: Context, submit_task_id: str | None = None
@@ -239,15 +110,40 @@ class TaskRun:
         # The run was submitted by this try (not an earlier try's, reattached): it has just
         # started, so there is no point asking whether it has already ended.
         self.own_run = False
-        self._offer_links({})  # no URL yet: Airflow writes none of our links
+        # The run this try follows, once known (``run_to_cancel``).
+        self.run_id: int | None = None
+        # What this try knows of its run (the return value's fields), for OpenLineage.
+        self.lineage: dict[str, Any] | None = None
+        # No URL yet: Airflow writes none of our links (``links.LinkXComs``).
+        self.links = LinkXComs()
 
     def redact(self, text: str) -> str:
         return text
+
+    def run_to_cancel(self) -> int | None:
+        """The run a kill cancels: the one this try follows, or the one its submission
+        knows from the submit's answer on (a kill in between still cancels it)."""
+        if self.run_id is not None:
+            return self.run_id
+        return self.submission.run_id if self.submission is not None else None
 
     def open_submission(self) -> Submission:
         key = submission_key(self.context, self.submit_task_id)
         self.submission = Submission(key, log=self.log, redact=self.redact)
         return self.submission
+
+    def use_submission_of(
+        self,
+        submit_task_id: str,
+        submission: Submission | None = None,
+        *,
+        own_run: bool | None = None,
+    ) -> None:
+        """Follow the submission of ``submit_task_id`` from now on (``submission``: already
+        open): a stage re-run in a new run, whose secret keys are that task's."""
+        self.submit_task_id, self.submission = submit_task_id, submission
+        if own_run is not None:
+            self.own_run = own_run
 
     def own(
         self,
@@ -265,7 +161,16 @@ class TaskRun:
         )
         submission.attach(found.run_id, found.run_page_url)
         self.push_run_xcoms(found.run_id, found.run_page_url)
+        self.follow(found)
         return found
+
+    def follow(self, record: RunRecord, task_key: str | None = None) -> None:
+        """``record``'s run (``task_key``: a stage of it) is the one this try waits on, and
+        cancels when killed."""
+        self.run_id = record.run_id
+        self.lineage = {"run_id": record.run_id, "run_page_url": record.run_page_url}
+        if task_key is not None:
+            self.lineage["task_key"] = task_key
 
     # The XComs a try pushes (``airflow_air.links`` names them and says what they hold).
 
@@ -276,43 +181,16 @@ class TaskRun:
         a second request for the same value. The MLflow link's XCom is written once its URL
         is known."""
         ti = self.context["ti"]
-        ti.xcom_push(key=RUN_ID_KEY, value=run_id)
         if self.worker_run_ends_soon:
-            self.remember_url(RUN_PAGE_URL_KEY, run_page_url)
-        else:
-            ti.xcom_push(key=RUN_PAGE_URL_KEY, value=run_page_url)  # also the link's xcom_key
-            self.remember_url(RUN_PAGE_URL_KEY, run_page_url, written=True)
+            self.links.push(ti, {RUN_ID_KEY: run_id})
+            self.links.leave(RUN_PAGE_URL_KEY, run_page_url)
+        else:  # the page's XCom is also the link's xcom_key
+            self.links.push(ti, {RUN_ID_KEY: run_id, RUN_PAGE_URL_KEY: run_page_url})
 
     def push_outcome_xcoms(self, outcome: RunOutcome) -> dict[str, Any]:
         """Push ``links.outcome_xcoms`` from a worker; returns the return value."""
-        xcoms, result = outcome_xcoms(outcome), return_value(outcome)
-        ti = self.context["ti"]
-        for key, value in xcoms.items():
-            ti.xcom_push(key=key, value=value)
-            if key == MLFLOW_URL_KEY:
-                self.remember_url(key, value, written=True)
-        return result
-
-    def remember_url(self, key: str, url: str, *, written: bool = False) -> None:
-        """A link's URL, for Airflow to write as the worker run ends, unless this try has
-        just pushed its XCom (``written``). A resumed try's operator is new: the run page its
-        deferring worker run left is not written again."""
-        # A new dict, not an update: a try runs a shallow copy of the Dag's operator.
-        urls = {k: v for k, v in getattr(self.task, LINK_URLS_ATTR).items() if k != key}
-        if url and not written:
-            urls[key] = url
-        self._offer_links(urls)
-
-    def _offer_links(self, urls: dict[str, str]) -> None:
-        """Keep on the running operator only the links Airflow should write when the worker
-        run ends: ours while ``urls`` has their URL, any other (a subclass's own) as it is."""
-        setattr(self.task, LINK_URLS_ATTR, urls)
-        # An instance attribute of this try's copy: the Dag's links (serialized, shown) stay.
-        self.task.operator_extra_links = tuple(
-            link
-            for link in type(self.task).operator_extra_links
-            if not isinstance(link, AirRunLink | AirMlflowRunLink) or urls.get(link.xcom_key)
-        )
+        self.links.push(self.context["ti"], outcome_xcoms(outcome))
+        return return_value(outcome)
 
     @property
     def worker_run_ends_soon(self) -> bool:
@@ -330,16 +208,22 @@ class AirTaskRun(TaskRun):
     def __init__(self, task: AirRunOperator, context: Context) -> None:
         super().__init__(task, context, task.workflow_submit_task_id)
         self.stage = task.workflow_task_key if task.workflow_submit_task_id else None
+        # This try's redactor (``redactor``); it holds the resolved secret values, so it
+        # lives on the try, never on a field of the operator that could be rendered or pushed.
+        self._redactor: Redactor | None = None
 
     @property
     def worker_run_ends_soon(self) -> bool:
         task = self.task
         return bool(task.deferrable or not task.wait_for_termination)
 
-    def redactor(self) -> Redactor:
-        if self.task._redactor is None:  # a resumed try: the first look at its secrets
-            self.task._redactor = try_redactor(self.task)
-        return self.task._redactor
+    def redactor(self, client: AirClient | None = None, *, check: bool = False) -> Redactor:
+        """Every secret value this try may see (``_secret_env.try_redactor``), looked up on
+        first use: a try about to submit checks its references (``check``); a resumed try
+        looks them up again."""
+        if self._redactor is None:
+            self._redactor = try_redactor(self.task, client, check=check)
+        return self._redactor
 
     def redact(self, text: str) -> str:
         return self.redactor()(text)
@@ -370,11 +254,8 @@ class AirTaskRun(TaskRun):
                 if why:
                     self.log.info("Submitting in the worker: %s", why)
                 record = self.own(client, lambda: self._with_secrets(client, workload))
-            task._run_id = record.run_id
-            task._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
-            if self.stage is not None:
-                task._lineage_result["task_key"] = self.stage
-            elif not task.wait_for_termination:
+            self.follow(record, self.stage)
+            if self.stage is None and not task.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._wait(client, record)
 
@@ -391,7 +272,8 @@ class AirTaskRun(TaskRun):
             if event.get("refused"):  # as a refusal in a worker: no retry can fix it
                 raise AirConfigurationError(message)
             raise AirflowException(message)
-        if event.get("run_xcoms_pending"):  # the trigger submitted but could not write them
+        self.links = LinkXComs.from_event(event)  # what the trigger wrote itself
+        if self.links.run_pending:  # the trigger submitted but could not write them
             self.push_run_xcoms(outcome.run_id, outcome.run_page_url)
         if event.get("submission"):  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(
@@ -400,9 +282,7 @@ class AirTaskRun(TaskRun):
         if outcome.status in ("success", "failed", "timeout", BUDGET_STATUS):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
-                    if self.task._redactor is None:
-                        self.task._redactor = try_redactor(self.task, client)
-                    self.log = RedactingLog(self.task.log, self.task._redactor)
+                    self.log = RedactingLog(self.task.log, self.redactor(client))
                     self._copy_logs(client, outcome.run_id, shown=event.get("shown_lines"))
             except Exception as exc:  # the logs are a convenience; the outcome is known
                 self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
@@ -472,11 +352,8 @@ class AirTaskRun(TaskRun):
 
     def _open(self, client: AirClient) -> None:
         """This try's redaction (every secret value it may see), log and submission."""
-        task = self.task
-        if task._redactor is None:
-            task._redactor = try_redactor(task, client, check=True)
-        self.log = RedactingLog(task.log, task._redactor)
-        task._submission = self.open_submission()
+        self.log = RedactingLog(self.task.log, self.redactor(client, check=True))
+        self.open_submission()
 
     def _workload(self) -> Workload:
         from airflow_air._openlineage import with_parent_job_env
@@ -647,9 +524,9 @@ class AirTaskRun(TaskRun):
         from airflow_air.exceptions import AirRunFailedError
 
         task = self.task
-        task._run_id = outcome.run_id
+        self.run_id = outcome.run_id
         result = self.push_outcome_xcoms(outcome)
-        task._lineage_result = {**result, "mlflow_run_url": outcome.mlflow_run_url}
+        self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
         if outcome.status in ("success", "failed", BUDGET_STATUS):
             self._finish(outcome, client, state)

@@ -3,19 +3,20 @@
 Airflow 3 shows a link from the XCom stored under the link's ``xcom_key``. Each link's key is
 the result XCom that holds its URL (``run_page_url``, ``mlflow_run_url``), so one XCom serves
 both the link and the users who pull it. The operators push the run page right after
-submitting, so the link works while the task is still running or deferred, not only once it
-finished.
+submitting, so the link works while the task is still running or deferred, not only once
+it finished.
 
-A try writes each link's XCom once, and only once its URL is known: when a worker run ends,
-Airflow writes the XCom of every link of ``operator_extra_links`` (``task_runner.finalize``),
-so the running operator keeps there only the links whose URL it has and no XCom holds yet
-(``airflow_air._task_run.TaskRun.remember_url``). Otherwise a deferring try would write an empty MLflow link, a resumed
-one both links again, and a try that only cancels (Airflow's ``__fail__``) would blank the
-run page its deferring part had written.
+A try writes each XCom once, and only once its value is known (``LinkXComs``): when a worker
+run ends, Airflow writes the XCom of every link of ``operator_extra_links``
+(``task_runner.finalize``), so the running operator offers there only the links whose URL it
+has and no XCom holds yet. Otherwise a deferring try would write an empty MLflow link, a
+resumed one both links again, and a try that only cancels (Airflow's ``__fail__``) would
+blank the run page its deferring part had written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
@@ -31,17 +32,96 @@ RUN_PAGE_URL_KEY = "run_page_url"
 MLFLOW_URL_KEY = "mlflow_run_url"
 GPU_HOURS_KEY = "gpu_hours"  # not a link: an XCom pushed beside the run's, also on failure
 
+# The event key of a trigger's ``LinkXComs`` (``to_event``); ``run_xcoms_pending`` is also
+# what events stored by earlier versions carry.
+_WRITTEN_EVENT_KEY = "xcoms_written"
+_PENDING_EVENT_KEY = "run_xcoms_pending"
 
-# The operator attribute holding the URLs the running try has for Airflow to write as the
-# worker run ends (kept by ``airflow_air._task_run.TaskRun.remember_url``).
-LINK_URLS_ATTR = "air_link_urls"
+
+class LinkXComs:
+    """The XComs of one try's run and links, each written once, by whoever knows the value
+    first. A try's operator holds one (``try_run.links``), and so does a trigger.
+
+    - ``push``: write XComs now, except those this try has written with the same value;
+    - ``leave``: let Airflow write a link's XCom as this worker run ends (a worker run that
+      ends within moments saves a request); ``offered`` is then what the running operator's
+      ``operator_extra_links`` keeps, so Airflow writes no other link of ours;
+    - ``run_pending``: a trigger submitted the run and could not write its id and page, so
+      whoever ends the task writes them.
+
+    A trigger's event carries what the trigger wrote (``to_event``, ``from_event``): the
+    worker that resumes writes only the rest.
+    """
+
+    def __init__(
+        self, written: Mapping[str, Any] | None = None, *, run_pending: bool = False
+    ) -> None:
+        self.written: dict[str, Any] = dict(written or {})
+        self.run_pending = run_pending
+        self._left: dict[str, str] = {}
+
+    def unwritten(self, xcoms: Mapping[str, Any]) -> dict[str, Any]:
+        """``xcoms`` without those this try wrote with the same value."""
+        return {k: v for k, v in xcoms.items() if k not in self.written or self.written[k] != v}
+
+    def wrote(self, xcoms: Mapping[str, Any]) -> None:
+        """``xcoms`` were written (by a trigger, through the execution API)."""
+        self.written.update(xcoms)
+        for key in xcoms:
+            self._left.pop(key, None)
+        if RUN_ID_KEY in xcoms:
+            self.run_pending = False
+
+    def push(self, ti: Any, xcoms: Mapping[str, Any]) -> None:
+        """Write ``xcoms`` from a worker, but those written already."""
+        fresh = self.unwritten(xcoms)
+        for key, value in fresh.items():
+            ti.xcom_push(key=key, value=value)
+        self.wrote(fresh)
+
+    def leave(self, key: str, url: str) -> None:
+        """Leave the link's XCom to Airflow's write as this worker run ends."""
+        if url and self.written.get(key) != url:
+            self._left[key] = url
+
+    def url(self, key: str) -> str:
+        """The URL Airflow writes for the link ``key`` as this worker run ends ("": none)."""
+        return self._left.get(key, "")
+
+    def offered(self, links: Collection[BaseOperatorLink]) -> tuple[BaseOperatorLink, ...]:
+        """Of ``links``, ours whose URL is left to Airflow, and any other (a subclass's own)."""
+        return tuple(
+            link
+            for link in links
+            if not isinstance(link, AirRunLink | AirMlflowRunLink) or link.xcom_key in self._left
+        )
+
+    def to_event(self) -> dict[str, Any]:
+        event: dict[str, Any] = {}
+        if self.written:
+            event[_WRITTEN_EVENT_KEY] = dict(self.written)
+        if self.run_pending:
+            event[_PENDING_EVENT_KEY] = True
+        return event
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> LinkXComs:
+        written = event.get(_WRITTEN_EVENT_KEY)
+        return cls(
+            written if isinstance(written, Mapping) else None,
+            run_pending=bool(event.get(_PENDING_EVENT_KEY)),
+        )
+
+
+_NOT_OURS = object()
 
 
 def _url(operator: BaseOperator, ti_key: TaskInstanceKey, key: str) -> str:
-    urls = getattr(operator, LINK_URLS_ATTR, None)
-    if isinstance(urls, dict):  # the operator that ran this try
-        return str(urls.get(key, ""))
-    return _xcom(ti_key, key)
+    try_run: Any = getattr(operator, "try_run", _NOT_OURS)
+    if try_run is _NOT_OURS:
+        return _xcom(ti_key, key)
+    # An operator of ours that runs a try (None: it has not started one, so no URL).
+    return str(try_run.links.url(key)) if try_run is not None else ""
 
 
 def _xcom(ti_key: TaskInstanceKey, key: str) -> str:
@@ -115,3 +195,4 @@ def success_xcoms(outcome: RunOutcome, *, push_return_value: bool = True) -> dic
     if push_return_value:
         xcoms[BaseXCom.XCOM_RETURN_KEY] = return_value(outcome)
     return xcoms
+

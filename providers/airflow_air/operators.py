@@ -12,10 +12,10 @@ count is a Dag import error).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_air._accelerators import ACCELERATORS
 from airflow_air._workload_source import WORKLOAD_EXTENSIONS
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from air_runtime import AirClient, Redactor, Submission, Workload
+    from air_runtime import AirClient, Redactor, Workload
+    from airflow_air._task_run import AirTaskRun
 
 DEFAULT_CONN_ID = "databricks_default"  # same literal as hooks.DEFAULT_CONN_ID (not imported: cost)
 _DEFAULT_XCOM_BACKEND = "airflow.sdk.execution_time.xcom.BaseXCom"
@@ -112,7 +113,7 @@ class AirRunOperator(BaseOperator):
     template_ext: Sequence[str] = WORKLOAD_EXTENSIONS
     template_fields_renderers = {"workload": "yaml", "overrides": "json", "secret_env": "json"}
     ui_color = "#ffe8d6"
-    operator_extra_links = (AirRunLink(), AirMlflowRunLink())
+    operator_extra_links: Collection[BaseOperatorLink] = (AirRunLink(), AirMlflowRunLink())
 
     def __init__(
         self,
@@ -166,17 +167,11 @@ class AirRunOperator(BaseOperator):
         # Set by AirWorkflowTaskGroup when this operator is a stage of a multi-task run.
         self.workflow_submit_task_id: str | None = None
         self.workflow_task_key: str | None = None
-        self._run_id: int | None = None
-        # This try's submission: it knows its run from the submit's answer on, before
-        # ``_run_id`` is set, so a kill in between still cancels the run.
-        self._submission: Submission | None = None
-        # What this try knows of its run (the return value's fields), for OpenLineage.
-        self._lineage_result: dict[str, Any] | None = None
-        # The extra links' URLs of this try (airflow_air._task_run.TaskRun.remember_url).
-        self.air_link_urls: dict[str, str] = {}
-        # This try's redactor (see redactor()); holds the resolved secret values, so it
-        # is never a template field, never serialized and never pushed.
-        self._redactor: Redactor | None = None
+        # The try this operator runs (``airflow_air._task_run.AirTaskRun``), set when it
+        # starts: its run (to cancel when killed), lineage, link XComs and redactor. Never a
+        # template field, never serialized and never pushed (the redactor holds the
+        # resolved secret values).
+        self.try_run: AirTaskRun | None = None
 
     def _weigh_by_accelerators(self, *, required: bool) -> None:
         """``pool_slots`` from the workload's accelerators, known at parse time; without
@@ -257,19 +252,44 @@ class AirRunOperator(BaseOperator):
 
     def redactor(self, client: AirClient | None = None) -> Redactor:
         """This try's ``air_runtime.Redactor``: the workspace credentials and every value of
-        ``secret_env`` reference it may see (``airflow_air._task_run.try_redactor``)."""
-        if self._redactor is None:
-            from airflow_air._task_run import try_redactor
+        ``secret_env`` reference it may see (``airflow_air._secret_env.try_redactor``)."""
+        if self.try_run is not None:
+            return self.try_run.redactor(client)
+        from airflow_air._secret_env import try_redactor
 
-            self._redactor = try_redactor(self, client)
-        return self._redactor
+        return try_redactor(self, client)
+
+    def workflow_stages(self) -> list[AirRunOperator]:
+        """The stages of this task's workflow run, this task included (none for a plain
+        task)."""
+        if self.workflow_submit_task_id is None or not self.has_dag():
+            return []
+        return [
+            other  # type: ignore[misc]
+            for other in self.dag.tasks
+            if getattr(other, "workflow_submit_task_id", None) == self.workflow_submit_task_id
+        ]
 
     # --- execution (airflow_air._task_run) ------------------------------------------------
 
-    def execute(self, context: Context) -> Any:
+    def _start_try(self, context: Context) -> AirTaskRun:
         from airflow_air._task_run import AirTaskRun
 
-        return AirTaskRun(self, context).execute()
+        self.try_run = AirTaskRun(self, context)
+        return self.try_run
+
+    def _offer_links(self) -> None:
+        """Keep in this try's ``operator_extra_links`` only the links Airflow should write
+        as the worker run ends (``links.LinkXComs.offered``). An instance attribute of this
+        try's copy: the Dag's links (serialized, shown) stay."""
+        if self.try_run is not None:
+            self.operator_extra_links = self.try_run.links.offered(type(self).operator_extra_links)
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return self._start_try(context).execute()
+        finally:
+            self._offer_links()
 
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
@@ -283,9 +303,12 @@ class AirRunOperator(BaseOperator):
         return super().resume_execution(next_method, next_kwargs, context)
 
     def _cancel_deferred_run(self, context: Context, next_kwargs: Mapping[str, Any]) -> None:
-        from airflow_air._task_run import AirTaskRun
-
-        AirTaskRun(self, context).cancel_deferred(next_kwargs.get("error") or "the trigger failed")
+        try:
+            self._start_try(context).cancel_deferred(
+                next_kwargs.get("error") or "the trigger failed"
+            )
+        finally:
+            self._offer_links()
 
     def worker_finish_reason(self, task_key: str | None = None) -> str | None:
         """Why a deferred success of this task must resume in a worker (None: the trigger
@@ -321,9 +344,10 @@ class AirRunOperator(BaseOperator):
         return None
 
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
-        from airflow_air._task_run import AirTaskRun
-
-        return AirTaskRun(self, context).resume(event)
+        try:
+            return self._start_try(context).resume(event)
+        finally:
+            self._offer_links()
 
     # --- OpenLineage (apache-airflow-providers-openlineage calls these; airflow_air._openlineage)
 
@@ -345,16 +369,14 @@ class AirRunOperator(BaseOperator):
             workload: Workload | None = self.load_workload()
         except Exception:  # an invalid workload fails the task; lineage has nothing to add
             workload = None
-        result = self._lineage_result or {}
+        result = (self.try_run.lineage if self.try_run is not None else None) or {}
         url = urlsplit(str(result.get("run_page_url") or ""))
         host = f"{url.scheme}://{url.netloc}" if url.netloc else None
         return operator_lineage(workload, result, host=host)
 
     def on_kill(self) -> None:
         """Cancel the run (the whole multi-task run for a workflow stage)."""
-        run_id = self._run_id
-        if run_id is None and self._submission is not None:
-            run_id = self._submission.run_id
+        run_id = self.try_run.run_to_cancel() if self.try_run is not None else None
         if not self.cancel_on_kill or run_id is None:
             return
         from airflow_air.hooks import AirHook

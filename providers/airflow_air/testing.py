@@ -111,7 +111,7 @@ def _expanded_operators(task: Any) -> tuple[list[tuple[int, Any]], list[str]]:
     the names of the expanded arguments that come from XCom (then no operator)."""
     from types import SimpleNamespace
 
-    expand_input = task._get_specified_expand_input()
+    expand_input = task.expand_input  # what `.expand(...)` / `.expand_kwargs(...)` was given
     value = expand_input.value
     items = value.items() if isinstance(value, dict) else [("expand_kwargs", value)]
     from_xcom = [name for name, arg in items if hasattr(arg, "resolve")]

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
-from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY
+from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY, LinkXComs
 
 if TYPE_CHECKING:
     from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState, TrainingProgress
@@ -177,7 +177,9 @@ class AirRunTrigger(BaseTrigger):
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
         self._submitting: asyncio.Future[Any] | None = None
-        self._run_xcoms_pending = False  # submitted here, the run's XComs not yet written
+        # The run's XComs this trigger wrote when it submitted, or could not write
+        # (``run_pending``): told to the worker that resumes in the event.
+        self._links = LinkXComs()
         self._live: LiveLines | None = None  # the node lines shown while the run ran
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -293,8 +295,7 @@ class AirRunTrigger(BaseTrigger):
         event = outcome.to_event()
         if refused:
             event["refused"] = True
-        if self._run_xcoms_pending:  # the worker that resumes writes them
-            event["run_xcoms_pending"] = True
+        event.update(self._links.to_event())  # the worker that resumes writes the rest
         if event.get("message"):
             event["message"] = self.redact(event["message"])
         if self.submission:  # the worker that resumes deletes its keys
@@ -320,13 +321,16 @@ class AirRunTrigger(BaseTrigger):
         self.run_id, self.run_page_url = submitted.run_id, submitted.run_page_url
         self.log.info("Submitted run %s: %s", self.run_id, self.run_page_url)
         if inline:
-            self._run_xcoms_pending = True
+            self._links.run_pending = True
             return
+        xcoms = {RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url}
         try:
-            await self._push_xcoms({RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url})
+            await self._push_xcoms(xcoms)
         except Exception as exc:  # the task writes them when it ends (here or in a worker)
             self.log.warning("Could not write the run's XComs: %s", self.redact(f"{exc!r}"))
-            self._run_xcoms_pending = True
+            self._links.run_pending = True
+        else:
+            self._links.wrote(xcoms)
 
     async def _end_task(
         self, client: AsyncAirClient, outcome: RunOutcome, state: RunState
@@ -340,8 +344,9 @@ class AirRunTrigger(BaseTrigger):
             from airflow_air.links import success_xcoms
 
             xcoms = success_xcoms(outcome, push_return_value=self.push_return_value)
-            if self._run_xcoms_pending:
+            if self._links.run_pending:
                 xcoms = {RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url, **xcoms}
+            xcoms = self._links.unwritten(xcoms)
         except Exception as exc:  # never fail a run that succeeded
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None

@@ -33,11 +33,11 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from airflow.sdk import BaseOperator, TaskGroup
+from airflow.sdk import BaseOperator, BaseOperatorLink, TaskGroup
 
 from airflow_air.links import AirRunLink
 from airflow_air.operators import DEFAULT_CONN_ID, AirRunOperator
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from air_runtime import AirClient, RunState, Stage, Submission
     from airflow_air._generations import RunRecord
-    from airflow_air._task_run import AirTaskRun
+    from airflow_air._task_run import AirTaskRun, TaskRun
 
 SUBMIT_TASK_ID = "submit"
 
@@ -131,22 +131,23 @@ class AirWorkflowSubmitOperator(BaseOperator):
     """
 
     ui_color = "#ffd8be"
-    operator_extra_links = (AirRunLink(),)
+    operator_extra_links: Collection[BaseOperatorLink] = (AirRunLink(),)
 
     def __init__(self, *, databricks_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.databricks_conn_id = databricks_conn_id
-        self._lineage_result: dict[str, Any] | None = None
-        # The extra link's URL of this try (airflow_air._task_run.TaskRun.remember_url).
-        self.air_link_urls: dict[str, str] = {}
+        # This try (``airflow_air._task_run.TaskRun``): its run, lineage and link XComs.
+        self.try_run: TaskRun | None = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The submitted run as OpenLineage run facets (each stage reports its own datasets)."""
         from airflow_air._openlineage import operator_lineage
 
-        return operator_lineage(None, self._lineage_result, host=None)
+        lineage = self.try_run.lineage if self.try_run is not None else None
+        return operator_lineage(None, lineage, host=None)
 
-    def _group(self) -> AirWorkflowTaskGroup:
+    def workflow_group(self) -> AirWorkflowTaskGroup:
+        """The ``AirWorkflowTaskGroup`` whose run this task submits."""
         group = self.task_group
         while group is not None and not isinstance(group, AirWorkflowTaskGroup):
             group = group.parent_group
@@ -222,10 +223,20 @@ class AirWorkflowSubmitOperator(BaseOperator):
         ]
 
     def execute(self, context: Context) -> Any:
-        from airflow_air._task_run import TaskRun, configuration_errors_fail_fast
+        from airflow_air._task_run import TaskRun
+
+        self.try_run = TaskRun(self, context)
+        try:
+            return self._submit_run(context, self.try_run)
+        finally:
+            # An instance attribute of this try's copy: the Dag's links (serialized) stay.
+            self.operator_extra_links = self.try_run.links.offered(type(self).operator_extra_links)
+
+    def _submit_run(self, context: Context, run: TaskRun) -> dict[str, Any]:
+        from airflow_air._deferral import configuration_errors_fail_fast
         from airflow_air.hooks import AirHook
 
-        group = self._group()
+        group = self.workflow_group()
         with (
             configuration_errors_fail_fast(),
             AirHook(self.databricks_conn_id).get_client() as client,
@@ -246,7 +257,6 @@ class AirWorkflowSubmitOperator(BaseOperator):
             )
             # One submission for the run the stages share; each stage's values under keys
             # of its own (``stage``), in the scope that stage names.
-            run = TaskRun(self, context)
             submission = run.open_submission()
             record = run.own(
                 client,
@@ -256,8 +266,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
             # When this run was made, on Airflow's clock: a stage try that was cleared (or
             # retried) after it re-runs its stage (``StageRerun``).
             context["ti"].xcom_push(key=SUBMITTED_AT_KEY, value=_now_ms())
-            self._lineage_result = {"run_id": record.run_id, "run_page_url": record.run_page_url}
-            return self._lineage_result
+            return {"run_id": record.run_id, "run_page_url": record.run_page_url}
 
     def stage_run(self, attempt: AirTaskRun, client: AirClient) -> tuple[RunRecord, bool]:
         """The run a try of one of this group's stages waits on, re-run first when the try
@@ -277,7 +286,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     stage, depends_on=tuple(d for d in stage.depends_on if d in keep)
                 ),
             )
-            for op, rendered, stage in self._stage_plan(context, self._group())
+            for op, rendered, stage in self._stage_plan(context, self.workflow_group())
             if stage.task_key in keep
         ]
 
@@ -288,8 +297,7 @@ def stages_with_secrets(
     """The planned stages as submitted: each stage's ``secret_env`` values under keys of
     ``submission`` (in the scope that stage names), the workloads carrying references only."""
     from airflow_air._openlineage import with_parent_job_env
-    from airflow_air._secret_env import resolve_secret_env
-    from airflow_air._task_run import secret_scope_of
+    from airflow_air._secret_env import resolve_secret_env, secret_scope_of
 
     stages = []
     for op, rendered, stage in planned:
@@ -424,8 +432,7 @@ class StageRerun:
         else:
             record = RunRecord(rerun.run_id, rerun.run_page_url, 0, 0)
             if rerun.submitted_by:  # a new run: its secret keys are that task's submission's
-                self.attempt.submit_task_id = rerun.submitted_by
-                self.attempt.submission = None
+                self.attempt.use_submission_of(rerun.submitted_by)
             if cleared is None or rerun.at_ms >= cleared:  # re-run for this try
                 how = f"repair {rerun.repair_id}" if rerun.repair_id is not None else "a new run"
                 self.attempt.log.info(
@@ -448,9 +455,7 @@ class StageRerun:
         return self._rerun(record, int(root))
 
     def _newest_rerun(self, root: int) -> Rerun | None:
-        from airflow_air._task_run import workflow_stages
-
-        ids = [stage.task_id for stage in workflow_stages(self.task)]
+        ids = [stage.task_id for stage in self.task.workflow_stages()]
         pulled = self.ti.xcom_pull(task_ids=ids, key=RERUN_KEY) if ids else None
         found = [Rerun.from_json(v) for v in (pulled if isinstance(pulled, list) else [pulled])]
         mine = [
@@ -515,10 +520,9 @@ class StageRerun:
         task in the run reads: the run's keys were deleted when it ended, and a repaired task
         reads them again when its containers start. The stage that sees the repaired run end
         deletes them, as after any run."""
-        from airflow_air._secret_env import resolve_secret_env
-        from airflow_air._task_run import secret_scope_of, workflow_stages
+        from airflow_air._secret_env import resolve_secret_env, secret_scope_of
 
-        stages = workflow_stages(self.task)
+        stages = self.task.workflow_stages()
         if not any(s.secret_env for s in stages if (s.workflow_task_key or s.task_id) in rerun):
             return
         submission = self.attempt.submission or self.attempt.open_submission()
@@ -536,9 +540,7 @@ class StageRerun:
         """This stage, and every other stage that did not succeed in the run and whose task
         instance waits to run again (without Airflow's task states: every downstream
         stage that did not succeed), in the order of the group."""
-        from airflow_air._task_run import workflow_stages
-
-        stages = workflow_stages(self.task)
+        stages = self.task.workflow_stages()
         waiting = self._waiting_task_ids([s.task_id for s in stages])
         if waiting is None:
             waiting = set(self.task.get_flat_relative_ids(upstream=False))
@@ -575,7 +577,7 @@ class StageRerun:
         from airflow_air._task_run import TaskRun
 
         submit = self.submit
-        group = submit._group()
+        group = submit.workflow_group()
         self.attempt.log.info(
             "Run %s cannot be repaired (%s): submitting a new run of %s; %s",
             run_id,
@@ -592,9 +594,8 @@ class StageRerun:
             lambda: stages_with_secrets(self.client, self.attempt.context, submission, planned),
             run_name=group.run_name or group.group_id,
         )
-        self.attempt.own_run = own.own_run
         # This try's keys are now those of the new run (``_finish`` deletes them).
-        self.attempt.submission, self.attempt.submit_task_id = submission, self.task.task_id
+        self.attempt.use_submission_of(self.task.task_id, submission, own_run=own.own_run)
         self._remember(
             Rerun(
                 found.run_id,

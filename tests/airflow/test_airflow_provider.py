@@ -32,6 +32,7 @@ def test_provider_info_matches_airflow_schema():
         "live_lines_per_read",
         "live_lines_share",
         "live_progress_interval",
+        "live_progress_share",
         "default_secret_scope",
         "deployment_namespace",
         "submit_in_triggerer",
@@ -196,7 +197,7 @@ def test_the_hooks_clients_wait_at_the_configured_interval(monkeypatch):
 
 def test_an_operators_own_poll_interval_wins_over_the_hooks(monkeypatch):
     """What a run's and an image registration's wait (in the worker or deferred) poll at."""
-    from airflow_air._task_run import poll_interval_of
+    from airflow_air._deferral import poll_interval_of
     from airflow_air.hooks import AirHook
     from airflow_air.operators import AirRegisterImageOperator, AirRunOperator
 
