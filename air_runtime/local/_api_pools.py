@@ -17,26 +17,20 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from air_runtime.local._errors import ApiError, invalid, not_found
-from air_runtime.local._options import GPU_POOLS_FEATURE
+from air_runtime.local._errors import invalid
 from air_runtime.local._request_params import (
     get_params,
     int_param,
     make_page_token,
     read_page_token,
 )
-from air_runtime.local._workspace_state import WorkspaceState, workspace_state
+from air_runtime.local._workspace_state import workspace_state
 
 router = APIRouter()
 
 POOLS_PATH = "/api/2.0/ai-training/provisioned-capacities"
 RESOURCE_PREFIX = "provisioned-capacities/"
 _MAX_PAGE = 100
-
-
-def _check_enabled(state: WorkspaceState) -> None:
-    if GPU_POOLS_FEATURE in state.options.disabled_features:
-        raise ApiError(403, "FEATURE_DISABLED", "GPU pools are not enabled for this workspace.")
 
 
 def _pool_json(pool: dict[str, Any], used: int | None = None) -> dict[str, Any]:
@@ -59,14 +53,12 @@ def _pool_json(pool: dict[str, Any], used: int | None = None) -> dict[str, Any]:
 
 @router.get(POOLS_PATH)
 async def list_pools(request: Request) -> dict[str, Any]:
-    state = workspace_state(request)
-    _check_enabled(state)
+    pools = workspace_state(request).pools.all()
     params = await get_params(request)
     size = int_param(params.get("page_size") or _MAX_PAGE, "page_size")
     if not 1 <= size <= _MAX_PAGE:
         raise invalid(f"page_size must be between 1 and {_MAX_PAGE}, got {size}.")
     start = read_page_token(params.get("page_token")) or 0
-    pools = state.options.gpu_pools
     page = pools[start : start + size]
     result: dict[str, Any] = {"provisioned_capacities": [_pool_json(p) for p in page]}
     if start + size < len(pools):
@@ -76,9 +68,5 @@ async def list_pools(request: Request) -> dict[str, Any]:
 
 @router.get(POOLS_PATH + "/{pool_id}")
 async def get_pool(request: Request, pool_id: str) -> dict[str, Any]:
-    state = workspace_state(request)
-    _check_enabled(state)
-    for pool in state.options.gpu_pools:
-        if pool["pool_id"] == pool_id:
-            return _pool_json(pool, state.engine.pools.used(pool_id))
-    raise not_found(f"Provisioned capacity {pool_id} does not exist.")
+    pool, used = workspace_state(request).pools.get(pool_id)
+    return _pool_json(pool, used)

@@ -13,6 +13,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from air_runtime.local._errors import ApiError, not_found
+from air_runtime.local._options import GPU_POOLS_FEATURE, WorkspaceOptions
+
 WAITING_FOR_CAPACITY = "Waiting for GPU compute capacity to become available."
 
 
@@ -89,3 +92,29 @@ class PoolLedger:
         self._used[pool_id] = max(0, self._used[pool_id] - count)
         released, self._released = self._released, asyncio.Event()
         released.set()
+
+
+class GpuPools:
+    """The workspace's GPU pools as the API serves them: the reservations it was started
+    with, and the accelerators its attempts hold on each (the engine's ledger)."""
+
+    def __init__(self, options: WorkspaceOptions, ledger: PoolLedger) -> None:
+        self._options = options
+        self._ledger = ledger
+
+    def _check_enabled(self) -> None:
+        if GPU_POOLS_FEATURE in self._options.disabled_features:
+            raise ApiError(403, "FEATURE_DISABLED", "GPU pools are not enabled for this workspace.")
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every pool: pool_id, accelerator_type, accelerator_count."""
+        self._check_enabled()
+        return list(self._options.gpu_pools)
+
+    def get(self, pool_id: str) -> tuple[dict[str, Any], int]:
+        """The pool, and how many of its accelerators are used now."""
+        self._check_enabled()
+        for pool in self._options.gpu_pools:
+            if pool["pool_id"] == pool_id:
+                return pool, self._ledger.used(pool_id)
+        raise not_found(f"Provisioned capacity {pool_id} does not exist.")

@@ -16,6 +16,7 @@ from air_runtime.local._logs import LogBook
 from air_runtime.local._mlflow_runs import MlflowRuns
 from air_runtime.local._options import WorkspaceOptions
 from air_runtime.local._permissions import Permissions
+from air_runtime.local._pool_ledger import GpuPools
 from air_runtime.local._run_engine import RunEngine
 from air_runtime.local._runs import Runs
 from air_runtime.local._secret_store import SecretStore
@@ -59,6 +60,7 @@ class WorkspaceState:
         self.runs = Runs(
             self.store, self.engine, self.images, self.catalog_images, options, self.counters
         )
+        self.pools = GpuPools(options, self.engine.pools)
         self.mlflow = MlflowRuns(self.store, self.logbook)
         self.permissions = Permissions(self.store)
         self.usage_policies = UsagePolicies(self.store.usage_policies)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from air_runtime.local._store._database import Database
-from air_runtime.local._store._records import AccessToken, now_ms
+from air_runtime.local._store._records import AccessToken, acl_of, now_ms
 
 
 class SecretTables:
@@ -100,7 +100,7 @@ class JobAclTable:
 
     def get(self, job_id: int) -> list[dict[str, Any]]:
         rows = self._db.query("SELECT acl FROM permissions WHERE job_id = ?", (job_id,))
-        return json.loads(rows[0]["acl"]) if rows else []
+        return acl_of(rows[0] if rows else None)
 
     def update(
         self, job_id: int, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
@@ -108,7 +108,7 @@ class JobAclTable:
         """Replace the run's list with ``change`` of it, in one transaction."""
         with self._db.transaction() as db:
             row = db.execute("SELECT acl FROM permissions WHERE job_id = ?", (job_id,)).fetchone()
-            acl = change(json.loads(row["acl"]) if row else [])
+            acl = change(acl_of(row))
             db.execute(
                 "INSERT OR REPLACE INTO permissions (job_id, acl) VALUES (?, ?)",
                 (job_id, json.dumps(acl)),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from air_runtime.local._store._database import Database
-from air_runtime.local._store._records import MetricPoint, MlflowStatus
+from air_runtime.local._store._records import MetricPoint, MlflowStatus, acl_of
 
 
 class ParamConflict(Exception):
@@ -43,7 +43,7 @@ class MlflowTables:
         rows = self._db.query(
             "SELECT acl FROM experiments WHERE experiment_id = ?", (experiment_id,)
         )
-        return json.loads(rows[0]["acl"]) if rows else None
+        return acl_of(rows[0]) if rows else None
 
     def update_experiment_acl(
         self, experiment_id: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
@@ -53,7 +53,7 @@ class MlflowTables:
             row = db.execute(
                 "SELECT acl FROM experiments WHERE experiment_id = ?", (experiment_id,)
             ).fetchone()
-            acl = change(json.loads(row["acl"]))
+            acl = change(acl_of(row))
             db.execute(
                 "UPDATE experiments SET acl = ? WHERE experiment_id = ?",
                 (json.dumps(acl), experiment_id),

@@ -17,6 +17,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def acl_of(row: sqlite3.Row | None) -> list[dict[str, Any]]:
+    """The access control list a row of `permissions` or `experiments` keeps ([]: none)."""
+    return json.loads(row["acl"]) if row is not None else []
+
+
 @dataclass(frozen=True)
 class Run:
     """A submitted run: its body as submitted, and how it stands."""
@@ -36,20 +41,8 @@ class Run:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Run:
-        return cls(
-            run_id=int(row["run_id"]),
-            idempotency_token=row["idempotency_token"],
-            run_name=str(row["run_name"]),
-            body=json.loads(row["body"]),
-            life_cycle_state=str(row["life_cycle_state"]),
-            result_state=row["result_state"],
-            state_message=str(row["state_message"]),
-            start_time=int(row["start_time"]),
-            end_time=int(row["end_time"]),
-            active=bool(row["active"]),
-            cancel_requested=bool(row["cancel_requested"]),
-            mode=str(row["mode"]),
-        )
+        flags = {"active": bool(row["active"]), "cancel_requested": bool(row["cancel_requested"])}
+        return cls(**{**dict(row), **flags, "body": json.loads(row["body"])})
 
     @property
     def task_specs(self) -> list[dict[str, Any]]:
@@ -86,21 +79,11 @@ class TaskRun:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> TaskRun:
-        return cls(
-            task_run_id=int(row["task_run_id"]),
-            run_id=int(row["run_id"]),
-            task_key=str(row["task_key"]),
-            position=int(row["position"]),
-            attempt_number=int(row["attempt_number"]),
-            life_cycle_state=str(row["life_cycle_state"]),
-            result_state=row["result_state"],
-            state_message=str(row["state_message"]),
-            start_time=int(row["start_time"]),
-            end_time=int(row["end_time"]),
-            output=json.loads(row["output"] or "{}"),
-            pgids=json.loads(row["pgids"] or "[]"),
-            repair_id=int(row["repair_id"]),
-        )
+        decoded = {
+            "output": json.loads(row["output"] or "{}"),
+            "pgids": json.loads(row["pgids"] or "[]"),
+        }
+        return cls(**{**dict(row), **decoded})
 
     @property
     def mlflow_ids(self) -> dict[str, Any]:
@@ -124,16 +107,7 @@ class Repair:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Repair:
-        return cls(
-            repair_id=int(row["repair_id"]),
-            run_id=int(row["run_id"]),
-            kind=str(row["kind"]),
-            life_cycle_state=str(row["life_cycle_state"]),
-            result_state=row["result_state"],
-            state_message=str(row["state_message"]),
-            start_time=int(row["start_time"]),
-            end_time=int(row["end_time"]),
-        )
+        return cls(**dict(row))
 
 
 @dataclass(frozen=True)

@@ -29,16 +29,7 @@ class ImageTable:
         rows = self._db.query("SELECT * FROM images WHERE url = ?", (url,))
         if not rows:
             return None
-        row = rows[0]
-        return ImageRecord(
-            url=str(row["url"]),
-            registered_at=float(row["registered_at"]),
-            generation=int(row["generation"]),
-            credentials_scope=row["credentials_scope"],
-            credentials_key=row["credentials_key"],
-            outcome_state=str(row["outcome_state"]),
-            outcome_message=str(row["outcome_message"]),
-        )
+        return ImageRecord(**dict(rows[0]))
 
 
 class UsagePolicyTable:
