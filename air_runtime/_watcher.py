@@ -122,6 +122,16 @@ class TokenBucket:
         self._tokens = self.capacity
         self._stamp = time.monotonic()
 
+    def try_acquire(self, count: int = 1) -> bool:
+        """Take ``count`` tokens if they are there now; never waits, never borrows."""
+        now = time.monotonic()
+        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        if self._tokens < count:
+            return False
+        self._tokens -= count
+        return True
+
     async def acquire(self) -> None:
         now = time.monotonic()
         self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
@@ -192,12 +202,16 @@ class LineBudget:
     read (the reads are sent one at a time through the same first-come bucket), so lines take
     what the status polls leave: little while many runs all run, since a sweep then lists
     the smaller, completed side. With many runs a run's turn comes less often, never the
-    budget more."""
+    budget more. Progress reads (``progress_interval``) have ``progress_share`` of their own,
+    taken only when it is there at once."""
 
     interval: float = 15.0
     lines_per_read: int = 50
-    share: float = 0.8
+    share: float = 0.85
     progress_interval: float = 60.0
+    # Progress reads (three requests each) take only this share, and only when it has them
+    # at once: they never hold up a line read, and with many runs come less often.
+    progress_share: float = 0.05
 
 
 def _is_running(state: RunState | None) -> bool:
@@ -235,6 +249,9 @@ class RunWatcher:
         self.bucket = TokenBucket(budget_rps)
         self.lines = lines or LineBudget()
         self._lines_bucket = TokenBucket(budget_rps * self.lines.share)
+        self._progress_bucket = TokenBucket(
+            budget_rps * self.lines.progress_share, burst=_PROGRESS_REQUESTS
+        )
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
         self.line_requests = 0  # of which for live lines
         self._runs: dict[int, _Watched] = {}
@@ -471,7 +488,11 @@ class RunWatcher:
         assert watched.state is not None
         waiters = list(watched.waiters)
         now = asyncio.get_running_loop().time()
-        if any(w.on_progress for w in waiters) and watched.progress_due <= now:
+        if (
+            any(w.on_progress for w in waiters)
+            and watched.progress_due <= now
+            and self._progress_bucket.try_acquire(_PROGRESS_REQUESTS)
+        ):
             watched.progress_due = now + self.lines.progress_interval
             await self._read_progress(watched, waiters)
         if not any(w.on_lines for w in waiters):
@@ -498,7 +519,6 @@ class RunWatcher:
     async def _read_progress(self, watched: _Watched, waiters: list[_Waiter]) -> None:
         assert watched.state is not None
         for _ in range(_PROGRESS_REQUESTS):
-            await self._lines_bucket.acquire()
             await self.bucket.acquire()
         self.requests += _PROGRESS_REQUESTS
         self.line_requests += _PROGRESS_REQUESTS

@@ -141,18 +141,28 @@ def get_provider_info() -> dict[str, Any]:
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "0.25",
-                        "default": "0.8",
+                        "default": "0.85",
                     },
                     "live_progress_interval": {
                         "description": "With live_lines on, a deferred task logs its run's "
                         "training progress and time left when they change (as databricks air "
                         "get computes them from the MLflow params max_steps or "
                         "num_train_epochs and the epoch metric), read at most every this many "
-                        "seconds, within live_lines_share.",
+                        "seconds, within live_progress_share.",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "300",
                         "default": "60",
+                    },
+                    "live_progress_share": {
+                        "description": "The share of workspace_request_budget progress reads "
+                        "(three requests each) may take (0 to 1), only when it has them at "
+                        "once: they never hold up a line read, and with many runs come less "
+                        "often than live_progress_interval.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "0.1",
+                        "default": "0.05",
                     },
                     "completed_log_lines": {
                         "description": "At most this many node log lines are copied into the "

@@ -32,6 +32,7 @@ def test_provider_info_matches_airflow_schema():
         "live_lines_per_read",
         "live_lines_share",
         "live_progress_interval",
+        "live_progress_share",
         "default_secret_scope",
         "deployment_namespace",
         "submit_in_triggerer",
