@@ -15,7 +15,7 @@ LOWEST_TESTS := tests/airflow/test_airflow_provider.py tests/airflow/test_airflo
 	tests/dagster/test_ranges.py::test_a_range_run_trains_each_partition_in_its_own_task \
 	tests/dagster/test_ranges.py::test_the_last_attempt_s_reports_win_and_earlier_ones_are_observations
 
-.PHONY: venv venv-lowest services test test-lowest test-fast lint docs docs-build demo bench reliability workspace clean
+.PHONY: venv venv-lowest services test test-lowest test-next test-fast lint docs docs-build demo bench reliability workspace clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,18 @@ test: venv lint docs-build services test-lowest
 test-lowest: venv-lowest
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 
+# The Airflow and Dagster tests, their deployment tests included (what a new scheduler, API
+# server or triggerer changes shows only there), on the newest pre-release of apache-airflow and
+# Dagster's newest release, in a venv of their own resolved anew each time
+# (scripts/venv_next.py). Not part of `make test` nor CI: it tells what the next versions break.
+NEXT := .venv-next
+NEXT_TESTS := tests/airflow tests/dagster tests/e2e/test_airflow_*.py tests/e2e/test_dagster_*.py
+WORKERS ?= 2
+
+test-next: venv services
+	$(BIN)/python scripts/venv_next.py $(NEXT) $(BIN)/uv
+	$(NEXT)/bin/python -m pytest -q -p no:cacheprovider -n $(WORKERS) $(NEXT_TESTS)
+
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not e2e and not slow" -n 2
 
@@ -89,4 +101,4 @@ workspace: venv
 	$(BIN)/airo workspace --port 8765
 
 clean:
-	rm -rf $(VENV) $(LOWEST) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LOWEST) $(NEXT) .mypy_cache .ruff_cache .pytest_cache
