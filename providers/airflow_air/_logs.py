@@ -121,18 +121,27 @@ def wait_logging(
     stream: bool,
     max_gpu_hours: float | None = None,
     on_over_budget: Callable[[], None] | None = None,
+    on_update: Callable[[RunState], None] | None = None,
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
-    change and, with ``stream``, every node's lines as they come (``poll_interval`` None:
-    the client's); past ``max_gpu_hours``, ``on_over_budget`` (which cancels the run: the
-    streamer's last read waits for the run to end), then ``BudgetExceeded``."""
+    change (then telling ``on_update``) and, with ``stream``, every node's lines as they come
+    (``poll_interval`` None: the client's); past ``max_gpu_hours``, ``on_over_budget`` (which
+    cancels the run: the streamer's last read waits for the run to end), then
+    ``BudgetExceeded``."""
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
+    logger = StateLogger(log, run_id, task_key)
+
+    def on_state(state: RunState) -> None:
+        logger(state)
+        if on_update is not None:
+            on_update(state)
+
     with streaming:
         try:
             return client.wait(
                 run_id,
                 poll_interval=poll_interval,
-                on_update=StateLogger(log, run_id, task_key),
+                on_update=on_state,
                 task_key=task_key,
                 max_gpu_hours=max_gpu_hours,
             )

@@ -51,9 +51,11 @@ from airflow_air._secret_env import (
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import AirHook, completed_log_lines, submits_in_triggerer
 from airflow_air.links import (
+    MLFLOW_URL_KEY,
     RUN_ID_KEY,
     RUN_PAGE_URL_KEY,
     LinkXComs,
+    MlflowLinkReader,
     outcome_xcoms,
     return_value,
 )
@@ -418,11 +420,33 @@ class AirTaskRun(TaskRun):
                 stream=self.task.stream_logs,
                 max_gpu_hours=gpu_budget_of(self.task),
                 on_over_budget=lambda: notes.append(self._cancel_over_budget(client, record)),
+                on_update=self._mlflow_link(client),
             )
         except BudgetExceeded as exceeded:
             note = notes[0] if notes else self._cancel_over_budget(client, record)
             return self._complete(self._over_budget(record, exceeded, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
+
+    def _mlflow_link(self, client: AirClient) -> Callable[[RunState], None]:
+        """The MLflow link as soon as the run has one (``links.MlflowLinkReader``), read on
+        the state changes this wait sees anyway; never fails the wait."""
+        reader = MlflowLinkReader(self.stage)
+        ti = self.context["ti"]
+
+        def on_update(state: RunState) -> None:
+            task_run = reader.due(state)
+            if task_run is None:
+                return
+            try:
+                url = reader.read(client, task_run)
+                if url:
+                    self.links.push(ti, {MLFLOW_URL_KEY: url})
+            except Exception as exc:  # a convenience link: the wait goes on
+                self.task.log.info(
+                    "Could not write the MLflow link of run %s: %s", state.run_id, exc
+                )
+
+        return on_update
 
     def _cancel_over_budget(self, client: AirClient, record: RunRecord) -> str:
         """Cancel the run that passed its ``max_gpu_hours`` (a stage's budget cancels its

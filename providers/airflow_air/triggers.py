@@ -72,7 +72,14 @@ from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
 from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY, LinkXComs
 
 if TYPE_CHECKING:
-    from air_runtime import AsyncAirClient, Redactor, RunOutcome, RunState, TrainingProgress
+    from air_runtime import (
+        AsyncAirClient,
+        Redactor,
+        RunOutcome,
+        RunState,
+        RunWatcher,
+        TrainingProgress,
+    )
     from airflow_air._logs import LiveLines
 
 _ON_KILL_TIMEOUT_S = 20.0
@@ -177,9 +184,10 @@ class AirRunTrigger(BaseTrigger):
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
         self._submitting: asyncio.Future[Any] | None = None
-        # The run's XComs this trigger wrote when it submitted, or could not write
-        # (``run_pending``): told to the worker that resumes in the event.
+        # The XComs this trigger wrote (the run's when it submitted, the MLflow link), or
+        # could not write (``run_pending``): told to the worker that resumes in the event.
         self._links = LinkXComs()
+        self._link_reads: set[asyncio.Future[None]] = set()  # MLflow link reads under way
         self._live: LiveLines | None = None  # the node lines shown while the run ran
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -234,7 +242,7 @@ class AirRunTrigger(BaseTrigger):
             state = await watcher.wait(
                 self.run_id,
                 deadline=self.deadline,
-                on_update=self._on_update(),
+                on_update=self._on_update(None if inline else self._mlflow_link(watcher)),
                 task_key=self.task_key,
                 on_lines=self._on_lines(),
                 on_progress=self._on_progress(),
@@ -292,6 +300,8 @@ class AirRunTrigger(BaseTrigger):
                 f"{type(exc).__name__}: {exc}",
                 self.task_key,
             )
+        for read in list(self._link_reads):  # the worker that resumes writes what they did not
+            read.cancel()
         event = outcome.to_event()
         if refused:
             event["refused"] = True
@@ -346,7 +356,7 @@ class AirRunTrigger(BaseTrigger):
             xcoms = success_xcoms(outcome, push_return_value=self.push_return_value)
             if self._links.run_pending:
                 xcoms = {RUN_ID_KEY: self.run_id, RUN_PAGE_URL_KEY: self.run_page_url, **xcoms}
-            xcoms = self._links.unwritten(xcoms)
+            xcoms = self._links.unwritten(xcoms)  # the MLflow link, when it did not change
         except Exception as exc:  # never fail a run that succeeded
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
@@ -401,9 +411,11 @@ class AirRunTrigger(BaseTrigger):
                 )
             )
 
-    def _on_update(self) -> Callable[[RunState], None]:
+    def _on_update(
+        self, on_state: Callable[[RunState], None] | None = None
+    ) -> Callable[[RunState], None]:
         """Each state change into the triggerer's log (redacted), remembered for the
-        timeout message; a stage's line says its task's state too."""
+        timeout message (a stage's line says its task's state too), then to ``on_state``."""
         from air_runtime import RedactingLog
         from airflow_air._logs import StateLogger
 
@@ -412,17 +424,47 @@ class AirRunTrigger(BaseTrigger):
         def on_update(state: RunState) -> None:
             self._seen(state)
             logger(state)
+            if on_state is not None:
+                on_state(state)
 
         return on_update
 
+    def _mlflow_link(self, watcher: RunWatcher) -> Callable[[RunState], None]:
+        """The MLflow link as soon as the run has one (``links.MlflowLinkReader``): its XCom
+        written from here, with no worker, each read within the shared watcher's request
+        budget. Not under the in-process runner (no XCom writes from a trigger there)."""
+        from airflow_air.links import MLFLOW_URL_KEY, MlflowLinkReader
+
+        reader = MlflowLinkReader(self.task_key)
+
+        async def write(task_run: int) -> None:
+            url = await reader.aread(watcher.client, task_run, watcher.bucket.acquire)
+            if not url or not self._links.unwritten({MLFLOW_URL_KEY: url}):
+                return
+            try:
+                await self._push_xcoms({MLFLOW_URL_KEY: url})
+            except Exception as exc:  # the task writes it when it ends
+                self.log.info("Could not write the MLflow link: %s", self.redact(f"{exc!r}"))
+                return
+            self._links.wrote({MLFLOW_URL_KEY: url})
+
+        def on_state(state: RunState) -> None:
+            task_run = reader.due(state)
+            if task_run is not None:
+                read = asyncio.ensure_future(write(task_run))
+                self._link_reads.add(read)
+                read.add_done_callback(self._link_reads.discard)
+
+        return on_state
+
     def _on_lines(self) -> LiveLines | None:
-        """The run's node lines into the triggerer's log (redacted) while it runs, when
-        ``[air] live_lines`` is on; a stage's wait shows its lines at its end only."""
+        """The run's (the stage's) node lines into the triggerer's log (redacted) while it
+        runs, when ``[air] live_lines`` is on."""
         from air_runtime import RedactingLog
         from airflow_air._logs import LiveLines
         from airflow_air.hooks import live_lines
 
-        if not self.stream_logs or self.task_key is not None or live_lines() is None:
+        if not self.stream_logs or live_lines() is None:
             return None
         self._live = LiveLines(RedactingLog(self.log, self.redact), self.run_id)
         return self._live
