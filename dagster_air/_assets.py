@@ -176,6 +176,8 @@ def build_air_assets(
     output_env: str | None = None,
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
     op_description: str | None = None,
+    accelerator_pool: str | None = None,
+    max_gpu_hours: float | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -211,7 +213,17 @@ def build_air_assets(
             and a run retry (``dagster/max_retries``) likewise train only the stages and
             partitions their parent runs did not materialize, and adopt a remote run a
             parent started that is still going; "Re-execute all" trains everything again.
-        pool: the Dagster concurrency pool of the step (limits concurrent GPU runs).
+        pool: the Dagster concurrency pool of the step (one slot per step, whatever its
+            size; see ``accelerator_pool`` to count accelerators).
+        accelerator_pool: a Dagster pool counted in accelerators: before submitting, the
+            step waits for one slot of it per accelerator its runs ask for at once, and holds
+            them until its runs end, so steps of mixed sizes never ask a GPU pool for more
+            than the pool's limit (sized from the GPU pool's reservation when unset). Not
+            the same pool as ``pool``.
+        max_gpu_hours: the most GPU-hours (accelerators x elapsed, every attempt) one
+            remote run of the step may use (in a range run: each partition's task): past it
+            the run is cancelled and the step fails saying so. A stage's own budget:
+            ``AirStage.max_gpu_hours``.
         op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
@@ -236,7 +248,8 @@ def build_air_assets(
         secret_env=secret_env, resource_key=resource_key, log_node=log_node, run_env=run_env,
         retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
         io_manager_key=io_manager_key, output_env=output_env,
-        max_tasks_per_run=max_tasks_per_run,
+        max_tasks_per_run=max_tasks_per_run, accelerator_pool=accelerator_pool,
+        max_gpu_hours=max_gpu_hours,
     )  # fmt: skip
     return air_assets(stage_list, options, name=name, check_specs=check_specs,
                       op_description=op_description)  # fmt: skip
@@ -324,6 +337,8 @@ def air_workload_asset(
     io_manager_key: str | None = None,
     output_env: str | None = None,
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
+    accelerator_pool: str | None = None,
+    max_gpu_hours: float | None = None,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -373,6 +388,7 @@ def air_workload_asset(
             run_env=run_env, retry_policy=retry_policy, pool=pool, op_tags=op_tags,
             backfill_policy=backfill_policy, io_manager_key=io_manager_key,
             output_env=output_env, max_tasks_per_run=max_tasks_per_run,
+            accelerator_pool=accelerator_pool, max_gpu_hours=max_gpu_hours,
         )  # fmt: skip
         workflow, specs, checks = _workflow_and_specs(
             fn.__name__, stage_list, options, stage_checks

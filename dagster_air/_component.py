@@ -9,6 +9,8 @@ attributes:
   checks: [{name: loss_below_threshold, blocking: true}]   # reported through Dagster Pipes
   secret_env: {HF_TOKEN: HF_TOKEN}
   pool: gpu                             # also retry_policy, backfill_policy, io_manager_key
+  accelerator_pool: gpu-a10             # one slot per accelerator, taken before submitting
+  max_gpu_hours: 40                     # the run is cancelled past it
 ```
 
 or ``stages:`` (each with ``key``, ``workload``, ``depends_on``, ``asset``, ``checks``...)
@@ -215,6 +217,13 @@ class AirStageArgs(dg.Resolvable, dg.Model):
         list[AirCheckArgs],
         _described("Asset checks of this stage's asset: {name, blocking, description}."),
     ] = Field(default_factory=list)
+    max_gpu_hours: Annotated[
+        float | None,
+        _described(
+            "Most GPU-hours (accelerators x elapsed, every attempt) this stage's task may "
+            "use: past it the run is cancelled and the step fails."
+        ),
+    ] = None
 
 
 class AirWorkloadScaffoldParams(BaseModel):
@@ -397,7 +406,23 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
     ] = None
     pool: Annotated[
         str | None,
-        _described("Dagster concurrency pool of the step (limits GPU runs); same as op.pool."),
+        _described("Dagster concurrency pool of the step (one slot per step); same as op.pool."),
+    ] = None
+    accelerator_pool: Annotated[
+        str | None,
+        _described(
+            "Dagster pool counted in accelerators: the step waits for one slot per "
+            "accelerator its runs ask for before submitting (sized from the GPU pool when "
+            "unset). Not the step's pool."
+        ),
+    ] = None
+    max_gpu_hours: Annotated[
+        float | None,
+        _described(
+            "Most GPU-hours (accelerators x elapsed, every attempt) one remote run of the "
+            "step may use (a range run: each partition's task): past it the run is "
+            "cancelled and the step fails."
+        ),
     ] = None
     backfill_policy: Annotated[
         AirBackfillPolicyArgs | None,
@@ -470,6 +495,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
                     overrides=s.overrides,
                     asset_attributes=s.asset or {},
                     check_specs=_check_specs(s.checks),
+                    max_gpu_hours=s.max_gpu_hours,
                 )
                 for s in self.stages
             ]
@@ -543,6 +569,8 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             io_manager_key=self.io_manager_key,
             output_env=self.output_env,
             max_tasks_per_run=self.max_tasks_per_run,
+            accelerator_pool=self.accelerator_pool,
+            max_gpu_hours=self.max_gpu_hours,
         )
         assets = air_assets(
             self._stages(context), options, name=op["name"], op_description=op["op_description"]

@@ -44,6 +44,9 @@ class AirStage:
             stage's). The workload reports their results through
             Dagster Pipes (``report_asset_check``); ``blocking=True`` keeps downstream assets
             of the same run from materializing when the check fails.
+        max_gpu_hours: the most GPU-hours (accelerators x elapsed, every attempt) this
+            stage's task may use: past it the run is cancelled (the platform cancels whole
+            runs) and the step fails saying so. The asset's ``max_gpu_hours`` bounds the run.
     """
 
     key: str
@@ -54,6 +57,7 @@ class AirStage:
     deps: Sequence[dg.AssetKey | str | Sequence[str] | dg.AssetSpec | dg.AssetsDefinition] = ()
     asset_attributes: Mapping[str, Any] = field(default_factory=dict)
     check_specs: Sequence[dg.AssetCheckSpec | str | Mapping[str, Any]] = ()
+    max_gpu_hours: float | None = None
 
     def __post_init__(self) -> None:
         # The task key rule of the plan, so a bad key fails at `dg check defs`, not mid-run.
@@ -65,6 +69,15 @@ class AirStage:
         if self.run_if not in RUN_IF_VALUES:
             raise dg.DagsterInvalidDefinitionError(
                 f"stage {self.key!r}: run_if {self.run_if!r} is not one of {', '.join(RUN_IF_VALUES)}"
+            )
+        if self.max_gpu_hours is not None and (
+            isinstance(self.max_gpu_hours, bool)
+            or not isinstance(self.max_gpu_hours, int | float)
+            or not 0 < self.max_gpu_hours < float("inf")
+        ):
+            raise dg.DagsterInvalidDefinitionError(
+                f"stage {self.key!r}: max_gpu_hours {self.max_gpu_hours!r}: give a positive "
+                "number of GPU-hours (accelerators x hours)"
             )
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
         # A check_specs attribute among the spec attributes (AssetSpec has none) joins the

@@ -23,6 +23,7 @@ import dataclasses
 import queue
 import re
 import sys
+import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from air_runtime import (
     AirClient,
     AirError,
     AuthError,
+    BudgetExceeded,
     ConfigurationError,
     Redactor,
     RunFailed,
@@ -45,6 +47,7 @@ from air_runtime import (
     Workload,
 )
 
+from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import submission_key, terminal_failure_observation
@@ -136,6 +139,9 @@ class AirStep:
         self._client: AirClient | None = None
         self._attempts_seen: set[tuple[str, int]] = set()
         self._last_state: RunState | None = None
+        self.accelerators: AcceleratorClaim | None = None
+        # run id -> why it was cancelled: it passed its (or a task's) max_gpu_hours
+        self._over_budget: dict[int, str] = {}
         # asset -> partition -> (Dagster run, metadata) its lineage materialized
         self._materialized: dict[dg.AssetKey, dict[str | None, tuple[str, dict[str, Any]]]] = {}
 
@@ -168,11 +174,13 @@ class AirStep:
                         writers = sum(w.num_nodes for w in workloads.values())  # one per node
                         self.pipes = stack.enter_context(open_step_pipes(self.context, writers))
                     for run in self.runs:
-                        assert run.submitted is not None
-                        run.state = yield from self._wait(run.submitted)
+                        run.state = yield from self._wait(run)
                 except DagsterExecutionInterruptedError:
                     yield from self._interrupted(client)
                     raise
+                finally:  # the runs have ended (or were cancelled): their accelerators too
+                    if self.accelerators is not None:
+                        self.accelerators.release()
                 for run in self.runs:
                     run.submission.finish(client, run.state)
             results = list(self._results(client, workloads))
@@ -267,6 +275,7 @@ class AirStep:
         context = self.context
         workloads = self.row_workloads.of_rows()
         self.redact = client.redactor.with_values(())
+        self._hold_accelerators(client, workloads)
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
         plan_runs = {(r.index, r.task_keys) for r in self.plan.runs}
@@ -332,6 +341,57 @@ class AirStep:
 
     def _redact_text(self, text: str) -> str:
         return self.redact(text)
+
+    def _hold_accelerators(self, client: AirClient, workloads: Mapping[str, Workload]) -> None:
+        """Wait for the step's accelerators in its ``accelerator_pool`` (``_accelerators``):
+        one slot per accelerator its runs hold at once, before anything is submitted."""
+        pool = self.options.accelerator_pool
+        if pool is None:
+            return
+        instance = self.context.instance
+        if not instance.event_log_storage.supports_global_concurrency_limits:
+            self.context.log.warning(
+                f"accelerator_pool {pool}: this Dagster instance keeps no concurrency slots "
+                "(an ephemeral instance): the step is not capped"
+            )
+            return
+        count = sum(
+            peak_accelerators(
+                {
+                    row.task_key: (workloads[row.task_key].compute.num_accelerators, row.depends_on)
+                    for row in self.plan.rows_of(run)
+                }
+            )
+            for run in self.plan.runs
+        )
+        gpu_pools = gpu_pools_of(workloads.values())
+
+        def size() -> tuple[int, str]:
+            if len(gpu_pools) != 1:
+                named = ", ".join(sorted(p or "(the workspace's only pool)" for p in gpu_pools))
+                raise dg.Failure(
+                    description=(
+                        f"accelerator pool {pool} has no limit and this step's workloads use "
+                        f"several GPU pools ({named}): set it with dagster instance "
+                        f"concurrency set {pool} <accelerators>"
+                    ),
+                    allow_retries=False,
+                )
+            (gpu_pool_id,) = gpu_pools
+            try:
+                gpu_pool = client.get_gpu_pool(gpu_pool_id)
+            except AirError as error:
+                raise dg.Failure(
+                    description=f"cannot size accelerator pool {pool} from its GPU pool: "
+                    f"{self.redact(str(error))}",
+                    allow_retries=error.retryable,
+                ) from None
+            return gpu_pool.reserved_accelerators, f"GPU pool {gpu_pool.pool_id}"
+
+        self.accelerators = AcceleratorClaim(
+            instance, pool, self.context.run_id, self.step_key, count, self.context.log
+        )
+        self.accelerators.acquire(size)
 
     def _secret_values(self, client: AirClient) -> dict[str, str]:
         """The secret_env values (resolved where the step runs), redacted from then on."""
@@ -443,16 +503,21 @@ class AirStep:
 
     # --- the wait -------------------------------------------------------------------
 
-    def _wait(self, submitted: SubmittedRun) -> Generator[AirEvent, None, RunState]:
+    def _wait(self, run: RemoteRun, budgets: bool = True) -> Generator[AirEvent, None, RunState]:
+        submitted = run.submitted
+        assert submitted is not None
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        run_budget, task_budgets = self._budgets(run) if budgets else (None, {})
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed. The queue is this step's alone: whichever step's wait
-        # the shared watcher serves, what it sees of this run lands here.
+        # the shared watcher serves, what it sees of this run lands here. After a cancel
+        # over budget the rest of the logs is not read again.
         future = watch_in_background(
             self.workspace,
             submitted.run_id,
             events,
-            follow_logs=self.workspace.stream_logs or self.pipes is not None,
+            follow_logs=budgets and (self.workspace.stream_logs or self.pipes is not None),
+            max_gpu_hours=run_budget,
         )
         try:
             while True:
@@ -462,6 +527,14 @@ class AirStep:
                     break
                 except concurrent.futures.TimeoutError:
                     self._recheck_blocking(submitted.run_id)
+                    exceeded = self._task_over_budget(submitted.run_id, task_budgets)
+                except BudgetExceeded as error:
+                    exceeded = error
+                if exceeded is not None:
+                    future.cancel()
+                    yield from self._drain(events, submitted.run_id)
+                    self._cancel_over_budget(run, exceeded)
+                    return (yield from self._wait(run, budgets=False))
             yield from self._drain(events, submitted.run_id)
             # The end as any state the wait shows: blocking checks first, then the attempts.
             self._last_state = state
@@ -471,6 +544,68 @@ class AirStep:
         except BaseException:
             future.cancel()  # stop following this run on the background loop
             raise
+
+    def _budgets(self, run: RemoteRun) -> tuple[float | None, dict[str, float]]:
+        """The run's ``max_gpu_hours`` (the shared watcher checks it) and its tasks' (checked
+        here from the states the watcher reads): each stage's own; in a range run the
+        asset's bounds each partition's task instead of the whole run."""
+        asset = self.options.max_gpu_hours
+        tasks: dict[str, float] = {}
+        for row in self.plan.rows_of(run.planned):
+            limits = [row.stage.stage.max_gpu_hours]
+            if self.plan.is_range:
+                limits.append(asset)
+            given = [float(x) for x in limits if x is not None]
+            if given:
+                tasks[row.task_key] = min(given)
+        return (None if self.plan.is_range or asset is None else float(asset)), tasks
+
+    def _task_over_budget(self, run_id: int, budgets: Mapping[str, float]) -> BudgetExceeded | None:
+        """A task of the run past its budget, computed from the last state the wait saw
+        (no request); a breach is confirmed with one read of the run, as the watcher does
+        (that state may predate the task's end)."""
+        state = self._last_state
+        if not budgets or state is None or state.run_id != run_id or state.is_terminal:
+            return None
+        for confirming in (False, True):
+            now_ms = int(time.time() * 1000)
+            over = [
+                (key, used, hours)
+                for key, hours in budgets.items()
+                if not state.has_ended(key) and (used := state.gpu_hours(key, now_ms)) > hours
+            ]
+            if not over:
+                return None
+            if confirming or self._client is None:
+                break
+            try:
+                state = self._last_state = self._client.get_run(run_id)
+            except AirError as error:
+                self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
+                return None
+        key, used, hours = over[0]
+        return BudgetExceeded(run_id, used, hours, task_key=key)
+
+    def _cancel_over_budget(self, run: RemoteRun, exceeded: BudgetExceeded) -> None:
+        """Cancel a run that passed its budget (a task's budget cancels its whole run: the
+        platform cancels runs, not tasks); the step fails saying so once the run ended."""
+        submitted = run.submitted
+        assert submitted is not None and self._client is not None
+        try:
+            run.submission.cancel(
+                self._client,
+                wait_s=self.workspace.cancel_wait,
+                poll_interval=min(1.0, self.workspace.poll_interval),
+            )
+        except AirError as error:
+            message = (
+                f"{exceeded}; cancelling run {submitted.run_id} failed: {self.redact(str(error))}"
+            )
+            self.context.log.error(message)
+            raise dg.Failure(description=message, allow_retries=False) from None
+        message = f"{exceeded}; cancelled"
+        self.context.log.warning(message)
+        self._over_budget[submitted.run_id] = message
 
     def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
         while True:
@@ -645,6 +780,8 @@ class AirStep:
         checks = tuple(reports.checks) if reports is not None else ()
         if row.task_key in blocked:
             return RowResult(row, checks=checks, failure=blocked[row.task_key])
+        if submitted.run_id in self._over_budget:
+            return RowResult(row, checks=checks, failure=self._over_budget[submitted.run_id])
         task = state.task(row.task_key)
         succeeded = task.is_success if task is not None else state.is_success
         try:
@@ -867,6 +1004,8 @@ class AirStep:
                     f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())
                 )
             )
+        elif first.submitted.run_id in self._over_budget:
+            message = self._over_budget[first.submitted.run_id]
         else:
             state = first.state
             try:
@@ -876,7 +1015,11 @@ class AirStep:
                 message = str(error)
             except AirError as error:
                 message = f"run {first.submitted.run_id} ended {state.describe()} ({error})"
-        raise dg.Failure(description=self.redact(message), metadata=metadata)
+        # A run cancelled over its budget is not retried: a retry would spend as much again.
+        retry = not any(
+            run.submitted.run_id in self._over_budget for run in failing if run.submitted
+        )
+        raise dg.Failure(description=self.redact(message), metadata=metadata, allow_retries=retry)
 
     def _failed_asset(self, run: RemoteRun, failed: list[RowResult]) -> dg.AssetKey:
         """The asset of the run's failed task (the first failed row's otherwise)."""

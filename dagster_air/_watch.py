@@ -62,9 +62,11 @@ async def watch_run(
     events: queue.SimpleQueue[tuple[str, Any]],
     log_node: int | None,
     follow_logs: bool = True,
+    max_gpu_hours: float | None = None,
 ) -> RunState:
     """Wait for the run to end through the shared watcher, following every node's logs
-    (only ``log_node``'s when set)."""
+    (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
+    the states it reads anyway): ``BudgetExceeded``, the run left going."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -79,6 +81,7 @@ async def watch_run(
             on_progress=(lambda p: events.put(("progress", p)))
             if workspace.progress_interval
             else None,
+            max_gpu_hours=max_gpu_hours,
         )
         ended.set()
         if follower is not None:
@@ -95,9 +98,10 @@ def watch_in_background(
     run_id: int,
     events: queue.SimpleQueue[tuple[str, Any]],
     follow_logs: bool,
+    max_gpu_hours: float | None = None,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
     ``request_budget``), while the step's main thread stays free to receive Dagster's
     interrupt on run termination."""
-    return run_in_background(watch_run(workspace, run_id, events, None, follow_logs))
+    return run_in_background(watch_run(workspace, run_id, events, None, follow_logs, max_gpu_hours))

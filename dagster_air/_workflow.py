@@ -4,6 +4,7 @@ its stages, validated, each with the asset it materializes."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import dagster as dg
 
 from air_runtime import Workload
 
+from ._accelerators import ADMISSION_SUFFIX
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, DEFAULT_PARTITION_ENV, PartitionParameters
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
@@ -20,6 +22,17 @@ from ._translator import DagsterAirTranslator
 # A Databricks job run holds at most 1,000 tasks (the Jobs API limit): a larger cap is
 # refused when the definitions load.
 MAX_TASKS_PER_RUN_LIMIT = 1000
+
+
+def check_gpu_hours(value: object, what: str) -> None:
+    """A GPU-hour budget is a positive, finite number (or None), checked when the
+    definitions load."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise dg.DagsterInvalidDefinitionError(
+            f"{what} {value!r}: give a positive number of GPU-hours (accelerators x hours)"
+        )
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class AirAssetOptions:
     io_manager_key: str | None = None
     output_env: str | None = None
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
+    accelerator_pool: str | None = None
+    max_gpu_hours: float | None = None
 
     @property
     def ranges(self) -> bool:
@@ -68,6 +83,19 @@ class AirAssetOptions:
                 f"{MAX_TASKS_PER_RUN_LIMIT} (a Databricks job run holds at most "
                 f"{MAX_TASKS_PER_RUN_LIMIT} tasks)"
             )
+        if self.accelerator_pool is not None:
+            name = self.accelerator_pool
+            if not isinstance(name, str) or not name.strip() or name.endswith(ADMISSION_SUFFIX):
+                raise dg.DagsterInvalidDefinitionError(
+                    f"accelerator_pool {name!r}: name a Dagster pool (not ending in "
+                    f"{ADMISSION_SUFFIX}, the name of its admission slot)"
+                )
+            if name in (self.pool, (self.op_tags or {}).get("dagster/concurrency_key")):
+                raise dg.DagsterInvalidDefinitionError(
+                    f"accelerator_pool {name!r} is also the step's pool: Dagster would take "
+                    "one more slot of it per step, on top of the step's accelerators"
+                )
+        check_gpu_hours(self.max_gpu_hours, "max_gpu_hours")
         if self.ranges and stages > cap:
             raise dg.DagsterInvalidDefinitionError(
                 f"a backfill of a partition range runs every stage once per partition, but the "
