@@ -319,11 +319,11 @@ class RunWatcher:
         """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
         return the state that shows it (success or not).
 
-        ``on_update`` hears each state change; ``on_lines`` the run's newest node lines
-        while it runs and ``on_progress`` its training progress when it changes (read at
-        most every ``LineBudget.progress_interval``), both within the watcher's
-        ``LineBudget`` (a whole run's wait only). All are called in the context of the task
-        that waits.
+        ``on_update`` hears each state change; ``on_lines`` the run's (the stage's) newest
+        node lines while it runs and ``on_progress`` its training progress when it changes
+        (read at most every ``LineBudget.progress_interval``; a whole run's wait only), both
+        within the watcher's ``LineBudget``. All are called in the context of the task that
+        waits.
 
         ``deadline`` is a wall-clock time (``time.time()``), so it survives serialization
         (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
@@ -345,6 +345,7 @@ class RunWatcher:
                 on_update,
                 max_gpu_hours,
                 stop_deterministic_retries,
+                None if on_lines is None else _in_waiter_context(on_lines),
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -406,9 +407,12 @@ class RunWatcher:
         on_update: OnUpdate | None,
         max_gpu_hours: float | None,
         stop_deterministic_retries: bool,
+        on_lines: OnLines | None = None,
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
-        states, so a stage reads runs/get itself, within this watcher's request budget."""
+        states, so a stage reads runs/get itself, within this watcher's request budget; its
+        task's newest lines (``on_lines``) are read between its polls, at most every
+        ``LineBudget.interval``, within the line share."""
         loop = until_ended(
             run_id,
             poll_interval=self.interval,
@@ -421,16 +425,30 @@ class RunWatcher:
             stop_deterministic_retries=stop_deterministic_retries,
         )
         request = next(loop)
+        streams: dict[tuple[str, int, int], LineStream] = {}
+        lines_due = 0.0
+        state: RunState | None = None
         while True:
             answer: Any = None
             if isinstance(request, Pause):
-                await asyncio.sleep(request.seconds)
+                now = asyncio.get_running_loop().time()
+                if on_lines is not None and state is not None and lines_due <= now:
+                    lines_due = now + self.lines.interval
+                    try:
+                        await self._read_streams(streams, state, task_key, [on_lines])
+                    except AuthError:
+                        raise
+                    except Exception as error:  # lines are a convenience: the wait goes on
+                        logger.debug("live lines of run %s: %s", run_id, error)
+                await asyncio.sleep(
+                    max(0.0, request.seconds - (asyncio.get_running_loop().time() - now))
+                )
             elif isinstance(request, Examine):
                 answer = await self._diagnose(request)
             else:
                 await self.bucket.acquire()
                 self.requests += 1
-                answer = await self.client.get_run(run_id)
+                answer = state = await self.client.get_run(run_id)
             try:
                 request = loop.send(answer)
             except StopIteration as stop:
@@ -495,26 +513,36 @@ class RunWatcher:
         ):
             watched.progress_due = now + self.lines.progress_interval
             await self._read_progress(watched, waiters)
-        if not any(w.on_lines for w in waiters):
-            return
-        for stream in running_streams(watched.state, None):
-            kept = watched.streams.setdefault(stream.key, stream)
+        hearing = [w.on_lines for w in waiters if w.on_lines is not None]
+        if hearing and not await self._read_streams(watched.streams, watched.state, None, hearing):
+            watched.lines_due = math.inf  # the workspace serves no logs: stop asking
+
+    async def _read_streams(
+        self,
+        streams: dict[tuple[str, int, int], LineStream],
+        state: RunState,
+        task_key: str | None,
+        hearing: list[OnLines],
+    ) -> bool:
+        """One read of each running node stream of the run (of the stage ``task_key``), the
+        newest lines to each of ``hearing``; False when the workspace serves no logs."""
+        for stream in running_streams(state, task_key):
+            kept = streams.setdefault(stream.key, stream)
             await self._lines_bucket.acquire()
             await self.bucket.acquire()
             self.requests += 1
             self.line_requests += 1
             read = await self.client.read_newest_lines(kept, self.lines.lines_per_read)
-            if read is None:  # the workspace serves no logs: stop asking for this run
-                watched.lines_due = math.inf
-                return
+            if read is None:
+                return False
             if not read.records and not read.passed_over:
                 continue
-            for waiter in list(watched.waiters):
-                if waiter.on_lines is not None:
-                    try:
-                        waiter.on_lines(read.records, read.passed_over)
-                    except Exception:
-                        logger.exception("on_lines callback for run %s failed", watched.run_id)
+            for on_lines in hearing:
+                try:
+                    on_lines(read.records, read.passed_over)
+                except Exception:
+                    logger.exception("on_lines callback for run %s failed", state.run_id)
+        return True
 
     async def _read_progress(self, watched: _Watched, waiters: list[_Waiter]) -> None:
         assert watched.state is not None

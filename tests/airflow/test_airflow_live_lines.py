@@ -69,6 +69,60 @@ def _text(task_log) -> str:
     return task_log.text()
 
 
+def test_a_deferred_workflow_stage_shows_its_own_lines_while_it_runs(
+    workspace, task_log, monkeypatch, tmp_path
+):
+    """A stage's trigger (``task_key``) shows its task's lines live, and only its task's: the
+    two stages of one run run side by side, each held until released."""
+    from airflow_air.triggers import AirRunTrigger
+
+    from air_runtime import Stage
+
+    monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
+    release = tmp_path / "release"
+
+    def stage(name: str) -> Stage:
+        command = (
+            f'echo "{name} rank $POD_RANK first"\n'
+            f'while [ ! -e "{release}" ]; do sleep 0.2; done\n'
+            f'echo "{name} rank $POD_RANK last"\n'
+        )
+        workload = load_workload(
+            {
+                "experiment_name": "live_stages",
+                "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+                "max_retries": 0,
+                "command": command,
+            }
+        )
+        return Stage(name, workload)
+
+    with AirClient(workspace.host, workspace.token) as client:
+        run_id = client.submit_workload([stage("train"), stage("judge")]).run_id
+    trigger = AirRunTrigger(run_id, poll_interval=0.2, cancel_on_kill=False, task_key="train")
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(anext(events))
+        deadline = time.monotonic() + 120
+        while "train node 0 attempt 0] train rank 0 first" not in _text(task_log):
+            assert not waiting.done(), waiting.result()
+            assert time.monotonic() < deadline, _text(task_log)
+            await asyncio.sleep(0.1)
+        with AirClient(workspace.host, workspace.token) as client:
+            assert client.get_run(run_id).task("train").life_cycle_state == "RUNNING"
+        release.touch()
+        event = await waiting
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload["status"] == "success", payload
+    assert set(payload["shown_lines"]) == {"train/0/0"}, payload
+    log = _text(task_log)
+    assert log.count("train rank 0 first") == 1 and "judge rank" not in log, log
+
+
 def test_a_deferred_task_logs_its_run_s_training_progress(
     workspace, task_log, monkeypatch, tmp_path
 ):
