@@ -458,13 +458,13 @@ class AirRunTrigger(BaseTrigger):
         return on_state
 
     def _on_lines(self) -> LiveLines | None:
-        """The run's node lines into the triggerer's log (redacted) while it runs, when
-        ``[air] live_lines`` is on; a stage's wait shows its lines at its end only."""
+        """The run's (the stage's) node lines into the triggerer's log (redacted) while it
+        runs, when ``[air] live_lines`` is on."""
         from air_runtime import RedactingLog
         from airflow_air._logs import LiveLines
         from airflow_air.hooks import live_lines
 
-        if not self.stream_logs or self.task_key is not None or live_lines() is None:
+        if not self.stream_logs or live_lines() is None:
             return None
         self._live = LiveLines(RedactingLog(self.log, self.redact), self.run_id)
         return self._live
