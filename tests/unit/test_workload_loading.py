@@ -51,7 +51,14 @@ VALID_YAML_AS_UPLOADED = textwrap.dedent(
 
 def test_env_values_keep_literal_text() -> None:
     w = load_workload(VALID_YAML)
-    assert w.env_variables == {"RANK": "0", "X": "1.50", "B": "yes", "T": "true", "N": "0x1F", "Q": "quoted"}
+    assert w.env_variables == {
+        "RANK": "0",
+        "X": "1.50",
+        "B": "yes",
+        "T": "true",
+        "N": "0x1F",
+        "Q": "quoted",
+    }
     assert w.source_text == VALID_YAML_AS_UPLOADED
 
 
@@ -93,7 +100,10 @@ def test_problem_lines_and_columns() -> None:
         """
     )
     problems = {p.path: p for p in problems_of(text)}
-    assert (problems["compute.num_accelerators"].line, problems["compute.num_accelerators"].column) == (4, 21)
+    assert (
+        problems["compute.num_accelerators"].line,
+        problems["compute.num_accelerators"].column,
+    ) == (4, 21)
     assert "must be a multiple of 8, got 12" in problems["compute.num_accelerators"].message
     assert (problems["containers"].line, problems["containers"].column) == (7, 3)
     assert problems["containers[1].unity_catalog_image"].line == 13
@@ -121,8 +131,14 @@ def test_rank_problem_line() -> None:
     problems = problems_of(text)
     by_message = {p.message: p for p in problems}
     out_of_range = next(p for m, p in by_message.items() if "rank 3" in m)
-    assert (out_of_range.path, out_of_range.line, out_of_range.column) == ("containers[1].ranks", 9, 12)
-    twice = next(p for m, p in by_message.items() if "rank 0 is assigned to containers 'a' and 'b'" in m)
+    assert (out_of_range.path, out_of_range.line, out_of_range.column) == (
+        "containers[1].ranks",
+        9,
+        12,
+    )
+    twice = next(
+        p for m, p in by_message.items() if "rank 0 is assigned to containers 'a' and 'b'" in m
+    )
     assert twice.line == 9
     unassigned = next(p for m, p in by_message.items() if "rank 1 is not assigned" in m)
     assert unassigned.path == "containers"
@@ -231,10 +247,14 @@ def test_syntax_error_has_location() -> None:
     assert "YAML syntax error" in problem.message
 
 
-def test_python_tags_never_run() -> None:
-    problem = only_problem("a: !!python/object/apply:os.system ['false']\n")
-    assert problem.path == "a"
-    assert problem.line == 1
+def test_python_tags_never_run(tmp_path: Path) -> None:
+    """The tag would create a file if it ran; the one problem is the tag itself (an unknown
+    key ``a`` alone would be a problem at the same place, ran or not)."""
+    trace = tmp_path / "ran"
+    problem = only_problem(f"a: !!python/object/apply:os.system ['touch {trace}']\n")
+    assert (problem.path, problem.line) == ("a", 1)
+    assert "unsupported YAML tag" in problem.message and "python/object/apply" in problem.message
+    assert not trace.exists()
 
 
 @pytest.mark.parametrize("source", [42, None, ["a"], 3.5, object()])
@@ -247,8 +267,16 @@ def test_non_workload_sources(source: object) -> None:
 
 
 def test_overrides_strings_and_mapping() -> None:
-    w = load_workload(VALID_YAML, ["compute.num_accelerators=4", "env_variables.FOO=bar", "parameters.lr=0.1",
-                                   "env_variables.X=1.50", "max_retries=0"])
+    w = load_workload(
+        VALID_YAML,
+        [
+            "compute.num_accelerators=4",
+            "env_variables.FOO=bar",
+            "parameters.lr=0.1",
+            "env_variables.X=1.50",
+            "max_retries=0",
+        ],
+    )
     assert w.compute.num_accelerators == 4
     assert w.env_variables["FOO"] == "bar"
     assert w.env_variables["X"] == "1.50"
@@ -261,8 +289,11 @@ def test_overrides_strings_and_mapping() -> None:
 
 
 def test_override_into_list() -> None:
-    data = minimal(command=..., compute={"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
-                   containers=[{"name": "a", "unity_catalog_image": "a.b.c:1", "command": "x"}])
+    data = minimal(
+        command=...,
+        compute={"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+        containers=[{"name": "a", "unity_catalog_image": "a.b.c:1", "command": "x"}],
+    )
     w = load_workload(data, ["containers[0].command=echo changed"])
     assert w.containers is not None and w.containers[0].command == "echo changed"
 
@@ -290,7 +321,10 @@ def test_with_overrides_and_with_secrets() -> None:
     assert (w.num_nodes, w2.num_nodes) == (2, 4)
     w3 = w.with_secrets({"RANK": "scope/rank", "HF_TOKEN": "research/hf"})
     assert "RANK" not in w3.env_variables
-    assert w3.secrets == {"RANK": SecretRef(scope="scope", key="rank"), "HF_TOKEN": SecretRef(scope="research", key="hf")}
+    assert w3.secrets == {
+        "RANK": SecretRef(scope="scope", key="rank"),
+        "HF_TOKEN": SecretRef(scope="research", key="hf"),
+    }
     with pytest.raises(WorkloadError):
         w.with_secrets({"BAD": "no-slash"})
 
@@ -309,7 +343,10 @@ def test_lint_relative_path_with_docker_image() -> None:
     w = load_workload(minimal(environment=docker, command="python train.py --lr 1"))
     (warning,) = lint_workload(w)
     assert "train.py" in warning and "WORKDIR" in warning
-    assert lint_workload(load_workload(minimal(environment=docker, command="python /app/train.py"))) == []
+    assert (
+        lint_workload(load_workload(minimal(environment=docker, command="python /app/train.py")))
+        == []
+    )
     assert lint_workload(load_workload(minimal(command="python train.py"))) == []
 
 
@@ -353,8 +390,9 @@ def test_with_env_variables_adds_only_what_the_workload_does_not_set() -> None:
 def test_override_values_are_yaml_and_keep_their_style_in_the_uploaded_config() -> None:
     """runconfig_override.go parseOverrideNode: the value is YAML (a list stays a list);
     variables keep their text (runconfig.go decodes them into strings)."""
-    w = load_workload(VALID_YAML, ["parameters.layers=[64, 32]", "env_variables.X=2.50",
-                                   "env_variables.Y=a: b"])
+    w = load_workload(
+        VALID_YAML, ["parameters.layers=[64, 32]", "env_variables.X=2.50", "env_variables.Y=a: b"]
+    )
     assert w.parameters == {"layers": [64, 32]}
     assert (w.env_variables["X"], w.env_variables["Y"]) == ("2.50", "a: b")
     assert "    X: 2.50\n" in w.source_text and '    Y: "a: b"\n' in w.source_text
