@@ -266,7 +266,9 @@ def test_marked_failed(deployment: AirflowDeployment, daemon_workspace, tally) -
             )
         remote_id = t.remote_run_id()
         with client_for(ws) as client:
-            wait_for_state(client, remote_id, running, 30)
+            state = wait_for_state(client, remote_id, running, 30)
+        if not running(state):  # a run still pending (or ended) proves nothing about a kill
+            raise AssertionError(f"run {remote_id} is not running: {state.describe()}")
         time.sleep(rng.uniform(0.5, 2.0))
         marked = time.time()
         deployment.set_task_state(t.dag_id, t.run_id, TASK, "failed")
