@@ -55,6 +55,7 @@ def test_secret_env_values_reach_the_workload_and_nowhere_else(workspace, task_l
         p.read_bytes().decode("utf-8", "replace") for p in uploaded
     )
     for where, text in places.items():
+        assert text.strip(), f"nothing read from {where}: its absence proves nothing"
         assert HF_TOKEN not in text, f"HF_TOKEN leaked into {where}"
         assert API_KEY not in text, f"API_KEY leaked into {where}"
     # The workload carried references only, to keys of this submission.
