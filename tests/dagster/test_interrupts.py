@@ -106,13 +106,15 @@ def _step_pid(proc) -> int | None:
 
 
 def test_a_crashed_step_retries_and_reattaches_to_the_run_it_started(
-    local_workspace, dagster_home, instance
+    local_workspace, dagster_home, instance, tmp_path
 ):
+    # The run goes on until the file exists: the step dies while it waits, on any machine.
+    release = tmp_path / "release"
     proc = _start_job(
         local_workspace,
         dagster_home,
         "multiprocess",
-        "echo started\nsleep 5\necho finished\n",
+        f"echo started\nwhile [ ! -e {release} ]; do sleep 0.1; done\necho finished\n",
         retries=1,
     )
     try:
@@ -120,6 +122,8 @@ def test_a_crashed_step_retries_and_reattaches_to_the_run_it_started(
             run = _wait_for(lambda: _running_run(client), 90, "the remote run to start")
             pid = _wait_for(lambda: _step_pid(proc), 30, "the step process id")
             os.kill(pid, signal.SIGKILL)  # the step's worker dies while waiting
+            assert client.get_run(run.run_id).life_cycle_state == "RUNNING"
+            release.touch()  # only now can the run end, and the retry find it
             output = _finish(proc)
         assert proc.returncode == 0, output[-4000:]
     finally:
