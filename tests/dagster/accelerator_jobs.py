@@ -1,18 +1,51 @@
-"""Four assets of 1 and 2 accelerators (6 in all) sharing one accelerator pool, run as one
-job by the multiprocess executor (every step at once, each in its own process):
-``python accelerator_jobs.py`` with DAGSTER_HOME, AIRO_HOST and AIRO_TOKEN set."""
+"""Accelerator pools, with AIRO_HOST and AIRO_TOKEN naming a workspace whose GPU pool
+``pool-a10`` reserves 4 accelerators:
+
+- four assets of 1 and 2 accelerators (6 in all) sharing one accelerator pool, run as one job
+  by the multiprocess executor (every step at once, each in its own process):
+  ``python accelerator_jobs.py`` with DAGSTER_HOME set;
+- ``defs``, the code location of a deployment (tests/e2e/test_dagster_accelerator_caps.py):
+  ``sweep``, whose partitions ask for 1 or 2 accelerators (6 in all), each long enough that
+  a backfill's runs overlap."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 
-from dagster_air import AirStage, AirWorkspace, build_air_assets
+from dagster_air import AirInvocation, AirStage, AirWorkspace, air_workload_asset, build_air_assets
 
 SIZES = {"trial_a": 1, "trial_b": 2, "trial_c": 1, "trial_d": 2}
+PARTITION_SIZES = {"lr-0.1": 1, "lr-0.03": 2, "lr-0.01": 1, "lr-0.003": 2}
 ACCELERATOR_POOL = "gpu-a10"
 GPU_POOL = "pool-a10"
+
+
+def _workspace() -> AirWorkspace:
+    return AirWorkspace(
+        host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+    )
+
+
+@air_workload_asset(
+    workload={
+        "experiment_name": "mixed_sweep",
+        "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1, "pool_id": GPU_POOL},
+        "max_retries": 0,
+        "command": 'echo "$AIRO_PARTITION_KEY on $WORLD_SIZE"; sleep 20',
+    },
+    partitions_def=dg.StaticPartitionsDefinition(list(PARTITION_SIZES)),
+    accelerator_pool=ACCELERATOR_POOL,
+)
+def sweep(context: dg.AssetExecutionContext, air: AirInvocation) -> Iterator[Any]:
+    """A trial of the sweep: its partition says how many accelerators it trains on."""
+    yield from air.run({"compute.num_accelerators": PARTITION_SIZES[context.partition_key]})
+
+
+defs = dg.Definitions(assets=[sweep], resources={"air_workspace": _workspace()})
 
 
 def _definitions() -> dg.Definitions:
@@ -35,13 +68,10 @@ def _definitions() -> dg.Definitions:
         )
         for key, size in SIZES.items()
     ]
-    workspace = AirWorkspace(
-        host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
-    )
     return dg.Definitions(
         assets=assets,
         jobs=[dg.define_asset_job("mixed_sizes")],
-        resources={"air_workspace": workspace},
+        resources={"air_workspace": _workspace()},
     )
 
 

@@ -1,0 +1,142 @@
+"""A backfill of mixed sizes capped in accelerators on a real Dagster deployment (webserver
+and daemon on PostgreSQL, runs queued and launched by the daemon, four at once): the
+partitions of ``sweep`` ask for 1 or 2 accelerators (6 in all) of a GPU pool of 4, through
+the accelerator pool ``gpu-a10``. The workspace's pool ledger shows the GPU pool was never
+asked for more than 4 accelerators at once and no attempt waited for capacity at the
+platform; the steps waited for their accelerators in Dagster, before submitting. Each
+remote run is named after its asset and partition."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from dagster_deployment import DagsterDeployment
+
+from air_runtime import AirClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+# The code location: tests/dagster/accelerator_jobs.py (its ``defs``).
+DEFINITIONS = Path(__file__).parents[1] / "dagster" / "accelerator_jobs.py"
+LOCATION = "air_accelerator_caps"
+PARTITIONS = {"lr-0.1": 1, "lr-0.03": 2, "lr-0.01": 1, "lr-0.003": 2}
+TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+LAUNCH_BACKFILL = """
+mutation LaunchBackfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on Error { message }
+  }
+}
+"""
+
+BACKFILL = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status runs { runId status tags { key value } } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def _database(postgres: str, name: str) -> str:
+    """A database of this test's own (created once), so it never resets another's."""
+    import psycopg2
+
+    conn = psycopg2.connect(f"{postgres}/postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return f"{postgres}/{name}"
+
+
+def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
+    tmp_path: Path, postgres: str
+) -> None:
+    from air_runtime.local import start_local_workspace
+
+    gpu_pool = {"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}
+    workspace = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[gpu_pool])
+    deployment = DagsterDeployment(
+        tmp_path,
+        database_dsn=_database(postgres, "airo_dagster_accelerator_caps"),
+        code_location={
+            "python_file": {
+                "relative_path": str(DEFINITIONS),
+                "working_directory": str(DEFINITIONS.parent),
+                "location_name": LOCATION,
+            }
+        },
+        extra_env={"AIRO_HOST": workspace.host, "AIRO_TOKEN": workspace.token},
+        # Every partition's run at once: only the accelerator pool holds them back.
+        instance_settings={
+            "run_coordinator": {
+                "module": "dagster._core.run_coordinator",
+                "class": "QueuedRunCoordinator",
+                "config": {"max_concurrent_runs": len(PARTITIONS)},
+            }
+        },
+    )
+    try:
+        deployment.start()
+        launched = deployment.graphql(
+            LAUNCH_BACKFILL,
+            {
+                "params": {
+                    "partitionNames": list(PARTITIONS),
+                    "assetSelection": [{"path": ["sweep"]}],
+                }
+            },
+        )["launchPartitionBackfill"]
+        assert launched["__typename"] == "LaunchBackfillSuccess", launched
+        deadline = time.monotonic() + 600
+        while True:
+            backfill = deployment.graphql(BACKFILL, {"id": launched["backfillId"]})[
+                "partitionBackfillOrError"
+            ]
+            assert backfill["__typename"] == "PartitionBackfill", backfill
+            if backfill["status"] in TERMINAL:
+                break
+            if not all(p.alive for p in deployment.processes) or time.monotonic() > deadline:
+                pytest.fail(f"the backfill did not end: {backfill}\n{deployment.logs()}")
+            time.sleep(1)
+        runs = backfill["runs"]
+        messages = {r["runId"]: deployment.run_messages(r["runId"], last=300) for r in runs}
+        assert backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill, messages)
+        assert len(runs) == len(PARTITIONS) and all(r["status"] == "SUCCESS" for r in runs), runs
+
+        ledger = workspace.admin.pool_ledger()["pool-a10"]
+        assert ledger["peak_asked"] <= 4, ledger  # 6 if every partition had submitted at once
+        assert ledger["waits"] == 0, ledger  # nothing waited PENDING for capacity
+        text = "\n".join(messages.values())
+        # The accelerator pool was sized from the GPU pool and made some step wait.
+        assert "accelerator pool gpu-a10 had no limit: 4 slots" in text, text
+        assert "waiting for" in text, text
+        for run in runs:
+            partition = next(t["value"] for t in run["tags"] if t["key"] == "dagster/partition")
+            held = f"holding {PARTITIONS[partition]} of the 4 slots of accelerator pool gpu-a10"
+            assert held in messages[run["runId"]], messages[run["runId"]]
+
+        with AirClient(workspace.host, workspace.token) as client:
+            remote, _ = client.list_runs(active_only=False, limit=25)
+            names = sorted(r.run_name or "" for r in remote)
+        assert len(names) == len(PARTITIONS), names
+        assert all(n.startswith("mixed_sweep--") for n in names), names
+        assert sorted(n.rsplit("--", 1)[1] for n in names) == sorted(
+            k.replace(".", "_") for k in PARTITIONS
+        ), names
+    finally:
+        deployment.stop()
+        workspace.stop()
