@@ -19,6 +19,8 @@ from ._plan import StepPlan, TaskRow
 from ._workflow import AirWorkflow
 
 OUTPUT_URI_KEY = "dagster/uri"
+# The orchestrator id a submission gives each rank for a partition (air_runtime's).
+PARTITION_KEY_ENV = "AIRO_PARTITION_KEY"
 
 
 def config_failure(error: Exception | str, what: str) -> dg.Failure:
@@ -69,6 +71,11 @@ class RowWorkloads:
         for extra in (self._run_env(loaded.key, row.partition), self._upstream_output(row)):
             if extra:
                 workload = workload.with_overrides(extra)
+        if self.plan.is_range and row.partition is not None:
+            # The submission names a range run by its range (first...last); each task's ranks
+            # get their own partition (the core adds the other orchestrator ids, never
+            # replacing a variable the workload sets).
+            workload = workload.with_env_variables({PARTITION_KEY_ENV: row.partition})
         return workload
 
     def _partition_overrides(self, partition: str | None) -> tuple[dict[str, Any], list[str]]:
