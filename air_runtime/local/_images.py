@@ -13,7 +13,7 @@ from typing import Any
 from air_runtime._docker_ref import DockerRefError, parse_docker_ref
 from air_runtime.local._errors import invalid
 from air_runtime.local._options import WorkspaceOptions
-from air_runtime.local._store._registrations import ImageTable
+from air_runtime.local._store import ImageTable
 
 
 def normal_form(url: Any) -> tuple[str, str]:

@@ -23,8 +23,7 @@ from air_runtime.local._log_artifacts import artifact_uri, node_chunks, nodes
 from air_runtime.local._logs import LogBook
 from air_runtime.local._request_params import int_param
 from air_runtime.local._security import private_dir, write_private
-from air_runtime.local._store import MetricPoint, ParamConflict, Store, TaskRun
-from air_runtime.local._store._access import TokenTables
+from air_runtime.local._store import MetricPoint, ParamConflict, Store, TaskRun, TokenTables
 
 # MLflow's documented limits: keys up to 250 characters, param values up to 6000.
 _MAX_KEY = 250

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from air_runtime.local._errors import ApiError, invalid, not_found
-from air_runtime.local._store._access import SecretTables
+from air_runtime.local._store import SecretTables
 from air_runtime.platform import MAX_SECRET_NAME_LENGTH as MAX_KEY_LENGTH
 from air_runtime.platform import SECRET_KEY_CHARACTERS, SECRET_SCOPE_CHARACTERS
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import time
 
 from air_runtime.local._security import token_matches
-from air_runtime.local._store import AccessToken
-from air_runtime.local._store._access import TokenTables
+from air_runtime.local._store import AccessToken, TokenTables
 
 
 class Tokens:

@@ -8,8 +8,7 @@ import uuid
 from typing import Any
 
 from air_runtime.local._errors import invalid
-from air_runtime.local._store import UsagePolicy
-from air_runtime.local._store._registrations import UsagePolicyTable
+from air_runtime.local._store import UsagePolicy, UsagePolicyTable
 
 
 class UsagePolicies:

@@ -32,14 +32,18 @@ __all__ = [
     "ACTIVE_LIFE_CYCLES",
     "AccessToken",
     "ImageRecord",
+    "ImageTable",
     "MetricPoint",
     "MlflowStatus",
     "ParamConflict",
     "Repair",
     "Run",
+    "SecretTables",
     "Store",
     "TaskRun",
+    "TokenTables",
     "UsagePolicy",
+    "UsagePolicyTable",
     "now_ms",
 ]
 
