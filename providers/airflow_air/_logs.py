@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from air_runtime import BudgetExceeded
+from air_runtime import BudgetExceeded, RetriesStopped
 
 if TYPE_CHECKING:
     from air_runtime import AirClient, AsyncAirClient, RunState
@@ -120,14 +120,15 @@ def wait_logging(
     poll_interval: float | None,
     stream: bool,
     max_gpu_hours: float | None = None,
-    on_over_budget: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
     on_update: Callable[[RunState], None] | None = None,
+    stop_deterministic_retries: bool = False,
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
     change (then telling ``on_update``) and, with ``stream``, every node's lines as they come
-    (``poll_interval`` None: the client's); past ``max_gpu_hours``, ``on_over_budget`` (which
+    (``poll_interval`` None: the client's); past ``max_gpu_hours``, ``on_stop`` (which
     cancels the run: the streamer's last read waits for the run to end), then
-    ``BudgetExceeded``."""
+    ``BudgetExceeded``; the same with ``stop_deterministic_retries`` and ``RetriesStopped``."""
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     logger = StateLogger(log, run_id, task_key)
 
@@ -144,10 +145,11 @@ def wait_logging(
                 on_update=on_state,
                 task_key=task_key,
                 max_gpu_hours=max_gpu_hours,
+                stop_deterministic_retries=stop_deterministic_retries,
             )
-        except BudgetExceeded:
-            if on_over_budget is not None:
-                on_over_budget()
+        except (BudgetExceeded, RetriesStopped):
+            if on_stop is not None:
+                on_stop()
             raise
 
 

@@ -30,6 +30,7 @@ from air_runtime import (
     AirError,
     BudgetExceeded,
     RedactingLog,
+    RetriesStopped,
     RunOutcome,
     Submission,
 )
@@ -90,8 +91,11 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
     return hours
 
 
-# An outcome's status for a run cancelled because it passed its max_gpu_hours.
+# An outcome's status for a run cancelled because it passed its max_gpu_hours, and for one
+# cancelled because an attempt failed for good (stop_deterministic_retries): no retry helps.
 BUDGET_STATUS = "budget"
+RETRIES_STOPPED_STATUS = "retries_stopped"
+STOPPED_STATUSES = (BUDGET_STATUS, RETRIES_STOPPED_STATUS)
 
 
 class TaskRun:
@@ -281,7 +285,7 @@ class AirTaskRun(TaskRun):
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
             )
-        if outcome.status in ("success", "failed", "timeout", BUDGET_STATUS):
+        if outcome.status in ("success", "failed", "timeout", *STOPPED_STATUSES):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
                     self.log = RedactingLog(self.task.log, self.redactor(client))
@@ -419,12 +423,13 @@ class AirTaskRun(TaskRun):
                 poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
                 stream=self.task.stream_logs,
                 max_gpu_hours=gpu_budget_of(self.task),
-                on_over_budget=lambda: notes.append(self._cancel_over_budget(client, record)),
+                on_stop=lambda: notes.append(self._cancel_stopped_run(client, record)),
                 on_update=self._mlflow_link(client),
+                stop_deterministic_retries=self.task.stop_deterministic_retries,
             )
-        except BudgetExceeded as exceeded:
-            note = notes[0] if notes else self._cancel_over_budget(client, record)
-            return self._complete(self._over_budget(record, exceeded, note), client)
+        except (BudgetExceeded, RetriesStopped) as stopped:
+            note = notes[0] if notes else self._cancel_stopped_run(client, record)
+            return self._complete(self._stopped_outcome(record, stopped, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
 
     def _mlflow_link(self, client: AirClient) -> Callable[[RunState], None]:
@@ -448,9 +453,10 @@ class AirTaskRun(TaskRun):
 
         return on_update
 
-    def _cancel_over_budget(self, client: AirClient, record: RunRecord) -> str:
-        """Cancel the run that passed its ``max_gpu_hours`` (a stage's budget cancels its
-        whole run: the platform cancels runs, not tasks); how that went, for the message."""
+    def _cancel_stopped_run(self, client: AirClient, record: RunRecord) -> str:
+        """Cancel the run that passed its ``max_gpu_hours`` or whose retries were stopped (a
+        stage's cancels its whole run: the platform cancels runs, not tasks); how that went,
+        for the message."""
         submission = self.submission or self.open_submission()
         try:
             submission.attach(record.run_id, record.run_page_url).cancel(client)
@@ -458,13 +464,19 @@ class AirTaskRun(TaskRun):
             return f"; cancelling run {record.run_id} failed: {self.redact(str(error))}"
         return "; cancelled"
 
-    def _over_budget(self, record: RunRecord, exceeded: BudgetExceeded, note: str) -> RunOutcome:
-        """The outcome of a run cancelled over its budget."""
-        self.log.warning("%s%s", exceeded, note)
+    def _stopped_outcome(
+        self, record: RunRecord, stopped: BudgetExceeded | RetriesStopped, note: str
+    ) -> RunOutcome:
+        """The outcome of a run cancelled over its budget, or because its retries could not
+        help."""
+        self.log.warning("%s%s", stopped, note)
+        status = BUDGET_STATUS if isinstance(stopped, BudgetExceeded) else RETRIES_STOPPED_STATUS
         outcome = RunOutcome.unfinished(
-            BUDGET_STATUS, record.run_id, record.run_page_url, f"{exceeded}{note}", self.stage
+            status, record.run_id, record.run_page_url, f"{stopped}{note}", self.stage
         )
-        return dataclasses.replace(outcome, gpu_hours=round(exceeded.used, 6))
+        if isinstance(stopped, BudgetExceeded):
+            outcome = dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
+        return outcome
 
     def _defer(
         self,
@@ -509,6 +521,7 @@ class AirTaskRun(TaskRun):
                 submission=submission,
                 stream_logs=task.stream_logs,
                 max_gpu_hours=gpu_budget_of(task),
+                stop_deterministic_retries=task.stop_deterministic_retries,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -552,7 +565,7 @@ class AirTaskRun(TaskRun):
         result = self.push_outcome_xcoms(outcome)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in ("success", "failed", BUDGET_STATUS):
+        if outcome.status in ("success", "failed", *STOPPED_STATUSES):
             self._finish(outcome, client, state)
         if outcome.status == "success":
             task.log.info("%s", outcome.summary())
@@ -566,7 +579,7 @@ class AirTaskRun(TaskRun):
             )
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
-        if outcome.status == BUDGET_STATUS:  # a retry would spend again: none
+        if outcome.status in STOPPED_STATUSES:  # a retry would spend again, for nothing
             raise AirflowFailException(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
 

@@ -87,6 +87,12 @@ class AirRunOperator(BaseOperator):
         the run passes it, the run is cancelled and the task fails saying so, without
         retries. Checked on the states the wait reads anyway (at most a poll late; no extra
         request), in the worker or in the triggerer.
+    :param stop_deterministic_retries: when an attempt of the run fails in a way retries
+        will not change (a deterministic diagnosis of its nodes' last lines: CUDA out of
+        memory, a missing command, ...) while the platform is about to retry it (the
+        workload's ``max_retries``), cancel the run and fail the task at once, without
+        Airflow retries, the diagnosis first in the message (default: the platform retries).
+        Reads the failed attempt's last lines (a few requests, only then).
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     ``pool_slots`` (Airflow's own argument) also takes ``"accelerators"``: the slots of
@@ -130,6 +136,7 @@ class AirRunOperator(BaseOperator):
         finish_in_triggerer: bool = True,
         submit_in_triggerer: bool | None = None,
         max_gpu_hours: float | None = None,
+        stop_deterministic_retries: bool = False,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -161,6 +168,7 @@ class AirRunOperator(BaseOperator):
         self.finish_in_triggerer = finish_in_triggerer
         self.submit_in_triggerer = submit_in_triggerer  # None: [air] submit_in_triggerer
         self.max_gpu_hours = max_gpu_hours
+        self.stop_deterministic_retries = stop_deterministic_retries
         if weigh:
             self._weigh_by_accelerators(required=pool_slots == ACCELERATORS)
         self.databricks_conn_id = databricks_conn_id

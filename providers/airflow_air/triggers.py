@@ -141,6 +141,9 @@ class AirRunTrigger(BaseTrigger):
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
     :param max_gpu_hours: the run's (the stage's) budget: once the watcher's states show it
         passed, the run is cancelled and the event's ``status`` is ``budget``.
+    :param stop_deterministic_retries: an attempt that failed for good while a retry follows
+        (``air_runtime.RetriesStopped``): the run is cancelled and the event's ``status`` is
+        ``retries_stopped``.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class AirRunTrigger(BaseTrigger):
         submission: dict[str, Any] | None = None,
         stream_logs: bool = True,
         max_gpu_hours: float | None = None,
+        stop_deterministic_retries: bool = False,
     ) -> None:
         super().__init__()
         if run_id is None and not plan:
@@ -180,6 +184,7 @@ class AirRunTrigger(BaseTrigger):
         self.submission = dict(submission) if submission else None
         self.stream_logs = bool(stream_logs)
         self.max_gpu_hours = None if max_gpu_hours is None else float(max_gpu_hours)
+        self.stop_deterministic_retries = bool(stop_deterministic_retries)
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
@@ -209,6 +214,7 @@ class AirRunTrigger(BaseTrigger):
                 "submission": self.submission,
                 "stream_logs": self.stream_logs,
                 "max_gpu_hours": self.max_gpu_hours,
+                "stop_deterministic_retries": self.stop_deterministic_retries,
             },
         )
 
@@ -225,7 +231,7 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError, BudgetExceeded, RunOutcome, RunTimeout
+        from air_runtime import AirError, BudgetExceeded, RetriesStopped, RunOutcome, RunTimeout
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
         # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
@@ -247,6 +253,7 @@ class AirRunTrigger(BaseTrigger):
                 on_lines=self._on_lines(),
                 on_progress=self._on_progress(),
                 max_gpu_hours=self.max_gpu_hours,
+                stop_deterministic_retries=self.stop_deterministic_retries,
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -285,6 +292,17 @@ class AirRunTrigger(BaseTrigger):
                 self.task_key,
             )
             outcome = dataclasses.replace(outcome, gpu_hours=round(exceeded.used, 6))
+        except RetriesStopped as stopped:
+            # Always cancelled: the user asked not to pay for retries that cannot help.
+            note = await self._cancel("an attempt failed in a way retries will not change")
+            cancelled = note == f"; run {self.run_id} was cancelled"
+            outcome = RunOutcome.unfinished(
+                "retries_stopped",
+                self.run_id,
+                self.run_page_url,
+                f"{stopped}; cancelled" if cancelled else f"{stopped}{note}",
+                self.task_key,
+            )
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
