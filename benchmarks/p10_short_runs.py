@@ -1,8 +1,8 @@
 """P10: how late a deferred task learns that a run of a few seconds ended.
 
 One event loop (the triggerer's situation) waits through ``AirRunTrigger`` on sweeps of K
-short runs (K = 1 and 4, each run held RUNNING for 2 s by the local workspace in simulate
-mode), round after round. Per run, the latency is the trigger's event (wall clock) minus the
+short runs (K = 1, 4 and 50: alone, a small sweep and a 50-trial sweep; each run held RUNNING
+for 2 s by the local workspace in simulate mode), round after round. Per run, the latency is the trigger's event (wall clock) minus the
 workspace's own ``end_time`` of the run; p50/p99/max over all rounds.
 
 Side by side in the same process, alternating rounds:
@@ -157,7 +157,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
     try:
         _airflow_env(workspace.port)
         rounds = {"ends_in_triggerer": 10 if quick else 40, "resumes_in_worker": 3 if quick else 10}
-        ks = [1, 4]
+        ks = [1, 4, 50]
         started = time.monotonic()
         measured = asyncio.run(_measure(workspace.host, rounds, ks))
     finally:
