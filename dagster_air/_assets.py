@@ -178,6 +178,7 @@ def build_air_assets(
     op_description: str | None = None,
     accelerator_pool: str | None = None,
     max_gpu_hours: float | None = None,
+    stop_deterministic_retries: bool = False,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -224,6 +225,11 @@ def build_air_assets(
             remote run of the step may use (in a range run: each partition's task): past it
             the run is cancelled and the step fails saying so. A stage's own budget:
             ``AirStage.max_gpu_hours``.
+        stop_deterministic_retries: when an attempt of a remote run fails in a way retries
+            will not change (a deterministic diagnosis of its nodes' last lines: CUDA out of
+            memory, a missing command, ...) while the platform is about to retry it, cancel
+            the run and fail the step without retries, the diagnosis first (default: the
+            platform retries up to the workload's ``max_retries``).
         op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
@@ -249,7 +255,7 @@ def build_air_assets(
         retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
         io_manager_key=io_manager_key, output_env=output_env,
         max_tasks_per_run=max_tasks_per_run, accelerator_pool=accelerator_pool,
-        max_gpu_hours=max_gpu_hours,
+        max_gpu_hours=max_gpu_hours, stop_deterministic_retries=stop_deterministic_retries,
     )  # fmt: skip
     return air_assets(stage_list, options, name=name, check_specs=check_specs,
                       op_description=op_description)  # fmt: skip
@@ -339,6 +345,7 @@ def air_workload_asset(
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
     accelerator_pool: str | None = None,
     max_gpu_hours: float | None = None,
+    stop_deterministic_retries: bool = False,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -389,6 +396,7 @@ def air_workload_asset(
             backfill_policy=backfill_policy, io_manager_key=io_manager_key,
             output_env=output_env, max_tasks_per_run=max_tasks_per_run,
             accelerator_pool=accelerator_pool, max_gpu_hours=max_gpu_hours,
+            stop_deterministic_retries=stop_deterministic_retries,
         )  # fmt: skip
         workflow, specs, checks = _workflow_and_specs(
             fn.__name__, stage_list, options, stage_checks

@@ -424,6 +424,14 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             "cancelled and the step fails."
         ),
     ] = None
+    stop_deterministic_retries: Annotated[
+        bool,
+        _described(
+            "When an attempt fails in a way retries will not change (CUDA out of memory, a "
+            "missing command, ...) while the platform would retry it, cancel the run and "
+            "fail the step without retries."
+        ),
+    ] = False
     backfill_policy: Annotated[
         AirBackfillPolicyArgs | None,
         _described("How backfills are split into runs; same as op.backfill_policy."),
@@ -571,6 +579,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             max_tasks_per_run=self.max_tasks_per_run,
             accelerator_pool=self.accelerator_pool,
             max_gpu_hours=self.max_gpu_hours,
+            stop_deterministic_retries=self.stop_deterministic_retries,
         )
         assets = air_assets(
             self._stages(context), options, name=op["name"], op_description=op["op_description"]

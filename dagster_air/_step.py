@@ -38,6 +38,7 @@ from air_runtime import (
     BudgetExceeded,
     ConfigurationError,
     Redactor,
+    RetriesStopped,
     RunFailed,
     RunOutcome,
     RunState,
@@ -518,17 +519,19 @@ class AirStep:
             events,
             follow_logs=budgets and (self.workspace.stream_logs or self.pipes is not None),
             max_gpu_hours=run_budget,
+            stop_deterministic_retries=budgets and self.options.stop_deterministic_retries,
         )
         try:
             while True:
                 yield from self._drain(events, submitted.run_id)
+                exceeded: BudgetExceeded | RetriesStopped | None
                 try:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
                     self._recheck_blocking(submitted.run_id)
                     exceeded = self._task_over_budget(submitted.run_id, task_budgets)
-                except BudgetExceeded as error:
+                except (BudgetExceeded, RetriesStopped) as error:
                     exceeded = error
                 if exceeded is not None:
                     future.cancel()
@@ -586,9 +589,12 @@ class AirStep:
         key, used, hours = over[0]
         return BudgetExceeded(run_id, used, hours, task_key=key)
 
-    def _cancel_over_budget(self, run: RemoteRun, exceeded: BudgetExceeded) -> None:
+    def _cancel_over_budget(
+        self, run: RemoteRun, exceeded: BudgetExceeded | RetriesStopped
+    ) -> None:
         """Cancel a run that passed its budget (a task's budget cancels its whole run: the
-        platform cancels runs, not tasks); the step fails saying so once the run ended."""
+        platform cancels runs, not tasks), or whose retries cannot help; the step fails
+        saying so once the run ended."""
         submitted = run.submitted
         assert submitted is not None and self._client is not None
         try:

@@ -63,10 +63,12 @@ async def watch_run(
     log_node: int | None,
     follow_logs: bool = True,
     max_gpu_hours: float | None = None,
+    stop_deterministic_retries: bool = False,
 ) -> RunState:
     """Wait for the run to end through the shared watcher, following every node's logs
     (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
-    the states it reads anyway): ``BudgetExceeded``, the run left going."""
+    the states it reads anyway): ``BudgetExceeded``; an attempt that failed for good with
+    ``stop_deterministic_retries``: ``RetriesStopped``; either way the run left going."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -82,6 +84,7 @@ async def watch_run(
             if workspace.progress_interval
             else None,
             max_gpu_hours=max_gpu_hours,
+            stop_deterministic_retries=stop_deterministic_retries,
         )
         ended.set()
         if follower is not None:
@@ -99,9 +102,20 @@ def watch_in_background(
     events: queue.SimpleQueue[tuple[str, Any]],
     follow_logs: bool,
     max_gpu_hours: float | None = None,
+    stop_deterministic_retries: bool = False,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
     ``request_budget``), while the step's main thread stays free to receive Dagster's
     interrupt on run termination."""
-    return run_in_background(watch_run(workspace, run_id, events, None, follow_logs, max_gpu_hours))
+    return run_in_background(
+        watch_run(
+            workspace,
+            run_id,
+            events,
+            None,
+            follow_logs,
+            max_gpu_hours,
+            stop_deterministic_retries,
+        )
+    )

@@ -58,6 +58,7 @@ class AirAssetOptions:
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
     accelerator_pool: str | None = None
     max_gpu_hours: float | None = None
+    stop_deterministic_retries: bool = False
 
     @property
     def ranges(self) -> bool:
