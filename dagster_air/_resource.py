@@ -86,7 +86,8 @@ class AirWorkspace(dg.ConfigurableResource):
         "process holding its value, for every asset using this resource.",
     )
 
-    def _credentials(self) -> Credentials | None:
+    def credentials(self) -> Credentials | None:
+        """The OAuth M2M credentials the resource was given; None: the default chain."""
         if not (self.client_id or self.client_secret):
             return None
         if not self.host:
@@ -101,7 +102,7 @@ class AirWorkspace(dg.ConfigurableResource):
         return AirClient(
             self.host,
             self.token,
-            credentials=self._credentials(),
+            credentials=self.credentials(),
             timeout=self.request_timeout,
             user_agent_extra=USER_AGENT_EXTRA,
         )
@@ -111,7 +112,7 @@ class AirWorkspace(dg.ConfigurableResource):
         return AsyncAirClient(
             self.host,
             self.token,
-            credentials=self._credentials(),
+            credentials=self.credentials(),
             timeout=self.request_timeout,
             user_agent_extra=USER_AGENT_EXTRA,
         )

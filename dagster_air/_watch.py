@@ -28,7 +28,7 @@ def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
     return RunWatcher.shared(
         workspace.host,
         workspace.token,
-        credentials=workspace._credentials(),
+        credentials=workspace.credentials(),
         interval=workspace.poll_interval,
         budget_rps=workspace.request_budget,
         lines=LineBudget(progress_interval=workspace.progress_interval or 60.0),
