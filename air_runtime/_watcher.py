@@ -76,6 +76,8 @@ OnLines = Callable[[Sequence[LogRecord], bool], None]
 OnProgress = Callable[[TrainingProgress], None]
 # What one progress read costs: the task's runs/get-output, then its MLflow run and history.
 _PROGRESS_REQUESTS = 3
+# The share of the request budget the waiters' own reads (``acquire_aside``) may take.
+ASIDE_SHARE = 0.2
 
 
 def _in_waiter_context(on_update: Callable[..., None]) -> Callable[..., None]:
@@ -252,6 +254,7 @@ class RunWatcher:
         self._progress_bucket = TokenBucket(
             budget_rps * self.lines.progress_share, burst=_PROGRESS_REQUESTS
         )
+        self._aside_bucket = TokenBucket(budget_rps * ASIDE_SHARE)
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
         self.line_requests = 0  # of which for live lines
         self._runs: dict[int, _Watched] = {}
@@ -397,6 +400,14 @@ class RunWatcher:
                 watched.waiters.remove(entry)
             if not watched.waiters and self._runs.get(run_id) is watched:
                 del self._runs[run_id]
+
+    async def acquire_aside(self) -> None:
+        """Before one request a waiter sends of its own (an MLflow link read): first from a
+        share of the budget (``ASIDE_SHARE``), then from the budget itself, so that many
+        waiters' reads never queue ahead of the status polls."""
+        await self._aside_bucket.acquire()
+        await self.bucket.acquire()
+        self.requests += 1
 
     async def _wait_for_stage(
         self,

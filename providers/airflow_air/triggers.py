@@ -280,29 +280,25 @@ class AirRunTrigger(BaseTrigger):
             outcome = RunOutcome.unfinished(
                 "timeout", self.run_id, self.run_page_url, message, self.task_key
             )
-        except BudgetExceeded as exceeded:
-            # Always cancelled (cancel_on_kill or not): the budget is what the user spends.
-            note = await self._cancel("it passed its max_gpu_hours")
-            cancelled = note == f"; run {self.run_id} was cancelled"
-            outcome = RunOutcome.unfinished(
-                "budget",
-                self.run_id,
-                self.run_page_url,
-                f"{exceeded}; cancelled" if cancelled else f"{exceeded}{note}",
-                self.task_key,
+        except (BudgetExceeded, RetriesStopped) as stopped:
+            # Always cancelled (cancel_on_kill or not): the budget is what the user spends,
+            # and stopped retries are the ones the user asked not to pay for.
+            over = isinstance(stopped, BudgetExceeded)
+            note = await self._cancel(
+                "it passed its max_gpu_hours"
+                if over
+                else "an attempt failed in a way retries will not change"
             )
-            outcome = dataclasses.replace(outcome, gpu_hours=round(exceeded.used, 6))
-        except RetriesStopped as stopped:
-            # Always cancelled: the user asked not to pay for retries that cannot help.
-            note = await self._cancel("an attempt failed in a way retries will not change")
             cancelled = note == f"; run {self.run_id} was cancelled"
             outcome = RunOutcome.unfinished(
-                "retries_stopped",
+                "budget" if over else "retries_stopped",
                 self.run_id,
                 self.run_page_url,
                 f"{stopped}; cancelled" if cancelled else f"{stopped}{note}",
                 self.task_key,
             )
+            if isinstance(stopped, BudgetExceeded):
+                outcome = dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
@@ -456,7 +452,7 @@ class AirRunTrigger(BaseTrigger):
         reader = MlflowLinkReader(self.task_key)
 
         async def write(task_run: int) -> None:
-            url = await reader.aread(watcher.client, task_run, watcher.bucket.acquire)
+            url = await reader.aread(watcher.client, task_run, watcher.acquire_aside)
             if not url or not self._links.unwritten({MLFLOW_URL_KEY: url}):
                 return
             try:
