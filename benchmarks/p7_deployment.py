@@ -65,20 +65,6 @@ QUICK_SECONDS = (30, 40, 50)
 WARM_UP_TASKS = 8
 
 
-def _ensure_database() -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(f"{POSTGRES}/postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
-            if cur.fetchone() is None:
-                cur.execute(f"CREATE DATABASE {DATABASE}")
-    finally:
-        conn.close()
-
-
 class TreeSampler:
     """CPU seconds and peak RSS of a process and its descendants, sampled in a thread."""
 
@@ -383,10 +369,11 @@ def _median_side(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
     from airflow_deployment import AirflowDeployment, airflow_connection_env
+    from managed_process import own_database
 
     n = n or (40 if quick else 500)
     seconds = QUICK_SECONDS if quick else SECONDS
-    _ensure_database()
+    database_dsn = own_database(POSTGRES, DATABASE)
     # As installed (pip writes .pyc files): every task process imports our modules, and where
     # nothing may write bytecode (PYTHONDONTWRITEBYTECODE) an edited tree is compiled again in
     # each of them, which the floor's tasks (Airflow's own, preloaded) never pay.
@@ -408,7 +395,7 @@ def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
     deployment = AirflowDeployment(
         root,
         executor="LocalExecutor",
-        database_dsn=f"{POSTGRES}/{DATABASE}",
+        database_dsn=database_dsn,
         dag_folders={"bench": REPO / "benchmarks" / "dags"},
         extra_env=env,
         parallelism=parallelism,

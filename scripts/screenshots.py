@@ -108,20 +108,6 @@ def run_pages(out: Path, work: Path) -> None:
 DATABASE = "airo_airflow_screenshots"
 
 
-def _ensure_database(server: str, name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(f"{server}/postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-
-
 def airflow_task_page(out: Path, work: Path) -> None:
     """Airflow's task instance page with the two extra links of a finished AirRunOperator."""
     from urllib.parse import quote
@@ -129,18 +115,18 @@ def airflow_task_page(out: Path, work: Path) -> None:
     from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections
     from browser import chromium, wait_until
     from deployment_services import POSTGRES_URL, POSTGRESQL, require_services
-    from managed_process import wait_for
+    from managed_process import own_database, wait_for
 
     from air_runtime.local import start_local_workspace
 
     require_services(POSTGRESQL)
-    _ensure_database(POSTGRES_URL, DATABASE)
+    database_dsn = own_database(POSTGRES_URL, DATABASE)
     dag_id, task_id = "air_ui", "two_containers"
     with start_local_workspace(data_dir=work / "airflow-workspace") as workspace:
         deployment = AirflowDeployment(
             work / "airflow",
             executor="LocalExecutor",
-            database_dsn=f"{POSTGRES_URL}/{DATABASE}",
+            database_dsn=database_dsn,
             dag_folders={"e2e": E2E_DIR / "dags"},
         )
         flag = work / "flag"

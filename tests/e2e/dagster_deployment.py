@@ -22,6 +22,28 @@ from managed_process import ManagedProcess, describe, free_port, reset_postgres_
 BIN = Path(sys.executable).parent
 TERMINAL_RUN_STATUSES = {"SUCCESS", "FAILURE", "CANCELED"}
 
+LAUNCH_BACKFILL = """
+mutation LaunchBackfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on Error { message }
+  }
+}
+"""
+
+BACKFILL = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status runs { runId status tags { key value } } }
+    ... on PythonError { message }
+  }
+}
+"""
+BACKFILL_ENDED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
 LAUNCH_RUN = """
 mutation LaunchRun($executionParams: ExecutionParams!) {
   launchRun(executionParams: $executionParams) {
@@ -238,6 +260,28 @@ class DagsterDeployment:
             ]
             for e in loaded
         }
+
+    def backfill(self, asset: str, partitions: Sequence[str], *, timeout: float) -> dict[str, Any]:
+        """Launch a backfill of ``partitions`` of ``asset`` (as from the UI: the daemon starts
+        its runs) and wait until it ended: its status and runs (id, status, tags)."""
+        launched = self.graphql(
+            LAUNCH_BACKFILL,
+            {"params": {"partitionNames": list(partitions), "assetSelection": [{"path": [asset]}]}},
+        )["launchPartitionBackfill"]
+        if launched["__typename"] != "LaunchBackfillSuccess":
+            pytest.fail(f"launchPartitionBackfill returned {launched}")
+        deadline = time.monotonic() + timeout
+        while True:
+            backfill = self.graphql(BACKFILL, {"id": launched["backfillId"]})[
+                "partitionBackfillOrError"
+            ]
+            if backfill["__typename"] != "PartitionBackfill":
+                pytest.fail(f"the backfill could not be read: {backfill}")
+            if backfill["status"] in BACKFILL_ENDED:
+                return dict(backfill)
+            if not all(p.alive for p in self.processes) or time.monotonic() > deadline:
+                pytest.fail(f"the backfill did not end: {backfill}\n{self.logs()}")
+            time.sleep(1)
 
     def launch(
         self,

@@ -147,6 +147,24 @@ def wait_for(
         time.sleep(interval)
 
 
+def own_database(server: str, name: str) -> str:
+    """The DSN of database ``name`` on ``server`` (``postgresql://user@host:port``), created
+    once: a deployment of its own, which the deployment tests of other suites (resetting
+    theirs) never touch."""
+    import psycopg2
+
+    conn = psycopg2.connect(f"{server}/postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return f"{server}/{name}"
+
+
 def reset_postgres_database(dsn: str) -> None:
     """Drop and recreate the public schema so every run starts from an empty database."""
     import psycopg2

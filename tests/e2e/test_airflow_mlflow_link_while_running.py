@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections
+from managed_process import own_database
 
 from air_runtime import AirClient, mlflow_ids, mlflow_run_url
 from air_runtime.local import start_local_workspace
@@ -30,28 +31,12 @@ def _expected_url(client: AirClient, run_id: int) -> str:
     return url
 
 
-def _database(postgres: str, name: str) -> str:
-    """A database of this test's own (created once), so it never resets another's."""
-    import psycopg2
-
-    conn = psycopg2.connect(f"{postgres}/postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-    return f"{postgres}/{name}"
-
-
 def test_the_mlflow_link_shows_while_the_run_runs(tmp_path: Path, postgres: str) -> None:
     workspace = start_local_workspace(data_dir=tmp_path / "workspace")
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=_database(postgres, "airo_airflow_mlflow_link"),
+        database_dsn=own_database(postgres, "airo_airflow_mlflow_link"),
         dag_folders={"mlflow_link": E2E_DIR / "dags_mlflow_link"},
         parallelism=4,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections, task_log_text
+from managed_process import own_database
 
 from air_runtime.client import AirClient
 from air_runtime.local import start_local_workspace
@@ -26,22 +27,6 @@ def executions(folder: Path, stages: tuple[str, ...] = STAGES) -> dict[str, int]
         stage: len((folder / stage).read_text().splitlines()) if (folder / stage).exists() else 0
         for stage in stages
     }
-
-
-def own_database(postgres: str, name: str) -> str:
-    """A database of this test's own: the deployment tests of other suites reset theirs."""
-    import psycopg2
-
-    conn = psycopg2.connect(f"{postgres}/postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-    return f"{postgres}/{name}"
 
 
 def clear_with_downstream(

@@ -8,11 +8,11 @@ remote run is named after its asset and partition."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from dagster_deployment import DagsterDeployment
+from managed_process import own_database
 
 from air_runtime import AirClient
 
@@ -22,44 +22,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 DEFINITIONS = Path(__file__).parents[1] / "dagster" / "accelerator_jobs.py"
 LOCATION = "air_accelerator_caps"
 PARTITIONS = {"lr-0.1": 1, "lr-0.03": 2, "lr-0.01": 1, "lr-0.003": 2}
-TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-
-LAUNCH_BACKFILL = """
-mutation LaunchBackfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message stack }
-    ... on Error { message }
-  }
-}
-"""
-
-BACKFILL = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
-    __typename
-    ... on PartitionBackfill { status runs { runId status tags { key value } } }
-    ... on PythonError { message }
-  }
-}
-"""
-
-
-def _database(postgres: str, name: str) -> str:
-    """A database of this test's own (created once), so it never resets another's."""
-    import psycopg2
-
-    conn = psycopg2.connect(f"{postgres}/postgres")
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-    return f"{postgres}/{name}"
 
 
 def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
@@ -71,7 +33,7 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
     workspace = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[gpu_pool])
     deployment = DagsterDeployment(
         tmp_path,
-        database_dsn=_database(postgres, "airo_dagster_accelerator_caps"),
+        database_dsn=own_database(postgres, "airo_dagster_accelerator_caps"),
         code_location={
             "python_file": {
                 "relative_path": str(DEFINITIONS),
@@ -91,27 +53,7 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
     )
     try:
         deployment.start()
-        launched = deployment.graphql(
-            LAUNCH_BACKFILL,
-            {
-                "params": {
-                    "partitionNames": list(PARTITIONS),
-                    "assetSelection": [{"path": ["sweep"]}],
-                }
-            },
-        )["launchPartitionBackfill"]
-        assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        deadline = time.monotonic() + 600
-        while True:
-            backfill = deployment.graphql(BACKFILL, {"id": launched["backfillId"]})[
-                "partitionBackfillOrError"
-            ]
-            assert backfill["__typename"] == "PartitionBackfill", backfill
-            if backfill["status"] in TERMINAL:
-                break
-            if not all(p.alive for p in deployment.processes) or time.monotonic() > deadline:
-                pytest.fail(f"the backfill did not end: {backfill}\n{deployment.logs()}")
-            time.sleep(1)
+        backfill = deployment.backfill("sweep", list(PARTITIONS), timeout=600)
         runs = backfill["runs"]
         messages = {r["runId"]: deployment.run_messages(r["runId"], last=300) for r in runs}
         assert backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill, messages)

@@ -4,7 +4,6 @@ multi_run(2) backfill of five keys makes three runs."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 DEFINITIONS = Path(__file__).with_name("dagster_backfills") / "definitions.py"
 LOCATION = "air_backfills"
-TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-
-LAUNCH_BACKFILL = """
-mutation LaunchBackfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message stack }
-    ... on Error { message }
-  }
-}
-"""
-
-BACKFILL = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
-    __typename
-    ... on PartitionBackfill { status runs { runId status } }
-    ... on PythonError { message }
-  }
-}
-"""
 
 PARTITION_MATERIALIZATIONS = """
 query Materializations($runId: ID!) {
@@ -63,21 +40,7 @@ query Materializations($runId: ID!) {
 def _backfill(deployment: DagsterDeployment, asset: str, partitions: list[str]) -> list[dict]:
     """Launch a backfill of ``partitions`` of ``asset``; its runs once the daemon says it
     ended (it starts them, as from the UI)."""
-    launched = deployment.graphql(
-        LAUNCH_BACKFILL,
-        {"params": {"partitionNames": partitions, "assetSelection": [{"path": [asset]}]}},
-    )["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    while True:
-        backfill = deployment.graphql(BACKFILL, {"id": launched["backfillId"]})[
-            "partitionBackfillOrError"
-        ]
-        assert backfill["__typename"] == "PartitionBackfill", backfill
-        if backfill["status"] in TERMINAL:
-            break
-        if not all(p.alive for p in deployment.processes):
-            pytest.fail(f"a Dagster service ended during the backfill\n{deployment.logs()}")
-        time.sleep(1)
+    backfill = deployment.backfill(asset, partitions, timeout=600)
     assert backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), (
         backfill,
         [deployment.run_messages(r["runId"]) for r in backfill["runs"]],

@@ -6,7 +6,6 @@ wrote."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -17,27 +16,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 DEFINITIONS = Path(__file__).with_name("dagster_recovery") / "definitions.py"
 LOCATION = "air_recovery"
 KEYS = ["a", "b", "c", "d"]
-TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-
-LAUNCH_BACKFILL = """
-mutation LaunchBackfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message stack }
-    ... on Error { message }
-  }
-}
-"""
-
-BACKFILL = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
-    __typename
-    ... on PartitionBackfill { status runs { runId status } }
-  }
-}
-"""
 
 # What the UI's "Re-execute from failure" sends.
 REEXECUTE = """
@@ -85,12 +63,7 @@ def test_a_backfill_run_reexecuted_from_failure_trains_only_the_failed_partition
     swept = count_dir / "swept"
     try:
         deployment.start()
-        launched = deployment.graphql(
-            LAUNCH_BACKFILL,
-            {"params": {"partitionNames": KEYS, "assetSelection": [{"path": ["sweep"]}]}},
-        )["launchPartitionBackfill"]
-        assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        backfill = _ended(deployment, launched["backfillId"])
+        backfill = deployment.backfill("sweep", KEYS, timeout=180)
         (run,) = backfill["runs"]  # one run over the four partitions
         parent = run["runId"]
         status, _ = deployment.wait_for_run(parent, timeout=120)
@@ -112,14 +85,3 @@ def test_a_backfill_run_reexecuted_from_failure_trains_only_the_failed_partition
         assert f"already materialized by run {parent}" in deployment.run_messages(child, 300)
     finally:
         deployment.stop()
-
-
-def _ended(deployment: DagsterDeployment, backfill_id: str) -> dict:
-    deadline = time.monotonic() + 180
-    while True:
-        backfill = deployment.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
-        if backfill["status"] in TERMINAL:
-            return backfill
-        if time.monotonic() > deadline or not all(p.alive for p in deployment.processes):
-            pytest.fail(f"the backfill did not end\n{deployment.logs()}")
-        time.sleep(1)
