@@ -87,11 +87,20 @@ def scope_keys(workspace: Any, scope: str) -> list[str]:
 
 def rendered_fields_text(dag_id: str) -> str:
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    if hasattr(RTIF, "dag_id"):  # Airflow 3.3: a row per (Dag, task, run, map index)
+        query = select(RTIF).where(RTIF.dag_id == dag_id)
+    else:  # 3.4: a row per task attempt, keyed by its task instance id
+        query = (
+            select(RTIF)
+            .join(TaskInstance, RTIF.task_instance_id == TaskInstance.id)
+            .where(TaskInstance.dag_id == dag_id)
+        )
     with create_session() as session:
-        rows = session.scalars(select(RTIF).where(RTIF.dag_id == dag_id)).all()
+        rows = session.scalars(query).all()
         return "\n".join(repr(row.rendered_fields) for row in rows)
 
 
@@ -195,10 +204,12 @@ _DAG_TEST_WORKER = """
 import os, sys
 ready = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-import importlib.util, json
-import httpx
+import importlib, importlib.util, json
 from airflow.sdk.execution_time.supervisor import in_process_api_server
-with httpx.Client(transport=in_process_api_server().transport, base_url="http://in-process") as c:
+transport = in_process_api_server().transport
+# The client library the transport is of: httpx on Airflow 3.3, httpx2 on 3.4.
+http = importlib.import_module(type(transport).__module__.split(".")[0])
+with http.Client(transport=transport, base_url="http://in-process") as c:
     c.get("/execution/")
 spec = importlib.util.spec_from_file_location("dags", sys.argv[1])
 module = importlib.util.module_from_spec(spec)

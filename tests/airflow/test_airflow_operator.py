@@ -95,8 +95,15 @@ def test_a_try_with_secret_env_submits_in_the_worker_all_the_same(workspace, tas
     assert "hf-secret-value-4711" not in out
 
 
+def _log_requests(caplog) -> None:
+    """Capture the request lines of our client (httpx) and of the Task SDK's execution API
+    client (httpx on Airflow 3.3, httpx2 on 3.4)."""
+    for logger in ("httpx", "httpx2"):
+        caplog.set_level(logging.INFO, logger=logger)
+
+
 def _xcom_writes(caplog, dag_id: str) -> Counter:
-    """How often each XCom of ``dag_id``'s task was written, read off httpx's log of the
+    """How often each XCom of ``dag_id``'s task was written, read off the log of the
     execution API requests (every write is one ``POST /xcoms/<dag>/<run>/<task>/<key>``)."""
     request = re.compile(rf"HTTP Request: POST \S+/xcoms/{dag_id}/\S+/run/(\w+) ")
     return Counter(m.group(1) for m in map(request.search, caplog.messages) if m)
@@ -107,7 +114,7 @@ def test_a_try_writes_each_xcom_once(workspace, caplog, dag_id):
     """Airflow writes every extra link's XCom when a worker run ends; a try writes each of
     its XComs once all the same: a deferring worker run leaves no empty MLflow link, the one
     that resumes writes neither link again."""
-    caplog.set_level(logging.INFO, logger="httpx")
+    _log_requests(caplog)
     dag = load_test_dag(dag_id)
     dag_run = dag.test(run_conf={"command": _lasting(dag_id, "echo done")})
     assert task_states(dag_run) == {"run": "success"}
@@ -125,11 +132,13 @@ def test_a_try_that_submitted_nothing_writes_no_link(workspace, caplog, monkeypa
         "AIRFLOW_CONN_DATABRICKS_DEFAULT",
         json.dumps({"conn_type": "databricks", "host": workspace.host, "password": "dapi-revoked"}),
     )
-    caplog.set_level(logging.INFO, logger="httpx")
+    _log_requests(caplog)
     dag = load_test_dag("air_test_sync")
     dag_run = dag.test()
     assert task_states(dag_run) == {"run": "failed"}
-    assert any("/scim/v2/Me" in m for m in caplog.messages)  # the requests are in the log
+    # Both kinds of request are in the log (else no XCom write could be seen either).
+    assert any("/scim/v2/Me" in m for m in caplog.messages)
+    assert any("/task-instances/" in m for m in caplog.messages), caplog.messages
     assert not _xcom_writes(caplog, "air_test_sync"), caplog.messages
     assert workspace.admin.counters()["runs_created"] == 0
 
