@@ -66,7 +66,9 @@ test-lowest: venv-lowest
 # Dagster's newest release, in a venv of their own resolved anew each time
 # (scripts/venv_next.py). Not part of `make test` nor CI: it tells what the next versions break.
 NEXT := .venv-next
-NEXT_TESTS := tests/airflow tests/dagster tests/e2e/test_airflow_*.py tests/e2e/test_dagster_*.py
+# tests/airflow last: pytest imports the conftest.py of every argument up front, each as the
+# module `conftest`, and Airflow test files import helpers from theirs (the last one loaded).
+NEXT_TESTS := tests/e2e/test_airflow_*.py tests/e2e/test_dagster_*.py tests/dagster tests/airflow
 WORKERS ?= 2
 
 test-next: venv services
