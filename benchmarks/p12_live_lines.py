@@ -4,7 +4,7 @@ The situation of an Airflow triggerer with N deferred tasks and ``[air] live_lin
 asyncio loop running N ``AirRunTrigger``s (each a deferred ``AirRunOperator``'s trigger, as
 the triggerer runs it), sharing the process-wide ``RunWatcher`` at the default request budget
 (10 req/s) and line budget (``[air]`` defaults); each trigger writes its run's new lines to its
-task log (here a logging handler that reads each line's print stamp). The workspace (execute mode) runs in
+task log (here each line written is also timed against its print stamp). The workspace (execute mode) runs in
 its own process; each run's rank prints a line every 5 s for the whole window, stamping it
 with its own clock (bash ``$EPOCHREALTIME``, no process per line).
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import shutil
 import signal
@@ -116,26 +115,38 @@ class _Workspace:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class _PrintedToShown(logging.Handler):
-    """Reads the node lines the triggers write to their task logs: for each, the time from
-    being printed (the rank's own stamp) to being written here."""
+class _PrintedToShown:
+    """The node lines the triggers write to their task logs (``airflow_air._logs.LiveLines``,
+    measured as each is written): for each, the time from being printed (the rank's own
+    stamp) to being written."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
         self.window_start = 0.0
         self.latencies: list[float] = []
         self.newest_shown: dict[str, float] = {}
 
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if "printed_at " not in message:
+    def seen(self, label: str, body: str) -> None:
+        if "printed_at " not in body:
             return
         now = time.time()
-        label = message.split("[", 1)[-1].split("]", 1)[0]
         self.newest_shown[label] = now
         if now >= self.window_start > 0:
-            printed = message.rsplit("printed_at ", 1)[1].strip().replace(",", ".")
+            printed = body.rsplit("printed_at ", 1)[1].strip().replace(",", ".")
             self.latencies.append(now - float(printed))
+
+    def install(self) -> None:
+        """Every trigger's ``LiveLines`` tells this what it wrote, after writing it."""
+        import airflow_air._logs as logs
+
+        measured = self
+
+        class MeasuredLiveLines(logs.LiveLines):
+            def __call__(self, records: Any, passed_over: bool) -> None:
+                super().__call__(records, passed_over)
+                for record in records:
+                    measured.seen(record.label, record.body)
+
+        logs.LiveLines = MeasuredLiveLines  # type: ignore[misc]
 
 
 async def _requests(host: str) -> int:
@@ -157,13 +168,7 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
     from air_runtime import AsyncAirClient, load_workload
 
     shown = _PrintedToShown()
-    root = logging.getLogger()
-    root.addHandler(shown)
-    root.setLevel(logging.INFO)
-    # The lines are counted by the handler above, not printed.
-    for handler in root.handlers:
-        if handler is not shown:
-            handler.setLevel(logging.WARNING)
+    shown.install()
     async with AsyncAirClient(host, TOKEN) as client:
         workload = load_workload(
             {
@@ -228,7 +233,6 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
         for run_id in run_ids:
             await client.cancel(run_id)
     await watcher.aclose()
-    root.removeHandler(shown)
     latencies = shown.latencies
     return {
         "n": n,
@@ -258,6 +262,16 @@ def measure(*, quick: bool = False, n: int | None = None) -> dict[str, Any]:
     try:
         workspace.wait_ready()
         _airflow_env(workspace.port)
+        # This workspace's own token.
+        os.environ["AIRFLOW_CONN_DATABRICKS_DEFAULT"] = json.dumps(
+            {
+                "conn_type": "databricks",
+                "host": "127.0.0.1",
+                "port": workspace.port,
+                "schema": "http",
+                "password": TOKEN,
+            }
+        )
         before = workspace.counters()
         started = time.time()
         row = asyncio.run(_measure(workspace.host, n, window_s, warmup_s))
