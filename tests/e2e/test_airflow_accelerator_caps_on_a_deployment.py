@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 def test_a_mixed_sweep_never_asks_the_gpu_pool_for_more_than_it_reserves(
     tmp_path: Path, postgres: str
 ) -> None:
-    from managed_process import run_command
+    from managed_process import own_database, run_command
 
     from air_runtime.local import start_local_workspace
 
@@ -27,7 +27,7 @@ def test_a_mixed_sweep_never_asks_the_gpu_pool_for_more_than_it_reserves(
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_caps"),
         dag_folders={"caps": E2E_DIR / "dags_accelerator_caps"},
         parallelism=4,
     )

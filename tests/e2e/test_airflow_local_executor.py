@@ -18,6 +18,7 @@ from airflow_deployment import (
     remote_run_names,
     task_log_text,
 )
+from managed_process import own_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
@@ -32,7 +33,7 @@ def test_rl_pipeline_and_twenty_deferred_runs(
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_local"),
         dag_folders={"project": REPO_ROOT / "dags", "e2e": E2E_DIR / "dags"},
         extra_env=rl_images["env"],
         parallelism=PARALLELISM,

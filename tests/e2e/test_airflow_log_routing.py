@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections
+from managed_process import own_database
 
 from air_runtime.local import start_local_workspace
 
@@ -57,7 +58,7 @@ def test_each_deferred_task_log_holds_only_its_own_run(tmp_path: Path, postgres:
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_log_routing"),
         dag_folders={"e2e": E2E_DIR / "dags"},
         parallelism=8,
         # Live lines read every 2 s, so a 40 s run shows its first line long before its end.

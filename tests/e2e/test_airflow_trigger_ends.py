@@ -17,6 +17,7 @@ from airflow_deployment import (
     check_air_task_instances,
     task_log_text,
 )
+from managed_process import own_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -25,7 +26,7 @@ def _deployment(tmp_path: Path, postgres: str) -> AirflowDeployment:
     return AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_trigger_ends"),
         dag_folders={"e2e": E2E_DIR / "dags"},
         extra_env={
             # Airflow's own deferral timeout: 20 s of execution_timeout plus 5 s.
@@ -186,7 +187,7 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
     from datetime import datetime
 
     from airflow_deployment import REPO_ROOT
-    from managed_process import run_command
+    from managed_process import own_database, run_command
 
     from air_runtime.local import start_local_workspace
 
@@ -195,7 +196,7 @@ def test_sweep_capped_by_a_pool_sized_from_the_gpu_pool(tmp_path: Path, postgres
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_trigger_ends"),
         dag_folders={"project": REPO_ROOT / "dags"},
         parallelism=4,
     )

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 from airflow_deployment import E2E_DIR, AirflowDeployment, add_airflow_connections
 from browser import chromium, require_browser, screenshot, wait_until
-from managed_process import wait_for
+from managed_process import own_database, wait_for
 
 from air_runtime.client import AirClient
 from air_runtime.local import LocalWorkspace
@@ -84,7 +84,7 @@ def test_airflow_ui_links_lead_to_the_run_pages(
     deployment = AirflowDeployment(
         tmp_path,
         executor="LocalExecutor",
-        database_dsn=f"{postgres}/airo_airflow",
+        database_dsn=own_database(postgres, "airo_airflow_ui"),
         dag_folders={"e2e": E2E_DIR / "dags"},
     )
     flag = tmp_path / "flag"
