@@ -78,6 +78,10 @@ OnProgress = Callable[[TrainingProgress], None]
 _PROGRESS_REQUESTS = 3
 # The share of the request budget the waiters' own reads (``acquire_aside``) may take.
 ASIDE_SHARE = 0.2
+# While line reads fall behind (a run's read comes more than ``LineBudget.interval`` after it
+# was due: too many runs for the budget), the waiters' own reads and the progress reads each
+# drop to this share, so the lines of many runs stay within a minute of being printed.
+BEHIND_SHARE = 0.02
 
 
 def _in_waiter_context(on_update: Callable[..., None]) -> Callable[..., None]:
@@ -124,20 +128,26 @@ class TokenBucket:
         self._tokens = self.capacity
         self._stamp = time.monotonic()
 
-    def try_acquire(self, count: int = 1) -> bool:
-        """Take ``count`` tokens if they are there now; never waits, never borrows."""
+    def retune(self, rate: float) -> None:
+        """From now on ``rate`` per second (the tokens earned so far kept)."""
+        self._refill()
+        self.rate = rate
+
+    def _refill(self) -> None:
         now = time.monotonic()
         self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
+
+    def try_acquire(self, count: int = 1) -> bool:
+        """Take ``count`` tokens if they are there now; never waits, never borrows."""
+        self._refill()
         if self._tokens < count:
             return False
         self._tokens -= count
         return True
 
     async def acquire(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
+        self._refill()
         self._tokens -= 1
         if self._tokens < 0:
             await asyncio.sleep(-self._tokens / self.rate)
@@ -205,11 +215,14 @@ class LineBudget:
     what the status polls leave: little while many runs all run, since a sweep then lists
     the smaller, completed side. With many runs a run's turn comes less often, never the
     budget more. Progress reads (``progress_interval``) have ``progress_share`` of their own,
-    taken only when it is there at once."""
+    taken only when it is there at once. While the line reads fall behind (more runs than
+    the budget reads every ``interval``), progress reads and the waiters' own reads
+    (``RunWatcher.acquire_aside``) drop to ``BEHIND_SHARE`` each: with 500 runs each one's
+    lines are then read about every 55 s at 10 req/s."""
 
     interval: float = 15.0
     lines_per_read: int = 50
-    share: float = 0.85
+    share: float = 0.95
     progress_interval: float = 60.0
     # Progress reads (three requests each) take only this share, and only when it has them
     # at once: they never hold up a line read, and with many runs come less often.
@@ -255,6 +268,7 @@ class RunWatcher:
             budget_rps * self.lines.progress_share, burst=_PROGRESS_REQUESTS
         )
         self._aside_bucket = TokenBucket(budget_rps * ASIDE_SHARE)
+        self._lines_behind = False
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
         self.line_requests = 0  # of which for live lines
         self._runs: dict[int, _Watched] = {}
@@ -305,6 +319,12 @@ class RunWatcher:
     @property
     def watched(self) -> int:
         return len(self._runs)
+
+    @property
+    def lines_behind(self) -> bool:
+        """Whether the line reads fall behind (see ``LineBudget``): the last read came more
+        than an interval late."""
+        return self._lines_behind
 
     async def wait(
         self,
@@ -502,8 +522,13 @@ class RunWatcher:
                 (w for w in following if w.lines_due <= now and _is_running(w.state)),
                 key=lambda w: w.lines_due,
             )
+            if not due:
+                self._note_lines_behind(False)
             for watched in due:
-                watched.lines_due = loop.time() + self.lines.interval
+                read_at = loop.time()
+                if watched.streams:  # read before: its lateness is the budget's, not a start's
+                    self._note_lines_behind(read_at - watched.lines_due > self.lines.interval)
+                watched.lines_due = read_at + self.lines.interval
                 try:
                     await self._read_lines(watched)
                 except AuthError:
@@ -512,6 +537,16 @@ class RunWatcher:
                     logger.debug("live lines of run %s: %s", watched.run_id, error)
             upcoming = min((w.lines_due for w in following), default=now + self.lines.interval)
             await asyncio.sleep(max(0.5, min(upcoming - loop.time(), self.lines.interval)))
+
+    def _note_lines_behind(self, behind: bool) -> None:
+        """Line reads late or on time again: the other reads' shares follow (``LineBudget``)."""
+        if behind == self._lines_behind:
+            return
+        self._lines_behind = behind
+        rate = self.bucket.rate
+        self._aside_bucket.retune(rate * (BEHIND_SHARE if behind else ASIDE_SHARE))
+        self._progress_bucket.retune(rate * (BEHIND_SHARE if behind else self.lines.progress_share))
+        logger.debug("live line reads %s", "behind" if behind else "on time again")
 
     async def _read_lines(self, watched: _Watched) -> None:
         assert watched.state is not None

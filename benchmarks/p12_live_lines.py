@@ -9,10 +9,13 @@ its own process; each run's rank prints a line every 5 s for the whole window, s
 with its own clock (bash ``$EPOCHREALTIME``, no process per line).
 
 Measured over the window: requests the workspace served (all endpoints, its counters) per
-second against the budget, and those the watcher sent; event-loop lag (a 10 ms sampler's oversleep, p99); and for every
-line shown, the time from being printed to being shown (p50, p99, max), plus the share of
-runs whose newest line was shown within 60 s at the window's end. Progress lines are not
-read here (the trigger does not follow MLflow yet).
+second against the budget, by endpoint, and those the watcher sent; event-loop lag (a
+10 ms sampler's oversleep, p99); for every line shown, the time from being printed to being
+shown (p50, p99, max), plus the share of runs whose newest line was shown within 60 s at
+the window's end; and how long the line reads were behind (``RunWatcher.lines_behind``).
+Progress reads are on (each trigger logs progress when it changes); these ranks log nothing
+to MLflow, so a read finds no progress, but costs its requests. Each trigger also reads its
+run's MLflow link once the run runs (``runs/get-output``).
 
     python -m benchmarks.p12_live_lines [--quick] [--n 500]
 """
@@ -149,7 +152,8 @@ class _PrintedToShown:
         logs.LiveLines = MeasuredLiveLines  # type: ignore[misc]
 
 
-async def _requests(host: str) -> int:
+async def _requests(host: str) -> dict[str, int]:
+    """The workspace's requests so far by endpoint (its counters, less its admin ones)."""
     import httpx
 
     async with httpx.AsyncClient(
@@ -158,7 +162,7 @@ async def _requests(host: str) -> int:
         response = await http.get("/api/2.0/airo-admin/counters")
         response.raise_for_status()
         counts = response.json()["requests"]
-    return sum(v for k, v in counts.items() if not k.startswith("airo-admin"))
+    return {k: v for k, v in counts.items() if not k.startswith("airo-admin")}
 
 
 async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[str, Any]:
@@ -202,14 +206,19 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
 
     lags: list[float] = []
     window_start = 0.0
+    behind_s = 0.0
+    watcher: Any = None
 
     async def sampler() -> None:
+        nonlocal behind_s
         loop = asyncio.get_running_loop()
         while True:
             before = loop.time()
             await asyncio.sleep(0.01)
             if window_start > 0:
                 lags.append(loop.time() - before - 0.01)
+                if watcher is not None and watcher.lines_behind:
+                    behind_s += loop.time() - before
 
     waits = [asyncio.ensure_future(deferred(r)) for r in run_ids]
     sampling = asyncio.ensure_future(sampler())
@@ -220,7 +229,13 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
     before_lines = watcher.line_requests
     await asyncio.sleep(window_s)
     elapsed = time.time() - window_start
-    requests = await _requests(host) - before_requests - 1  # less our own counters read
+    after_requests = await _requests(host)
+    by_endpoint = {
+        k: v - before_requests.get(k, 0)
+        for k, v in sorted(after_requests.items())
+        if v - before_requests.get(k, 0)
+    }
+    requests = sum(by_endpoint.values())
     watcher_requests = watcher.requests - before_watcher
     line_requests = watcher.line_requests - before_lines
     now = time.time()
@@ -241,6 +256,8 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
         "workspace_requests_per_s": round(requests / elapsed, 2),
         "watcher_requests_per_s": round(watcher_requests / elapsed, 2),
         "line_requests_per_s": round(line_requests / elapsed, 2),
+        "workspace_requests_by_endpoint": by_endpoint,
+        "seconds_with_line_reads_behind": round(behind_s, 1),
         "lines_shown": len(latencies),
         "printed_to_shown_s": {
             "p50": round(percentile(latencies, 50), 1),

@@ -141,7 +141,7 @@ def get_provider_info() -> dict[str, Any]:
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "0.25",
-                        "default": "0.85",
+                        "default": "0.95",
                     },
                     "live_progress_interval": {
                         "description": "With live_lines on, a deferred task logs its run's "
@@ -158,7 +158,8 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "The share of workspace_request_budget progress reads "
                         "(three requests each) may take (0 to 1), only when it has them at "
                         "once: they never hold up a line read, and with many runs come less "
-                        "often than live_progress_interval.",
+                        "often than live_progress_interval (while line reads fall behind, "
+                        "0.02).",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": "0.1",

@@ -92,7 +92,7 @@ def live_lines() -> LineBudget | None:
     return LineBudget(
         interval=config_float("live_lines_interval", 15.0),
         lines_per_read=conf.getint("air", "live_lines_per_read", fallback=50),
-        share=config_float("live_lines_share", 0.85),
+        share=config_float("live_lines_share", 0.95),
         progress_interval=config_float("live_progress_interval", 60.0),
         progress_share=config_float("live_progress_share", 0.05),
     )

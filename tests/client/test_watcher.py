@@ -322,3 +322,49 @@ async def test_live_lines_keep_the_newest_when_a_read_has_no_room(local_workspac
     first, passed_over = node0[0]
     assert [r.body for r in first] == ["burst 38", "burst 39", "burst 40"]
     assert passed_over
+
+
+async def test_other_reads_yield_to_line_reads_that_fall_behind(local_workspace):
+    """More running runs than the budget reads every interval: the line reads fall behind and
+    the waiters' own reads and the progress reads drop to BEHIND_SHARE; once the reads keep up
+    again (runs cancelled), both get their shares back."""
+    from air_runtime._watcher import ASIDE_SHARE, BEHIND_SHARE
+
+    budget = 2.0
+    async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+        run_ids = [
+            await _submit_real(client, f"behind-{i}", 'while :; do echo "tick"; sleep 0.5; done\n')
+            for i in range(6)
+        ]
+        watcher = RunWatcher(
+            client, interval=1.0, budget_rps=budget, lines=LineBudget(interval=2.0)
+        )
+        waits = [
+            asyncio.ensure_future(
+                watcher.wait(run_id, timeout=180, on_lines=lambda records, over: None)
+            )
+            for run_id in run_ids
+        ]
+
+        async def until(behind: bool) -> None:
+            async with asyncio.timeout(120):
+                while watcher.lines_behind is not behind:
+                    await asyncio.sleep(0.1)
+
+        try:
+            # 6 runs of 2 nodes read every 2 s want 6 req/s of a 2 req/s budget.
+            await until(True)
+            assert watcher._aside_bucket.rate == pytest.approx(budget * BEHIND_SHARE)
+            assert watcher._progress_bucket.rate == pytest.approx(budget * BEHIND_SHARE)
+            for run_id in run_ids[1:]:
+                await client.cancel(run_id)
+            # One run of 2 nodes read every 2 s: 1 req/s, on time.
+            await until(False)
+            assert watcher._aside_bucket.rate == pytest.approx(budget * ASIDE_SHARE)
+            assert watcher._progress_bucket.rate == pytest.approx(
+                budget * watcher.lines.progress_share
+            )
+        finally:
+            await client.cancel(run_ids[0])
+            await asyncio.gather(*waits, return_exceptions=True)
+            await watcher.aclose()
