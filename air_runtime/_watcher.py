@@ -138,6 +138,11 @@ class TokenBucket:
         self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
 
+    def seconds_to_token(self) -> float:
+        """How long until one token is there at the current rate (0: now)."""
+        self._refill()
+        return max(0.0, (1.0 - self._tokens) / self.rate)
+
     def try_acquire(self, count: int = 1) -> bool:
         """Take ``count`` tokens if they are there now; never waits, never borrows."""
         self._refill()
@@ -268,6 +273,7 @@ class RunWatcher:
             budget_rps * self.lines.progress_share, burst=_PROGRESS_REQUESTS
         )
         self._aside_bucket = TokenBucket(budget_rps * ASIDE_SHARE)
+        self._aside_turn = asyncio.Lock()
         self._lines_behind = False
         self.requests = 0  # sent by this watcher, for budget checks and benchmarks
         self.line_requests = 0  # of which for live lines
@@ -423,9 +429,14 @@ class RunWatcher:
 
     async def acquire_aside(self) -> None:
         """Before one request a waiter sends of its own (an MLflow link read): first from a
-        share of the budget (``ASIDE_SHARE``), then from the budget itself, so that many
-        waiters' reads never queue ahead of the status polls."""
-        await self._aside_bucket.acquire()
+        share of the budget (``ASIDE_SHARE``, ``BEHIND_SHARE`` while line reads are behind),
+        then from the budget itself, so that many waiters' reads never queue ahead of the
+        status polls. The waiters take turns (a fair lock) and the one whose turn it is waits
+        for a token at the share's current rate, so a share that drops while hundreds of
+        reads wait applies to them all (a reservation would keep the old rate)."""
+        async with self._aside_turn:
+            while not self._aside_bucket.try_acquire():
+                await asyncio.sleep(min(1.0, max(0.01, self._aside_bucket.seconds_to_token())))
         await self.bucket.acquire()
         self.requests += 1
 

@@ -368,3 +368,35 @@ async def test_other_reads_yield_to_line_reads_that_fall_behind(local_workspace)
             await client.cancel(run_ids[0])
             await asyncio.gather(*waits, return_exceptions=True)
             await watcher.aclose()
+
+
+async def test_reads_waiting_aside_slow_down_as_soon_as_line_reads_fall_behind():
+    """Link reads already waiting for their share (hundreds queue when a sweep starts) take
+    the lower share from the moment line reads fall behind, not after their old turn."""
+    from air_runtime._watcher import ASIDE_SHARE, BEHIND_SHARE
+
+    async with AsyncAirClient("http://127.0.0.1:9", "unused-token") as client:
+        watcher = RunWatcher(client, budget_rps=10.0)
+        done: list[float] = []
+
+        async def link_read() -> None:
+            await watcher.acquire_aside()
+            done.append(time.monotonic())
+
+        reads = [asyncio.ensure_future(link_read()) for _ in range(30)]
+        async with asyncio.timeout(60):
+            while len(done) < 2:  # the share's pace: 2 req/s
+                await asyncio.sleep(0.05)
+        watcher._note_lines_behind(True)
+        assert watcher._aside_bucket.rate == pytest.approx(10.0 * BEHIND_SHARE)
+        before = len(done)
+        # At 0.2 req/s, 3 s allow at most one more (plus one already past the share); the
+        # reservations of the old 2 req/s would have let about six through.
+        await asyncio.sleep(3.0)
+        assert len(done) - before <= 2, len(done) - before
+        watcher._note_lines_behind(False)
+        assert watcher._aside_bucket.rate == pytest.approx(10.0 * ASIDE_SHARE)
+        async with asyncio.timeout(60):
+            await asyncio.gather(*reads)
+        assert len(done) == 30
+        await watcher.aclose()
