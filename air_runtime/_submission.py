@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ._errors import AirError, RunTimeout
+from ._errors import AirError, BudgetExceeded, RetriesStopped, RunTimeout
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
 from .client import _runs, _secrets, _submit
 from .client._core import ClientCore, Flow
@@ -276,6 +276,23 @@ class RunOutcome:
     ) -> RunOutcome:
         """A wait that ended without the run ending (``timeout``, ``error``)."""
         return cls(status, run_id, run_page_url, None, message, task_key)
+
+    @classmethod
+    def stopped(
+        cls,
+        stopped: BudgetExceeded | RetriesStopped,
+        run_id: int,
+        run_page_url: str,
+        note: str,
+        task_key: str | None,
+    ) -> RunOutcome:
+        """A wait that stopped the run: over its ``max_gpu_hours`` (status ``budget``, with
+        the GPU-hours it used) or its retries stopped (``retries_stopped``); ``note`` says
+        how cancelling it went."""
+        if isinstance(stopped, BudgetExceeded):
+            outcome = cls("budget", run_id, run_page_url, None, f"{stopped}{note}", task_key)
+            return dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
+        return cls("retries_stopped", run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
 
 def _duration_s(state: RunState, task: TaskState | None) -> float | None:

@@ -220,10 +220,11 @@ class LineBudget:
     what the status polls leave: little while many runs all run, since a sweep then lists
     the smaller, completed side. With many runs a run's turn comes less often, never the
     budget more. Progress reads (``progress_interval``) have ``progress_share`` of their own,
-    taken only when it is there at once. While the line reads fall behind (more runs than
-    the budget reads every ``interval``), progress reads and the waiters' own reads
-    (``RunWatcher.acquire_aside``) drop to ``BEHIND_SHARE`` each: with 500 runs each one's
-    lines are then read about every 55 s at 10 req/s."""
+    taken only when it is there at once. While the line reads fall behind (more running
+    nodes than ``share`` of the budget reads every ``interval``, or a read came more than an
+    interval late), progress reads and the waiters' own reads (``RunWatcher.acquire_aside``)
+    drop to ``BEHIND_SHARE`` each: with 500 runs each one's lines are then read about every
+    55 s at 10 req/s."""
 
     interval: float = 15.0
     lines_per_read: int = 50
@@ -533,12 +534,17 @@ class RunWatcher:
                 (w for w in following if w.lines_due <= now and _is_running(w.state)),
                 key=lambda w: w.lines_due,
             )
+            # Behind ahead of time when the running runs' nodes, each read every interval,
+            # want more than the line share: a sweep's start is behind from its first pass.
+            streams = sum(max(1, len(w.streams)) for w in following if _is_running(w.state))
+            too_many = streams / self.lines.interval > self._lines_bucket.rate
             if not due:
-                self._note_lines_behind(False)
+                self._note_lines_behind(too_many)
             for watched in due:
                 read_at = loop.time()
-                if watched.streams:  # read before: its lateness is the budget's, not a start's
-                    self._note_lines_behind(read_at - watched.lines_due > self.lines.interval)
+                # A run read before is late by the budget, not by its start.
+                late = bool(watched.streams) and read_at - watched.lines_due > self.lines.interval
+                self._note_lines_behind(too_many or late)
                 watched.lines_due = read_at + self.lines.interval
                 try:
                     await self._read_lines(watched)

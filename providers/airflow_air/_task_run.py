@@ -91,11 +91,10 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
     return hours
 
 
-# An outcome's status for a run cancelled because it passed its max_gpu_hours, and for one
-# cancelled because an attempt failed for good (stop_deterministic_retries): no retry helps.
-BUDGET_STATUS = "budget"
-RETRIES_STOPPED_STATUS = "retries_stopped"
-STOPPED_STATUSES = (BUDGET_STATUS, RETRIES_STOPPED_STATUS)
+# The statuses of ``RunOutcome.stopped``: a run cancelled because it passed its
+# max_gpu_hours, or because an attempt failed for good (stop_deterministic_retries). No
+# retry helps.
+STOPPED_STATUSES = ("budget", "retries_stopped")
 
 
 class TaskRun:
@@ -470,13 +469,7 @@ class AirTaskRun(TaskRun):
         """The outcome of a run cancelled over its budget, or because its retries could not
         help."""
         self.log.warning("%s%s", stopped, note)
-        status = BUDGET_STATUS if isinstance(stopped, BudgetExceeded) else RETRIES_STOPPED_STATUS
-        outcome = RunOutcome.unfinished(
-            status, record.run_id, record.run_page_url, f"{stopped}{note}", self.stage
-        )
-        if isinstance(stopped, BudgetExceeded):
-            outcome = dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
-        return outcome
+        return RunOutcome.stopped(stopped, record.run_id, record.run_page_url, note, self.stage)
 
     def _defer(
         self,

@@ -290,15 +290,13 @@ class AirRunTrigger(BaseTrigger):
                 else "an attempt failed in a way retries will not change"
             )
             cancelled = note == f"; run {self.run_id} was cancelled"
-            outcome = RunOutcome.unfinished(
-                "budget" if over else "retries_stopped",
+            outcome = RunOutcome.stopped(
+                stopped,
                 self.run_id,
                 self.run_page_url,
-                f"{stopped}; cancelled" if cancelled else f"{stopped}{note}",
+                "; cancelled" if cancelled else note,
                 self.task_key,
             )
-            if isinstance(stopped, BudgetExceeded):
-                outcome = dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
