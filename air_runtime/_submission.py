@@ -34,7 +34,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ._errors import AirError, BudgetExceeded, RetriesStopped, RunTimeout
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
@@ -214,7 +214,10 @@ class RunOutcome:
     Airflow's database and may be read by a newer version): fields are only ever added, a
     missing one reads as its default, an unknown one is ignored."""
 
-    status: str  # success | failed | timeout | error
+    # The statuses of ``stopped``: no retry helps (the run was cancelled on purpose).
+    STOPPED_STATUSES: ClassVar[tuple[str, str]] = ("budget", "retries_stopped")
+
+    status: str  # success | failed | timeout | error | budget | retries_stopped
     run_id: int
     run_page_url: str
     # None (no result yet: timeout, error) is left out of events, so it must be optional.
@@ -289,10 +292,11 @@ class RunOutcome:
         """A wait that stopped the run: over its ``max_gpu_hours`` (status ``budget``, with
         the GPU-hours it used) or its retries stopped (``retries_stopped``); ``note`` says
         how cancelling it went."""
+        over, retries = cls.STOPPED_STATUSES
         if isinstance(stopped, BudgetExceeded):
-            outcome = cls("budget", run_id, run_page_url, None, f"{stopped}{note}", task_key)
+            outcome = cls(over, run_id, run_page_url, None, f"{stopped}{note}", task_key)
             return dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
-        return cls("retries_stopped", run_id, run_page_url, None, f"{stopped}{note}", task_key)
+        return cls(retries, run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
 
 def _duration_s(state: RunState, task: TaskState | None) -> float | None:

@@ -78,9 +78,10 @@ OnProgress = Callable[[TrainingProgress], None]
 _PROGRESS_REQUESTS = 3
 # The share of the request budget the waiters' own reads (``acquire_aside``) may take.
 ASIDE_SHARE = 0.2
-# While line reads fall behind (a run's read comes more than ``LineBudget.interval`` after it
-# was due: too many runs for the budget), the waiters' own reads and the progress reads each
-# drop to this share, so the lines of many runs stay within a minute of being printed.
+# While line reads fall behind (more running nodes than the line share reads every
+# ``LineBudget.interval``, or a read came more than an interval late), the waiters' own reads
+# and the progress reads each drop to this share, so the lines of many runs stay within a
+# minute of being printed.
 BEHIND_SHARE = 0.02
 
 
@@ -329,8 +330,9 @@ class RunWatcher:
 
     @property
     def lines_behind(self) -> bool:
-        """Whether the line reads fall behind (see ``LineBudget``): the last read came more
-        than an interval late."""
+        """Whether the line reads fall behind (see ``LineBudget``): more running nodes than
+        the line share reads every interval, or the last read came more than an interval
+        late."""
         return self._lines_behind
 
     async def wait(

@@ -91,12 +91,6 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
     return hours
 
 
-# The statuses of ``RunOutcome.stopped``: a run cancelled because it passed its
-# max_gpu_hours, or because an attempt failed for good (stop_deterministic_retries). No
-# retry helps.
-STOPPED_STATUSES = ("budget", "retries_stopped")
-
-
 class TaskRun:
     """What every try that submits shares (an ``AirRunOperator``'s, the workflow group's
     submit task's): its submission, in this deployment's namespace, the run it owns, and
@@ -284,7 +278,7 @@ class AirTaskRun(TaskRun):
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
             )
-        if outcome.status in ("success", "failed", "timeout", *STOPPED_STATUSES):
+        if outcome.status in ("success", "failed", "timeout", *RunOutcome.STOPPED_STATUSES):
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
                     self.log = RedactingLog(self.task.log, self.redactor(client))
@@ -558,7 +552,7 @@ class AirTaskRun(TaskRun):
         result = self.push_outcome_xcoms(outcome)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in ("success", "failed", *STOPPED_STATUSES):
+        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
             self._finish(outcome, client, state)
         if outcome.status == "success":
             task.log.info("%s", outcome.summary())
@@ -572,7 +566,7 @@ class AirTaskRun(TaskRun):
             )
         if outcome.status == "timeout":
             raise AirflowTaskTimeout(outcome.message)
-        if outcome.status in STOPPED_STATUSES:  # a retry would spend again, for nothing
+        if outcome.status in RunOutcome.STOPPED_STATUSES:  # a retry would spend again, for nothing
             raise AirflowFailException(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
 
