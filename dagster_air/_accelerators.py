@@ -157,7 +157,7 @@ class AcceleratorClaim:
             )
         gate = admission_pool(self.pool)
         if storage.get_concurrency_info(gate).slot_count != 1:
-            storage.set_concurrency_slots(gate, 1)
+            self._set_first_limit(gate, 1)
         started = time.monotonic()
         # Entries of their own: Dagster frees a step's slots by (run, step key), and the
         # step's own op pool (``pool=``) holds one under the step key itself.
@@ -184,12 +184,28 @@ class AcceleratorClaim:
         if info.limit is not None or info.slot_count:
             return info.limit if info.limit is not None else info.slot_count
         slots, source = size()
-        self.instance.event_log_storage.set_concurrency_slots(self.pool, slots)
-        self.log.info(
-            f"accelerator pool {self.pool} had no limit: {slots} slots, one per accelerator "
-            f"{source} reserves (change it with dagster instance concurrency set)"
-        )
-        return slots
+        set_by_us = self._set_first_limit(self.pool, slots)
+        if set_by_us is None:
+            self.log.info(
+                f"accelerator pool {self.pool} had no limit: {slots} slots, one per accelerator "
+                f"{source} reserves (change it with dagster instance concurrency set)"
+            )
+            return slots
+        return set_by_us
+
+    def _set_first_limit(self, pool: str, slots: int) -> int | None:
+        """Give ``pool`` its first limit; None when set, or the limit another step of
+        another run set first (Dagster's storage reads, then inserts the limit's row, so
+        two steps starting together can both insert: the second one fails)."""
+        storage = self.instance.event_log_storage
+        try:
+            storage.set_concurrency_slots(pool, slots)
+        except Exception:
+            info = storage.get_concurrency_info(pool)
+            if info.limit is None:
+                raise
+            return info.limit
+        return None
 
     def _wait(self, pool: str, entry: str, what: str) -> None:
         storage = self.instance.event_log_storage

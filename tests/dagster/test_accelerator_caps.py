@@ -17,7 +17,7 @@ from accelerator_jobs import ACCELERATOR_POOL, GPU_POOL, SIZES
 
 from air_runtime.local import LocalWorkspace, start_local_workspace
 from dagster_air import AirStage, AirWorkspace, build_air_assets
-from dagster_air._accelerators import peak_accelerators
+from dagster_air._accelerators import AcceleratorClaim, peak_accelerators
 
 JOBS = Path(__file__).with_name("accelerator_jobs.py")
 
@@ -81,6 +81,45 @@ def test_steps_of_mixed_sizes_never_ask_the_gpu_pool_for_more_than_it_reserves(
     assert any("waiting for" in m and ACCELERATOR_POOL in m for m in messages)
     held = [m for m in messages if m.startswith("holding ")]
     assert sorted(int(m.split()[1]) for m in held) == sorted(SIZES.values()), held
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_a_pool_sized_by_another_step_at_the_same_moment_keeps_that_size(
+    instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two steps of two runs find the pool without a limit and both size it. Dagster's
+    # storage reads the limit's row, then inserts it: the step that reads before the other
+    # inserts fails on the row's unique key. Here that order, with the storage's own insert.
+    from dagster._core.storage.event_log.schema import ConcurrencyLimitsTable
+
+    storage = instance.event_log_storage
+    set_slots = storage.set_concurrency_slots
+    log = _Log()
+
+    def lose_the_race(pool: str, slots: int) -> None:
+        if pool == "gpu-pool" and storage.get_concurrency_info(pool).limit is None:
+            set_slots(pool, 4)  # the other step, first
+            with storage.index_connection() as conn:  # type: ignore[attr-defined]  # stale read
+                conn.execute(
+                    ConcurrencyLimitsTable.insert().values(concurrency_key=pool, limit=slots)
+                )
+        set_slots(pool, slots)
+
+    monkeypatch.setattr(storage, "set_concurrency_slots", lose_the_race)
+    claim = AcceleratorClaim(instance, "gpu-pool", "run-b", "train", 2, log)  # type: ignore[arg-type]
+    claim.acquire(lambda: (4, "GPU pool gpu-a10"))
+    assert storage.get_concurrency_info("gpu-pool").limit == 4
+    assert log.lines == ["holding 2 of the 4 slots of accelerator pool gpu-pool"]
+    claim.release()
+    info = storage.get_concurrency_info("gpu-pool")
+    assert not info.claimed_slots and not info.pending_steps
 
 
 def test_a_step_larger_than_its_pool_fails_before_submitting(
