@@ -266,6 +266,7 @@ async def _measure(host: str, n: int, window_s: float, warmup_s: float) -> dict[
         },
         "runs_with_a_line_shown_in_last_60s": fresh,
         "loop_lag_ms": {
+            "samples": len(lags),
             "p99": round(percentile(lags, 99) * 1000, 1),
             "max": round(max(lags, default=float("nan")) * 1000, 1),
         },
@@ -301,17 +302,25 @@ def measure(*, quick: bool = False, n: int | None = None) -> dict[str, Any]:
     return row
 
 
+def p12_met(row: dict[str, Any], shown_in_last_60s: str) -> bool:
+    """P12's targets (design/targets.md): within the budget, loop lag p99 <= 20 ms (sampled),
+    each newest line shown within 60 s at p99, every run or task (``shown_in_last_60s``
+    counts them) shown a line in the window's last 60 s."""
+    return bool(
+        row["within_budget"]
+        and row["loop_lag_ms"]["samples"] > 0
+        and (row["loop_lag_ms"]["p99"] or 0) <= 20
+        and (row["printed_to_shown_s"]["p99"] or 1e9) <= 60
+        and row[shown_in_last_60s] == row["n"]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = parser_for(__doc__)
     parser.add_argument("--n", type=int, default=None)
     args = parser.parse_args(argv)
     row = measure(quick=args.quick, n=args.n)
-    met = (
-        row["within_budget"]
-        and row["loop_lag_ms"]["p99"] <= 20
-        and row["printed_to_shown_s"]["p99"] <= 60
-        and row["runs_with_a_line_shown_in_last_60s"] == row["n"]
-    )
+    met = p12_met(row, "runs_with_a_line_shown_in_last_60s")
     path = write_result("P12_quick" if args.quick else "P12", {"rows": [row], "met": met})
     print(json.dumps(row, indent=2))
     print(f"written to {path}")
