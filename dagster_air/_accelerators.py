@@ -184,18 +184,18 @@ class AcceleratorClaim:
         if info.limit is not None or info.slot_count:
             return info.limit if info.limit is not None else info.slot_count
         slots, source = size()
-        set_by_us = self._set_first_limit(self.pool, slots)
-        if set_by_us is None:
-            self.log.info(
-                f"accelerator pool {self.pool} had no limit: {slots} slots, one per accelerator "
-                f"{source} reserves (change it with dagster instance concurrency set)"
-            )
-            return slots
-        return set_by_us
+        theirs = self._set_first_limit(self.pool, slots)
+        if theirs is not None:
+            return theirs
+        self.log.info(
+            f"accelerator pool {self.pool} had no limit: {slots} slots, one per accelerator "
+            f"{source} reserves (change it with dagster instance concurrency set)"
+        )
+        return slots
 
     def _set_first_limit(self, pool: str, slots: int) -> int | None:
-        """Give ``pool`` its first limit; None when set, or the limit another step of
-        another run set first (Dagster's storage reads, then inserts the limit's row, so
+        """Give ``pool`` its first limit: None when this step set it, else the limit a step
+        of another run set first (Dagster's storage reads, then inserts the limit's row, so
         two steps starting together can both insert: the second one fails)."""
         storage = self.instance.event_log_storage
         try:
