@@ -132,7 +132,7 @@ def measure(*, quick: bool = False, n: int | None = None) -> dict[str, Any]:
     from airflow_deployment import AirflowDeployment, airflow_connection_env
     from managed_process import own_database
 
-    from benchmarks.p7_deployment import TreeSampler
+    from benchmarks.p7_deployment import TreeSampler, sweep_env
 
     n = n or (100 if quick else 500)
     window_s, warmup_s = (90.0, 30.0) if quick else (180.0, 60.0)
@@ -150,9 +150,7 @@ def measure(*, quick: bool = False, n: int | None = None) -> dict[str, Any]:
         "AIRO_BENCH_P12_COMMAND": COMMAND,
         "AIRO_BENCH_P12_LAG_FILE": str(lag_file),
         "AIRO_BENCH_P12_LAG_S": str(3600),
-        "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, n + 10)),
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(n + 1),
-        "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "5",
+        **sweep_env(n + 1),  # the sweep and the loop-lag probe
     }
     deployment = AirflowDeployment(
         root,

@@ -367,6 +367,17 @@ def _median_side(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return side
 
 
+def sweep_env(tasks: int) -> dict[str, str]:
+    """Airflow settings for a deployment whose one Dag run waits on ``tasks`` deferred tasks
+    at once: all of them active and in one triggerer, with the provider's default poll."""
+    return {
+        # The default triggerer capacity is 1,000 triggers; the sweep must fit in one.
+        "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, tasks + 10)),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(tasks),
+        "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "5",
+    }
+
+
 def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
     from airflow_deployment import AirflowDeployment, airflow_connection_env
     from managed_process import own_database
@@ -387,10 +398,7 @@ def measure(quick: bool = False, n: int | None = None) -> dict[str, Any]:
         **airflow_connection_env(ConnectionTarget(workspace)),
         "AIRO_BENCH_SWEEP_N": str(n),
         "AIRO_BENCH_SWEEP_SECONDS": ",".join(str(s) for s in seconds),
-        # The default triggerer capacity is 1,000 triggers; the sweep must fit in one.
-        "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, n + 10)),
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(n),
-        "AIRFLOW__AIR__DEFAULT_POLL_INTERVAL": "5",
+        **sweep_env(n),
     }
     deployment = AirflowDeployment(
         root,
