@@ -352,6 +352,25 @@ def task_log_text(deployment: AirflowDeployment, dag_id: str, run_id: str, task_
     return "\n".join(p.read_text() for p in sorted(folder.glob(f"task_id={task_id}/*.log*")))
 
 
+def task_log_holding(
+    deployment: AirflowDeployment,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    text: str,
+    timeout: float = 120.0,
+) -> str:
+    """``task_log_text`` once it holds ``text`` (or when ``timeout`` runs out: the caller's
+    assertion then shows the log). The triggerer writes a trigger's lines from its own
+    process, so a task can be SUCCESS before its trigger's last line is in the file."""
+    deadline = time.monotonic() + timeout
+    log = task_log_text(deployment, dag_id, run_id, task_id)
+    while text not in log and time.monotonic() < deadline:
+        time.sleep(0.2)
+        log = task_log_text(deployment, dag_id, run_id, task_id)
+    return log
+
+
 def airflow_connection_env(workspace: Any) -> dict[str, str]:
     """The default Databricks connection of every Airflow process, aimed at the workspace."""
     return {

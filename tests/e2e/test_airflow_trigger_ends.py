@@ -15,6 +15,7 @@ from airflow_deployment import (
     AirflowDeployment,
     add_airflow_connections,
     check_air_task_instances,
+    task_log_holding,
     task_log_text,
 )
 from managed_process import own_database
@@ -102,11 +103,12 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         assert set(links["ends_in_triggerer"]) == set(links["ends_in_worker"]), links
         # The node's lines, labelled as in the worker, and the success line.
         for task_id in remote:
-            log = task_log_text(deployment, "air_finish", finish_run, task_id)
+            succeeded = f"Run {remote[task_id]} succeeded"
+            log = task_log_holding(deployment, "air_finish", finish_run, task_id, succeeded)
             label = f"[{task_id} node 0 attempt 0]"
             assert f"{label} first line of {task_id}" in log, log[-3000:]
             assert f"{label} last line of {task_id}" in log, log[-3000:]
-            assert f"Run {remote[task_id]} succeeded" in log, log[-3000:]
+            assert succeeded in log, log[-3000:]
             assert "hf-placeholder-not-a-token" not in log
         # Both deleted their submission's secret keys.
         left = [s.key for s in workspace_client.list_secrets("airflow-air")]
@@ -126,10 +128,11 @@ def test_success_ends_in_the_triggerer_failure_and_timeout_in_a_worker(
         result = deployment.xcom(*planned, "submitted_by_trigger", "return_value")
         assert result["run_id"] == planned_remote["submitted_by_trigger"], result
         assert set(result) == set(results["ends_in_triggerer"])
-        log = task_log_text(deployment, *planned, "submitted_by_trigger")
+        last = "[submitted_by_trigger node 0 attempt 0] last line of"
+        log = task_log_holding(deployment, *planned, "submitted_by_trigger", last)
         assert "Deferring before the submit: the triggerer submits run" in log, log[-3000:]
         assert f"Submitted run {result['run_id']}" in log, log[-3000:]
-        assert "[submitted_by_trigger node 0 attempt 0] last line of" in log, log[-3000:]
+        assert last in log, log[-3000:]
 
         # -- a failure resumes in a worker and raises the rich error there
         failed = deployment.task_instance("air_finish_failure", failure_run, "fails")
