@@ -16,7 +16,7 @@ from airflow_deployment import (
     add_airflow_connections,
     check_air_task_instances,
     remote_run_names,
-    task_log_text,
+    task_log_holding,
 )
 from managed_process import own_database
 
@@ -68,8 +68,9 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         assert len(fanout_remote) == FANOUT_WIDTH
         assert len(set(fanout_remote.values())) == FANOUT_WIDTH  # one remote run per task
         # The node's lines reached the task log of a run waited on in the triggerer.
-        fanout_log = task_log_text(deployment, FANOUT_DAG, fanout_run, "run_03")
-        assert "node 0 attempt 0] fan-out run 3 done" in fanout_log, fanout_log[-3000:]
+        done = "node 0 attempt 0] fan-out run 3 done"
+        fanout_log = task_log_holding(deployment, FANOUT_DAG, fanout_run, "run_03", done)
+        assert done in fanout_log, fanout_log[-3000:]
 
         rl_remote = check_air_task_instances(deployment, "rl_pipeline", rl_run, workspace_client)
         assert rl_remote, "rl_pipeline pushed no AI Runtime run id"
