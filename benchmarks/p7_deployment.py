@@ -5,7 +5,7 @@ one triggerer, one DAG processor and the API server as separate processes
 (tests/e2e/airflow_deployment.py), against the local workspace in simulate mode in its own
 process. A warm-up Dag (a few tasks of each kind) runs first; then two rounds of the three
 compared sweeps in alternated order (ours first, then ours last), each side's numbers the
-median of its two sweeps; the zero-worker sweep last. The DAGs (benchmarks/dags/scale_sweep.py):
+median of its two sweeps; the zero-worker sweep last. The DAGs (benchmarks/dags/, one file each; what they share in _sweep.py):
 
 - ``floor_sweep``: Airflow's own deferrable ``WaitSensor`` mapped over the N durations, the
   deployment's floor for the same waiting;
@@ -17,11 +17,12 @@ median of its two sweeps; the zero-worker sweep last. The DAGs (benchmarks/dags/
   (``start_from_trigger``): how far below ``WaitSensor`` a deployment can go with no worker.
 
 Reported per DAG: wall time from trigger to the DAG run's end, every task's state, the
-triggerer's CPU seconds and peak RSS (its whole process tree, sampled every 0.5 s) and the
-most tasks deferred at once, the worker runs per task (the execution API's "running" events
-of the Dag run: 2 for a task resumed in a worker, 1 for one its trigger ends, 0 for one that
-starts in the triggerer); for the two ``air_`` sweeps also requests/s at the workspace and
-whether every trial made exactly one run that succeeded (no duplicates, none lost).
+triggerer's CPU seconds (its whole process tree, reaped children included) and peak RSS
+(sampled every 0.5 s) and the most tasks deferred at once, the worker runs per task (the
+execution API's "running" events of the Dag run: 2 for a task resumed in a worker, 1 for one
+its trigger ends, 0 for one that starts in the triggerer); for the two ``air_`` sweeps also
+requests/s at the workspace and whether every trial made exactly one run that succeeded (no
+duplicates, none lost).
 
     python -m benchmarks.p7_deployment [--quick] [--n 500]
 """
@@ -61,12 +62,12 @@ TARGET = {
 # Durations used in turn by the trials (seconds); long enough that the sweep waits together.
 SECONDS = (60, 75, 90, 105, 120)
 QUICK_SECONDS = (30, 40, 50)
-# The warm-up Dag's tasks of each kind (benchmarks/dags/scale_sweep.py).
+# The warm-up Dag's tasks of each kind (benchmarks/dags/_sweep.py).
 WARM_UP_TASKS = 8
 
 
 class TreeSampler:
-    """CPU seconds and peak RSS of a process and its descendants, sampled in a thread."""
+    """CPU seconds of a process and its descendants, and their peak RSS (sampled in a thread)."""
 
     def __init__(self, pid: int, period: float = 0.5) -> None:
         import psutil
@@ -75,7 +76,6 @@ class TreeSampler:
         self.period = period
         self.peak_rss = 0
         self.baseline_rss = self._rss()
-        self._cpu: dict[int, float] = {}
         self._cpu0 = self._cpu_total()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -99,18 +99,22 @@ class TreeSampler:
         return total
 
     def _cpu_total(self) -> float:
+        """CPU seconds of the tree so far: each live process's own and its reaped
+        descendants'. A task process that starts and ends between two samples is counted
+        in the supervisor that waited for it, so this needs no sampling, only a reading at
+        the start and one at the end."""
+        total = 0.0
         for proc in self._tree():
             try:
                 times = proc.cpu_times()
-                self._cpu[proc.pid] = times.user + times.system
-            except Exception:
+            except Exception:  # a child that just exited
                 continue
-        return sum(self._cpu.values())
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
             self.peak_rss = max(self.peak_rss, self._rss())
-            self._cpu_total()
 
     def stop(self) -> dict[str, float]:
         self._stop.set()
