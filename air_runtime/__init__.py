@@ -1,9 +1,9 @@
 """air-orchestration's orchestrator-neutral core for Databricks AI Runtime.
 
 Workload validation, submission plans, states and errors load eagerly (they are cheap);
-the HTTP client, auth, watcher, Docker references and templating load on first use so that
-importing ``air_runtime`` from a DAG file does not pull in httpx, and a task that submits
-does not pay for what it does not use.
+the HTTP client, auth, watcher, training progress, Docker references and templating load on
+first use so that importing ``air_runtime`` from a DAG file does not pull in httpx, and a task
+that submits does not pay for what it does not use.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from air_runtime._errors import (
     WorkloadError,
 )
 from air_runtime._lazy import lazy_exports
-from air_runtime._progress import TrainingProgress, compute_progress
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
@@ -65,6 +64,8 @@ if TYPE_CHECKING:
     from air_runtime._docker_ref import DockerRefError as DockerRefError
     from air_runtime._docker_ref import normalize_docker_ref as normalize_docker_ref
     from air_runtime._docker_ref import parse_docker_ref as parse_docker_ref
+    from air_runtime._progress import TrainingProgress as TrainingProgress
+    from air_runtime._progress import compute_progress as compute_progress
     from air_runtime._submission import RunOutcome as RunOutcome
     from air_runtime._submission import Submission as Submission
     from air_runtime._submission import SubmissionKey as SubmissionKey
@@ -96,6 +97,8 @@ _LAZY = {
     "SubmittedRun": "air_runtime.client",
     "LineBudget": "air_runtime._watcher",
     "RunWatcher": "air_runtime._watcher",
+    "TrainingProgress": "air_runtime._progress",
+    "compute_progress": "air_runtime._progress",
     "RunOutcome": "air_runtime._submission",
     "Submission": "air_runtime._submission",
     "SubmissionKey": "air_runtime._submission",
@@ -155,8 +158,6 @@ __all__ = [
     "build_workflow_plan",
     "credential_secrets",
     "failure_message",
-    "compute_progress",
-    "TrainingProgress",
     "mlflow_ids",
     "mlflow_run_url",
     "lint_workload",

@@ -3,11 +3,19 @@
 ``AirClient`` and ``AsyncAirClient`` share one request/response core; see ``_core.py``.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
-from ._pools import GpuPool
 from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets, secret_key_name
+
+if TYPE_CHECKING:
+    from ._pools import GpuPool as GpuPool
+
+# What a submitting task does not use loads on first use (``air_runtime`` says why).
+__getattr__ = lazy_exports(globals(), {"GpuPool": "air_runtime.client._pools"})
 
 __all__ = [
     "AirClient",

@@ -23,7 +23,7 @@ import httpx
 from .._auth import Credentials, resolve_credentials
 from .._redaction import Redactor
 from .._states import RunState
-from . import _identity, _live_lines, _runs, _secrets, _submit
+from . import _identity, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
     ClientCore,
@@ -41,7 +41,6 @@ from ._core import (
     SubmittedRun,
     Transmit,
 )
-from ._live_lines import LineStream, LiveLines
 from ._operations import AsyncOperations, SyncOperations
 from ._runs import RunResult
 from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from .._docker_credentials import DockerCredential
     from ..plan import Stage, SubmissionPlan
     from ..workload import Workload
+    from ._live_lines import LineStream, LiveLines
 
 T = TypeVar("T")
 
@@ -377,6 +377,8 @@ class AirClient(_BaseClient, SyncOperations):
     def read_newest_lines(self, stream: LineStream, count: int) -> LiveLines | None:
         """At most ``count`` unread records of one running stream, the newest (see
         ``_live_lines``); None when the workspace serves no logs."""
+        from . import _live_lines  # a waiter's, never a submitting task's
+
         return self._run(_live_lines.read_newest(self._core, stream, count))
 
     def ensure_secret_scope(self, scope: str) -> None:
@@ -738,6 +740,8 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
     async def read_newest_lines(self, stream: LineStream, count: int) -> LiveLines | None:
         """At most ``count`` unread records of one running stream, the newest (see
         ``_live_lines``); None when the workspace serves no logs."""
+        from . import _live_lines  # a waiter's, never a submitting task's
+
         return await self._run(_live_lines.read_newest(self._core, stream, count))
 
     async def ensure_secret_scope(self, scope: str) -> None:

@@ -1,24 +1,25 @@
 """Operations both clients get from these mixins (the ones behind ``airo pools``, ``get``,
 ``list``, ``logs --tail``, ``cancel --all`` and ``run --dry-run``, and a run's repair): each
 method drives one flow of ``_pools``, ``_run_views``, ``_log_reads``, ``_dry_run`` or
-``_runs`` with the client's own driver (``_run``, ``_steps``, ``_items``)."""
+``_runs`` with the client's own driver (``_run``, ``_steps``, ``_items``). Those modules are
+imported by the methods that use them: a task that submits and defers uses none of them."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import Problem
-from .._progress import TrainingProgress
-from .._states import RunState
-from . import _dry_run, _log_reads, _pools, _run_views, _runs
+from . import _runs
 from ._core import ClientCore, Flow, LogRecord
-from ._pools import GpuPool
-from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
 
 if TYPE_CHECKING:
+    from .._errors import Problem
+    from .._progress import TrainingProgress
+    from .._states import RunState
     from ..plan import Stage
     from ..workload import Workload
+    from ._pools import GpuPool
+    from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
 
 T = TypeVar("T")
 
@@ -34,11 +35,15 @@ class SyncOperations:
 
     def list_gpu_pools(self) -> list[GpuPool]:
         """Every GPU pool of the workspace (without usage: only ``get_gpu_pool`` has it)."""
+        from . import _pools
+
         return self._run(_pools.list_gpu_pools(self._core))
 
     def get_gpu_pool(self, pool_id: str | None = None) -> GpuPool:
         """One pool with its reserved, used and idle accelerators; without ``pool_id`` the
         workspace's only pool (an error naming them when there are several)."""
+        from . import _pools
+
         return self._run(_pools.get_gpu_pool(self._core, pool_id))
 
     def repair_run(
@@ -52,6 +57,8 @@ class SyncOperations:
 
     def run_summary(self, run_id: int) -> RunSummary:
         """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
+        from . import _run_views
+
         return self._run(_run_views.run_summary(self._core, run_id))
 
     def list_run_summaries(
@@ -64,6 +71,8 @@ class SyncOperations:
     ) -> list[RunSummary]:
         """The caller's newest AI Runtime runs (``all_users``: everyone's) that pass
         ``filters``: active ones, or with ``all_status`` all."""
+        from . import _run_views
+
         return self._run(
             _run_views.list_runs(
                 self._core,
@@ -76,6 +85,8 @@ class SyncOperations:
 
     def task_run_ref(self, run_id: int) -> TaskRunRef | None:
         """None when ``run_id`` is a run; the task (and its run) when it is a task run."""
+        from . import _run_views
+
         return self._run(_run_views.task_run_ref(self._core, run_id))
 
     def training_progress(
@@ -85,17 +96,25 @@ class SyncOperations:
         multi-task run), from what it logs to MLflow, as ``databricks air get`` computes it;
         None when it has ended or logs no progress. Pass the ``RunState`` you already have
         to save its runs/get."""
+        from . import _run_views
+
         return self._run(_run_views.training_progress(self._core, run, task_key))
 
     def active_runs_of_current_user(self) -> list[RunSummary]:
+        from . import _run_views
+
         return self._run(_run_views.active_runs_of_current_user(self._core))
 
     def cancel_runs(self, run_ids: list[int]) -> CancelResult:
         """Cancel each run; the ones that could not be, with why."""
+        from . import _run_views
+
         return self._run(_run_views.cancel_runs(self._core, run_ids))
 
     def cancel_all_active(self) -> CancelResult:
         """Cancel every active run of the caller (listed in full first)."""
+        from . import _run_views
+
         return self._run(_run_views.cancel_all_active(self._core))
 
     def preflight(
@@ -103,6 +122,8 @@ class SyncOperations:
     ) -> list[Problem]:
         """The workspace's field errors for the workload (none: it would be accepted);
         nothing is uploaded or submitted."""
+        from . import _dry_run
+
         return self._run(
             _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
         )
@@ -121,6 +142,8 @@ class SyncOperations:
         """``iter_run_logs`` narrowed to one ``attempt`` (0-based), the last ``tail``
         records of each stream or the last ``minutes``; from MLflow's log artifacts when
         the log service has nothing."""
+        from . import _log_reads
+
         yield from self._steps(
             _log_reads.read_logs(
                 self._core,
@@ -145,9 +168,13 @@ class AsyncOperations:
         def _items(self, flow: Flow[Any]) -> AsyncIterator[Any]: ...
 
     async def list_gpu_pools(self) -> list[GpuPool]:
+        from . import _pools
+
         return await self._run(_pools.list_gpu_pools(self._core))
 
     async def get_gpu_pool(self, pool_id: str | None = None) -> GpuPool:
+        from . import _pools
+
         return await self._run(_pools.get_gpu_pool(self._core, pool_id))
 
     async def repair_run(
@@ -156,6 +183,8 @@ class AsyncOperations:
         return await self._run(_runs.repair_run(self._core, run_id, rerun_tasks, latest_repair_id))
 
     async def run_summary(self, run_id: int) -> RunSummary:
+        from . import _run_views
+
         return await self._run(_run_views.run_summary(self._core, run_id))
 
     async def list_run_summaries(
@@ -166,6 +195,8 @@ class AsyncOperations:
         filters: RunFilters | None = None,
         all_users: bool = False,
     ) -> list[RunSummary]:
+        from . import _run_views
+
         return await self._run(
             _run_views.list_runs(
                 self._core,
@@ -177,25 +208,37 @@ class AsyncOperations:
         )
 
     async def task_run_ref(self, run_id: int) -> TaskRunRef | None:
+        from . import _run_views
+
         return await self._run(_run_views.task_run_ref(self._core, run_id))
 
     async def training_progress(
         self, run: RunState | int, task_key: str | None = None
     ) -> TrainingProgress | None:
+        from . import _run_views
+
         return await self._run(_run_views.training_progress(self._core, run, task_key))
 
     async def active_runs_of_current_user(self) -> list[RunSummary]:
+        from . import _run_views
+
         return await self._run(_run_views.active_runs_of_current_user(self._core))
 
     async def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+        from . import _run_views
+
         return await self._run(_run_views.cancel_runs(self._core, run_ids))
 
     async def cancel_all_active(self) -> CancelResult:
+        from . import _run_views
+
         return await self._run(_run_views.cancel_all_active(self._core))
 
     async def preflight(
         self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None
     ) -> list[Problem]:
+        from . import _dry_run
+
         return await self._run(
             _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
         )
@@ -211,6 +254,8 @@ class AsyncOperations:
         minutes: float | None = None,
         follow: bool = False,
     ) -> AsyncIterator[LogRecord]:
+        from . import _log_reads
+
         async for record in self._items(
             _log_reads.read_logs(
                 self._core,

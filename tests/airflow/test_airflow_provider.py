@@ -114,16 +114,22 @@ def test_importing_the_operators_module_stays_cheap():
 def test_a_submitting_try_imports_only_what_its_submit_needs():
     """Every task process imports what its try runs: a workload with no image, no code
     snapshot and no refused key loads neither the image flows, the Docker reference parser,
-    tar, difflib nor the templating helpers of the core."""
+    tar, difflib nor the templating helpers of the core; a try that submits and defers
+    loads none of what only waiting or ``airo`` reads (run views, pools, log reads, the dry
+    run, live lines, training progress)."""
     code = (
         "import sys, airflow.sdk; import airflow_air._task_run; "
-        "from air_runtime import build_plan, load_workload; "
+        "from air_runtime import AirClient, Submission, build_plan, load_workload; "
+        "from airflow_air.triggers import AirRunTrigger; "
         "w = load_workload({'experiment_name': 'e', 'command': 'python t.py', "
         "'compute': {'accelerator_type': 'GPU_1xA10', 'num_accelerators': 1}}); "
         "build_plan(w, user_name='u@example.com', idempotency_token='t'); "
         "print(sorted(m for m in ('tarfile', 'difflib', 'air_runtime.client._images', "
         "'air_runtime._docker_ref', 'air_runtime._docker_credentials', "
-        "'air_runtime._templates') if m in sys.modules))"
+        "'air_runtime._templates', 'air_runtime.client._run_views', "
+        "'air_runtime.client._pools', 'air_runtime.client._log_reads', "
+        "'air_runtime.client._dry_run', 'air_runtime.client._live_lines', "
+        "'air_runtime._progress', 'air_runtime._watcher') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
