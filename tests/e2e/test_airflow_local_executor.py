@@ -42,16 +42,24 @@ def test_rl_pipeline_and_twenty_deferred_runs(
         deployment.migrate()
         deployment.start()
         add_airflow_connections(deployment, local_workspace)
-        deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG])
+        deployment.wait_for_dags(["rl_pipeline", FANOUT_DAG, "task_modules"])
 
+        modules_run = deployment.trigger("task_modules")
         fanout_run = deployment.trigger(FANOUT_DAG)
         rl_run = deployment.trigger("rl_pipeline", rl_images["conf"])
         observer = DeferralObserver(deployment, FANOUT_DAG, fanout_run)
         states = deployment.wait_for_runs(
-            [(FANOUT_DAG, fanout_run), ("rl_pipeline", rl_run)], timeout=300, on_poll=observer.poll
+            [(FANOUT_DAG, fanout_run), ("rl_pipeline", rl_run), ("task_modules", modules_run)],
+            timeout=300,
+            on_poll=observer.poll,
         )
         final = {k: v["state"] for k, v in states.items()}
         assert set(final.values()) == {"success"}, deployment.diagnose(list(final))
+
+        # The task process, forked from the scheduler, already held the submit path: the
+        # provider's plugin loaded it there (airflow_air.plugin).
+        held = deployment.xcom("task_modules", modules_run, "held_at_start", "return_value")
+        assert held == {"airflow_air._task_run": True, "air_runtime.plan": True}, held
 
         # More runs waited at once than the executor has slots: the triggerer held them.
         assert observer.max_deferred > PARALLELISM, vars(observer)
