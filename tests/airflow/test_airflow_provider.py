@@ -37,6 +37,7 @@ def test_provider_info_matches_airflow_schema():
         "deployment_namespace",
         "submit_in_triggerer",
         "pool_slots_from_accelerators",
+        "preload_task_modules",
     }
 
 
