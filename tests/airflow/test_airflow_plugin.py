@@ -76,9 +76,7 @@ def test_a_component_that_loaded_the_plugin_leaves_a_submitting_try_nothing_to_i
 
 
 def test_turned_off_the_try_imports_its_own_modules(local_workspace, tmp_path):
-    result = _run(
-        local_workspace, tmp_path, "off", AIRFLOW__AIR__PRELOAD_TASK_MODULES="False"
-    )
+    result = _run(local_workspace, tmp_path, "off", AIRFLOW__AIR__PRELOAD_TASK_MODULES="False")
     assert "airflow_air" in result["plugins"], result
     assert not result["preloaded"], result
     assert "air_runtime.plan" in result["imported_by_the_try"], result
