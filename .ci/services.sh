@@ -39,10 +39,13 @@ install_browser
 
 # Databases of tests/e2e (each test empties its schema first): airo_airflow (LocalExecutor
 # metadata), airo_airflow_celery (CeleryExecutor metadata and Celery results), airo_dagster
-# (Dagster storage); tests/reliability: airo_airflow_reliability (the deployment whose
-# daemons the campaigns kill). The Celery test uses Redis database 5 as its broker and flushes it.
+# (Dagster storage), airo_dagster_run_retries (the run retries test's), airo_airflow_ha (two
+# schedulers, triggerers and Celery workers; also benchmark P13's); tests/reliability:
+# airo_airflow_reliability (the deployment whose daemons the campaigns kill);
+# airo_airflow_resume_lines (a triggerer SIGKILLed under a task showing live lines). The
+# Celery test uses Redis database 5 as its broker and flushes it.
 psql_admin() { psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
-for db in airo_airflow airo_airflow_celery airo_dagster airo_airflow_reliability; do
+for db in airo_airflow airo_airflow_celery airo_airflow_ha airo_dagster airo_dagster_run_retries airo_airflow_reliability airo_airflow_resume_lines; do
   if ! psql_admin -c "SELECT 1 FROM pg_database WHERE datname='${db}'" | grep -q 1; then
     psql_admin -c "CREATE DATABASE ${db}" || true
   fi

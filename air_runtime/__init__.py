@@ -10,6 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from air_runtime._checkpoints import (
+    ENV_CHECKPOINT_DIR,
+    ENV_RESUME_CHECKPOINT,
+    ENV_RESUME_RUN,
+    ENV_RESUME_STEP,
+    ENV_RESUMING,
+    Checkpoint,
+    checkpoint_volume,
+)
 from air_runtime._errors import (
     AirError,
     AuthError,
@@ -25,9 +34,13 @@ from air_runtime._errors import (
     RunFailed,
     RunTimeout,
     WorkloadError,
+    WorkspaceUnreachable,
 )
+from air_runtime._failure_policy import FailureClass, FailurePolicy, RetryAction, RetryDecision
 from air_runtime._lazy import lazy_exports
+from air_runtime._mlflow_link import MlflowLinkReader
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
+from air_runtime._run_names import PartitionRange, decode_name_part, encode_name_part
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
 from air_runtime.plan import (
     CodeSnapshot,
@@ -77,6 +90,7 @@ if TYPE_CHECKING:
     )
     from air_runtime._watcher import LineBudget as LineBudget
     from air_runtime._watcher import RunWatcher as RunWatcher
+    from air_runtime._watcher import WorkspaceNotice as WorkspaceNotice
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
     from air_runtime.client import GpuPool as GpuPool
@@ -97,6 +111,7 @@ _LAZY = {
     "SubmittedRun": "air_runtime.client",
     "LineBudget": "air_runtime._watcher",
     "RunWatcher": "air_runtime._watcher",
+    "WorkspaceNotice": "air_runtime._watcher",
     "TrainingProgress": "air_runtime._progress",
     "compute_progress": "air_runtime._progress",
     "RunOutcome": "air_runtime._submission",
@@ -128,6 +143,7 @@ __all__ = [
     "AuthError",
     "BudgetExceeded",
     "CapacityError",
+    "Checkpoint",
     "CodeSnapshot",
     "CodeSource",
     "Compute",
@@ -135,14 +151,19 @@ __all__ = [
     "Container",
     "DockerImage",
     "Environment",
+    "FailureClass",
+    "FailurePolicy",
     "InvalidResponse",
     "NotFound",
     "Permission",
     "PlatformError",
+    "PartitionRange",
     "Problem",
     "RateLimited",
     "RedactingLog",
     "RetriesStopped",
+    "RetryAction",
+    "RetryDecision",
     "Redactor",
     "RunFailed",
     "RunState",
@@ -154,10 +175,20 @@ __all__ = [
     "UploadFile",
     "Workload",
     "WorkloadError",
+    "WorkspaceUnreachable",
+    "ENV_CHECKPOINT_DIR",
+    "ENV_RESUME_CHECKPOINT",
+    "ENV_RESUME_RUN",
+    "ENV_RESUME_STEP",
+    "ENV_RESUMING",
     "build_plan",
+    "checkpoint_volume",
     "build_workflow_plan",
     "credential_secrets",
+    "decode_name_part",
+    "encode_name_part",
     "failure_message",
+    "MlflowLinkReader",
     "mlflow_ids",
     "mlflow_run_url",
     "lint_workload",

@@ -9,6 +9,14 @@ store timeouts, GPU Xid faults, streaming dataset errors, an MLflow stall, the l
 a retry can help. The termination reason is the Jobs API's ``status.termination_details``
 (``code``, ``type``, ``message``) of the run or its task, which ``databricks air get`` shows.
 
+Every diagnosis has a class (``FailureClass``) that the retry policy (``_retry_policy``)
+maps to what happens next: *infrastructure* (a node lost or preempted, the network between
+nodes, a GPU's hardware, capacity: another attempt on other hosts may well succeed),
+*deterministic* (out of memory, a missing command or module, a syntax error, a bad argument:
+the same code and data fail the same way) or *unknown* (everything else). The platform's own
+state message of the attempt is read first: when it says a node was lost or preempted, that is
+the cause, whatever the other nodes logged while they waited on it.
+
 Pure functions of what the client read; the failure message (``_states.failure_message``)
 puts the diagnosis on its first line, so every surface that shows it names the cause first.
 """
@@ -18,19 +26,40 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+
+from ._checkpoints import Checkpoint
 
 # The launcher's line on the node whose command failed (logdetect.go's last pattern).
 _SCRIPT_FAILED = re.compile(r"ERROR: Script failed with exit code ([1-9]\d*) after \d+s")
 
 
+class FailureClass(StrEnum):
+    """What another attempt of the same code can expect (see the module docstring)."""
+
+    INFRASTRUCTURE = "infrastructure"
+    DETERMINISTIC = "deterministic"
+    UNKNOWN = "unknown"
+
+
+INFRASTRUCTURE = FailureClass.INFRASTRUCTURE
+DETERMINISTIC = FailureClass.DETERMINISTIC
+UNKNOWN = FailureClass.UNKNOWN
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """A fatal failure recognised by a log line."""
+    """A fatal failure recognised by a log line (or by the platform's state message)."""
 
     cause: str  # what happened, for the headline: "CUDA out of memory"
     patterns: tuple[re.Pattern[str], ...]
     advice: str  # what to do about it
-    deterministic: bool  # the same code and data fail the same way: retries will not help
+    failure_class: FailureClass
+
+    @property
+    def deterministic(self) -> bool:
+        """The same code and data fail the same way: retries will not help."""
+        return self.failure_class is DETERMINISTIC
 
 
 def _any(*patterns: str, flags: int = 0) -> tuple[re.Pattern[str], ...]:
@@ -49,25 +78,48 @@ SIGNATURES: tuple[Signature, ...] = (
         )
         + _any(r"torch\.(cuda\.)?OutOfMemoryError"),
         "reduce the batch size or use more accelerators",
-        deterministic=True,
+        DETERMINISTIC,
     ),
     Signature(
         "host out of memory (the kernel's OOM killer stopped the process)",
         _any(r"Out of memory: Kill(ed)? process", r"^\s*Killed\s*$", flags=re.IGNORECASE),
         "use less host memory (fewer data loader workers, smaller prefetch) or more nodes",
-        deterministic=True,
+        DETERMINISTIC,
     ),
     Signature(
         "illegal memory access on the GPU",
         _any(r"an illegal memory access was encountered", flags=re.IGNORECASE),
         "a kernel read or wrote out of bounds: rerun with CUDA_LAUNCH_BLOCKING=1 to find it",
-        deterministic=True,
+        DETERMINISTIC,
+    ),
+    Signature(
+        "Python import error",
+        _any(r"\b(?:ModuleNotFoundError|ImportError): "),
+        "install the missing package in the image or the environment's dependencies, or fix "
+        "the import",
+        DETERMINISTIC,
+    ),
+    Signature(
+        "Python syntax error",
+        _any(r"^\s*(?:SyntaxError|IndentationError|TabError): "),
+        "fix the syntax error in the file the traceback names",
+        DETERMINISTIC,
+    ),
+    Signature(
+        "bad command-line argument",
+        _any(
+            r"error: unrecognized arguments: ",
+            r"error: the following arguments are required: ",
+            r"error: argument [-\w/ ]+: (?:invalid|expected)",
+        ),
+        "fix the command's arguments (the usage line above lists them)",
+        DETERMINISTIC,
     ),
     Signature(
         "NCCL collective operation timed out",
         _any(r"Watchdog caught collective operation timeout"),
         "a rank stalled or died before the collective: read the other nodes' last lines",
-        deterministic=False,
+        INFRASTRUCTURE,
     ),
     Signature(
         "NCCL network error",
@@ -78,13 +130,13 @@ SIGNATURES: tuple[Signature, ...] = (
             flags=re.IGNORECASE,
         ),
         "the network between nodes failed; a retry on other hosts may help",
-        deterministic=False,
+        INFRASTRUCTURE,
     ),
     Signature(
         "GPU hardware fault",
         _any(r"Xid.*\b(48|63|64|79|94|95)\b"),
         "a GPU failed (driver Xid); a retry on other hardware may help",
-        deterministic=False,
+        INFRASTRUCTURE,
     ),
     Signature(
         "CUDA error",
@@ -94,86 +146,116 @@ SIGNATURES: tuple[Signature, ...] = (
             flags=re.IGNORECASE,
         ),
         "read the CUDA error above; rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "segmentation fault",
         _any(r"segmentation fault", flags=re.IGNORECASE),
         "a native library crashed: check library and driver versions of the image",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "distributed rendezvous timed out",
         _any(r"(?:TCPStore|Store).*timed?\s*out", flags=re.IGNORECASE),
         "not every rank reached the rendezvous: read the other nodes' last lines",
-        deterministic=False,
+        INFRASTRUCTURE,
     ),
     Signature(
         "torch.distributed error",
         _any(r"torch\.distributed\..*(?:Error|Exception)"),
         "read the distributed error above and the other nodes' last lines",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "Composer error",
         _any(r"composer\.utils\..*Error"),
         "read the Composer error above",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "streaming dataset error",
         _any(r"streaming\.base\..*(?:Error|Exception)"),
         "check the dataset's location and credentials",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "training stopped logging metrics",
         _any(r"\[MLflow Logger\]\[Warning\] No new logs have been emitted"),
         "training hung: read the last lines of every node",
-        deterministic=False,
+        UNKNOWN,
     ),
     Signature(
         "command not found",
         _any(r"command not found", flags=re.IGNORECASE),
         "check the command's spelling and that the image has the program on its PATH",
-        deterministic=True,
+        DETERMINISTIC,
     ),
     Signature(
         "killed by a signal",
         _any(r"signal\s+(9|SIGKILL|SIGTERM)", flags=re.IGNORECASE),
         "something stopped the process: often the out-of-memory killer or a preemption",
-        deterministic=False,
+        UNKNOWN,
     ),
 )
 
+# What the platform says of an attempt (its state message) when the hosts, not the code,
+# failed: a node lost or preempted, no capacity. The cause whatever the nodes logged.
+PLATFORM_SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        "node lost",
+        _any(r"\bnode \d+ (?:was |is )?lost\b", r"\blost (?:a |the )?node\b", flags=re.I),
+        "the host stopped answering; a retry on other hosts resumes from the last checkpoint",
+        INFRASTRUCTURE,
+    ),
+    Signature(
+        "node preempted",
+        _any(r"\bpreempt", r"\bspot instance", flags=re.IGNORECASE),
+        "the cloud took the host back; a retry resumes from the last checkpoint",
+        INFRASTRUCTURE,
+    ),
+    Signature(
+        "no GPU capacity",
+        _any(r"\b(?:insufficient|no) (?:GPU )?capacity\b", flags=re.IGNORECASE),
+        "wait for capacity, or ask for another accelerator type",
+        INFRASTRUCTURE,
+    ),
+)
+
+_NODE_NAMED = re.compile(r"\bnode (\d+)\b", re.IGNORECASE)
+
 # Exit codes that name a cause on their own (128 + the signal's number for a signal).
-EXIT_CODES: Mapping[int, tuple[str, str, bool]] = {
-    126: ("command not executable (exit code 126)", "check the command file's mode", True),
+EXIT_CODES: Mapping[int, tuple[str, str, FailureClass]] = {
+    126: ("command not executable (exit code 126)", "check the command file's mode", DETERMINISTIC),
     127: (
         "command not found (exit code 127)",
         "check the command's spelling and the image's PATH",
-        True,
+        DETERMINISTIC,
     ),
-    134: ("aborted (SIGABRT, exit code 134)", "read the assertion or abort message above", False),
+    134: ("aborted (SIGABRT, exit code 134)", "read the assertion or abort message above", UNKNOWN),
     137: (
         "killed (SIGKILL, exit code 137), most often by the out-of-memory killer",
         "use less host memory or more nodes",
-        False,
+        UNKNOWN,
     ),
     139: (
         "segmentation fault (SIGSEGV, exit code 139)",
         "a native library crashed: check library and driver versions of the image",
-        False,
+        UNKNOWN,
     ),
     143: (
         "terminated (SIGTERM, exit code 143)",
         "something stopped the process: a preemption, a timeout or a cancel",
-        False,
+        UNKNOWN,
     ),
 }
 
-# Jobs API termination types: a client error is the workload's own (a retry repeats it).
-_CLIENT_ERROR = "CLIENT_ERROR"
+# Jobs API termination types: a client error is the workload's own (a retry repeats it); a
+# cloud failure or an internal error is the platform's (another attempt may not meet it).
+_TERMINATION_CLASSES: Mapping[str, FailureClass] = {
+    "CLIENT_ERROR": DETERMINISTIC,
+    "CLOUD_FAILURE": INFRASTRUCTURE,
+    "INTERNAL_ERROR": INFRASTRUCTURE,
+}
 # Termination codes that only restate the result (the command failed, a cancel, a skip):
 # they explain nothing the logs do not.
 _UNINFORMATIVE_CODES = frozenset(
@@ -212,15 +294,22 @@ class Diagnosis:
 
     cause: str
     advice: str
-    deterministic: bool
+    failure_class: FailureClass
     node: int | None = None
     task_key: str | None = None
     attempt_number: int | None = None  # 0-based, as the API and the CLI count (its "retries")
     max_retries: int | None = None
     line: str | None = None  # the log line that shows it
+    # The newest checkpoint in the task's folder when the attempt ended: where a retry resumes.
+    checkpoint: Checkpoint | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """The same code and data fail the same way: retries will not help."""
+        return self.failure_class is DETERMINISTIC
 
     def where(self) -> str:
-        parts = []
+        parts: list[str] = [self.failure_class.value]
         if self.task_key:
             parts.append(f"task {self.task_key}")
         if self.attempt_number is not None:
@@ -231,13 +320,10 @@ class Diagnosis:
         return ", ".join(parts)
 
     def headline(self) -> str:
-        """``CUDA out of memory on node 1 (task train, retry 3 of 3): reduce the batch size
-        or use more accelerators; retries will not help``."""
+        """``CUDA out of memory on node 1 (deterministic, task train, retry 3 of 3): reduce
+        the batch size or use more accelerators; retries will not help``."""
         text = self.cause + (f" on node {self.node}" if self.node is not None else "")
-        where = self.where()
-        if where:
-            text += f" ({where})"
-        text += f": {self.advice}"
+        text += f" ({self.where()}): {self.advice}"
         if self.deterministic:
             text += "; retries will not help"
         return text
@@ -246,12 +332,14 @@ class Diagnosis:
         return {
             "cause": self.cause,
             "advice": self.advice,
+            "failure_class": self.failure_class.value,
             "deterministic": self.deterministic,
             "node": self.node,
             "task_key": self.task_key,
             "attempt_number": self.attempt_number,
             "line": self.line,
             "headline": self.headline(),
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_dict(),
         }
 
 
@@ -289,19 +377,25 @@ def diagnose(
     max_retries: int | None = None,
     termination: Termination | None = None,
     failed_node: int | None = None,
+    state_message: str | None = None,
 ) -> Diagnosis | None:
-    """The cause of a failure from each node's last lines: a fatal signature (the
-    earliest-listed one found on any node; the failed node's first on a tie), else an exit
-    code that names a cause, else the platform's termination reason when it says more than
-    "the command failed". None when nothing says why."""
+    """The cause of a failure: the platform's state message of the attempt when it says the
+    hosts failed (a node lost or preempted); else from each node's last lines a fatal
+    signature (the earliest-listed one found on any node; the failed node's first on a tie),
+    else an exit code that names a cause, else the platform's termination reason when it says
+    more than "the command failed". None when nothing says why."""
 
     def found(
-        cause: str, advice: str, deterministic: bool, node: int | None, line: str | None = None
+        cause: str,
+        advice: str,
+        failure_class: FailureClass,
+        node: int | None,
+        line: str | None = None,
     ) -> Diagnosis:
         return Diagnosis(
             cause,
             advice,
-            deterministic,
+            failure_class,
             node=node,
             task_key=task_key,
             attempt_number=attempt_number,
@@ -309,6 +403,17 @@ def diagnose(
             line=line,
         )
 
+    if state_message:
+        for platform in PLATFORM_SIGNATURES:
+            if any(p.search(state_message) for p in platform.patterns):
+                named = _NODE_NAMED.search(state_message)
+                return found(
+                    platform.cause,
+                    platform.advice,
+                    platform.failure_class,
+                    int(named.group(1)) if named else failed_node,
+                    state_message.strip(),
+                )
     order = sorted(node_lines, key=lambda n: (n != failed_node, n))
     best: tuple[int, int, str] | None = None  # (signature index, node, line)
     for node in order:
@@ -321,7 +426,7 @@ def diagnose(
                 best = (index, node, line.strip())
     if best is not None:
         signature = SIGNATURES[best[0]]
-        return found(signature.cause, signature.advice, signature.deterministic, best[1], best[2])
+        return found(signature.cause, signature.advice, signature.failure_class, best[1], best[2])
     for node in order:
         code = exit_code_of(node_lines[node])
         if code is not None and code in EXIT_CODES:
@@ -330,7 +435,7 @@ def diagnose(
         return found(
             f"{termination.code.replace('_', ' ').lower()} ({termination.type or 'termination'})",
             termination.message or "see the run page",
-            termination.type == _CLIENT_ERROR,
+            _TERMINATION_CLASSES.get(termination.type, UNKNOWN),
             failed_node,
         )
     return None

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io")
 
+# The OCI distribution spec's grammar: a path component, a tag, and a digest of a registered
+# algorithm (image-spec descriptor.md: sha256 with 64, sha512 with 128 lower-case hex digits).
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
+_DIGEST = re.compile(r"^(?:sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 
 # Hosts people often try, to give a precise reason in the error.
 _KNOWN_OTHER_REGISTRIES = {
@@ -38,6 +40,70 @@ class DockerRefError(ValueError):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class ImageReferenceError(ValueError):
+    """A reference that breaks the grammar; ``hint`` says how to write it."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(f"{message}: {hint}")
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """``[host[:port]/]path[:tag][@digest]`` split as ``docker pull`` reads it: ``registry`` is
+    the host when the first part names one (a ``.``, a ``:`` or ``localhost``), else None."""
+
+    registry: str | None
+    path: tuple[str, ...]
+    tag: str | None
+    digest: str | None
+
+
+def split_image_reference(text: str, noun: str = "image reference") -> ImageReference:
+    """The one parser of image references (the workload's Docker Hub images and ``airo images
+    push`` sources alike); raise ``ImageReferenceError`` naming ``noun`` and the part at fault."""
+    value = text.strip() if isinstance(text, str) else ""
+    example = "give e.g. docker.io/myorg/trainer:1.0"
+    if not value:
+        raise ImageReferenceError(f"the {noun} is empty", example)
+    if "://" in value:
+        raise ImageReferenceError(
+            f"{noun} {text!r} must not contain a URL scheme",
+            f"drop the scheme: {value.split('://', 1)[1]}",
+        )
+    if any(ch.isspace() for ch in value):
+        raise ImageReferenceError(f"{noun} {text!r} contains whitespace", "remove the spaces")
+    name, digest = value, None
+    if "@" in name:
+        name, digest = name.split("@", 1)
+        if not _DIGEST.match(digest):
+            raise ImageReferenceError(
+                f"{noun} {text!r} has a malformed digest {digest!r}", "use @sha256:<64 hex digits>"
+            )
+    tag = None
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.match(tag):
+            raise ImageReferenceError(
+                f"{noun} {text!r} has an invalid tag {tag!r}",
+                "tags are up to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'",
+            )
+    parts = name.split("/")
+    registry = None
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        registry = parts[0].lower()
+        parts = parts[1:]
+    for part in parts:
+        if not _COMPONENT.match(part):
+            raise ImageReferenceError(
+                f"{noun} {text!r} has an invalid name component {part!r}",
+                "names are lower case letters and digits separated by '.', '_', '__' or '-'",
+            )
+    return ImageReference(registry, tuple(parts), None if digest else tag, digest)
 
 
 @dataclass(frozen=True)
@@ -68,58 +134,18 @@ def _registry_name(host: str) -> str:
 
 def parse_docker_ref(reference: str) -> DockerRef:
     """Parse ``reference``; raise ``DockerRefError`` unless it is a valid Docker Hub image."""
-    if not isinstance(reference, str) or not reference.strip():
-        raise DockerRefError("the image reference is empty", "give e.g. docker.io/myorg/repo:tag")
-    text = reference.strip()
-    if "://" in text:
+    try:
+        parsed = split_image_reference(reference)
+    except ImageReferenceError as error:
+        raise DockerRefError(error.message, error.hint) from None
+    if parsed.registry is not None and parsed.registry not in DOCKER_HUB_HOSTS:
         raise DockerRefError(
-            f"image reference {reference!r} must not contain a URL scheme",
-            f"drop the scheme: {text.split('://', 1)[1]}",
+            f"image {reference!r} is on {_registry_name(parsed.registry)}, but Docker Hub is "
+            "required for environment.docker_image",
+            DOCKER_HUB_HINT,
         )
-    if any(ch.isspace() for ch in text):
-        raise DockerRefError(
-            f"image reference {reference!r} contains whitespace", "remove the spaces"
-        )
-
-    name, digest = text, None
-    if "@" in name:
-        name, digest = name.split("@", 1)
-        if not _DIGEST.match(digest):
-            raise DockerRefError(
-                f"image reference {reference!r} has a malformed digest {digest!r}",
-                "use @sha256:<64 hex digits>",
-            )
-    tag = None
-    last_slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > last_slash:
-        name, tag = name[:colon], name[colon + 1 :]
-        if not _TAG.match(tag):
-            raise DockerRefError(
-                f"image reference {reference!r} has an invalid tag {tag!r}",
-                "tags are up to 128 characters of letters, digits, '_', '.', '-'",
-            )
-
-    parts = name.split("/")
-    first = parts[0]
-    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost"):
-        host = first.lower()
-        if host not in DOCKER_HUB_HOSTS:
-            raise DockerRefError(
-                f"image {reference!r} is on {_registry_name(host)}, but Docker Hub is required "
-                "for environment.docker_image",
-                DOCKER_HUB_HINT,
-            )
-        parts = parts[1:]
-    if len(parts) == 1:
-        parts = ["library", *parts]
-    for part in parts:
-        if not _COMPONENT.match(part):
-            raise DockerRefError(
-                f"image reference {reference!r} has an invalid name component {part!r}",
-                "names are lower case letters and digits separated by '.', '_' or '-'",
-            )
-    return DockerRef(repository="/".join(parts), tag=None if digest else tag, digest=digest)
+    parts = parsed.path if len(parsed.path) > 1 else ("library", *parsed.path)
+    return DockerRef(repository="/".join(parts), tag=parsed.tag, digest=parsed.digest)
 
 
 def normalize_docker_ref(reference: str) -> str:

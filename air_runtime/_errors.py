@@ -117,6 +117,20 @@ class InvalidResponse(PlatformError):
         self.retryable = truncated
 
 
+class WorkspaceUnreachable(PlatformError):
+    """The workspace host has never answered this process and cannot be reached: its name
+    is not found, nothing listens on its port, the TLS handshake fails, or nothing answers
+    within a few seconds. Usually a mistyped or wrong host; ``host`` names it and ``cause``
+    says which of these it was (``"dns"``, ``"refused"``, ``"tls"``, ``"connect timeout"``,
+    ``"no answer"`` or ``"connection"``). Retryable like any failure to reach the
+    workspace: a workspace that is down when a process starts looks the same."""
+
+    def __init__(self, message: str, *, host: str, cause: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.cause = cause
+
+
 class RateLimited(PlatformError):
     """429 or 503 beyond the retry budget."""
 
@@ -168,19 +182,32 @@ def _used_text(used: float, budget: float) -> str:
 
 
 class RetriesStopped(AirError):
-    """An attempt of the run failed in a way retries will not change (a deterministic
-    diagnosis: CUDA out of memory, a missing command, ...) while the platform was about to
-    retry it, and the wait was asked to stop there (``stop_deterministic_retries``). The
-    wait ends with this error; the run goes on until it is cancelled (the orchestrators
-    cancel it)."""
+    """An attempt of the run failed while the platform was about to retry it, and the wait's
+    retry policy (``FailurePolicy``) says that class of failure gets no platform retry: ``stop``
+    (a deterministic diagnosis by default: CUDA out of memory, a missing command, ...) or
+    ``orchestrator`` (then ``retryable``: the orchestrator's own retry takes over). The wait
+    ends with this error; the run goes on until it is cancelled (the orchestrators cancel
+    it)."""
 
-    def __init__(self, run_id: int, headline: str, *, task_key: str | None = None) -> None:
+    def __init__(
+        self,
+        run_id: int,
+        line: str,
+        *,
+        task_key: str | None = None,
+        failure_class: str = "deterministic",
+        action: str = "stop",
+    ) -> None:
         super().__init__(
-            f"{headline}; further retries of run {run_id} stopped (stop_deterministic_retries)"
+            f"{line}; further retries of run {run_id} stopped "
+            f"(failure_policy: {failure_class} -> {action})"
         )
         self.run_id = run_id
-        self.headline = headline
+        self.headline = line
         self.task_key = task_key
+        self.failure_class = failure_class
+        self.action = action
+        self.retryable = action == "orchestrator"
 
 
 class BudgetExceeded(AirError):

@@ -7,6 +7,12 @@ carrying the global step as its MLflow step and the fractional epoch as its valu
 HuggingFace Trainer's MLflow callback logs, and what any loop can log by hand. A run that logs
 no total shows nothing rather than a misleading estimate.
 
+Two readings of one history. ``airo get`` and ``airo list`` keep the CLI's rules exactly
+(``databricks air get`` shows nothing before step 10, ``minStepsForETA``). What a waiting task
+logs while the run runs (``live=True``) starts from the first logged step instead: the
+percentage from one point, the time left once two points are a step and some time apart, so a
+trainer that logs a few epochs shows progress from its first.
+
 Pure functions of the params and the metric history: the client reads them
 (``AirClient.training_progress``), the orchestrators and ``airo`` show the result.
 """
@@ -48,17 +54,22 @@ class TrainingProgress:
     """How far a running training has come and how long it has left (eta.go trainingETA)."""
 
     percent_complete: int  # 0-99: a running run is never shown 100% complete
-    remaining_seconds: int
+    # None: not known yet (a live reading of one logged point, see the module docstring).
+    remaining_seconds: int | None
 
     def detailed(self) -> str:
         """``45% · ~2h 15m left`` (the single-run view)."""
+        if self.remaining_seconds is None:
+            return f"{self.percent_complete}% · time left after the next logged step"
         return f"{self.percent_complete}% · ~{coarse_duration(self.remaining_seconds)} left"
 
     def compact(self) -> str:
         """``45% · ~2h 15m`` (a list's column)."""
+        if self.remaining_seconds is None:
+            return f"{self.percent_complete}%"
         return f"{self.percent_complete}% · ~{coarse_duration(self.remaining_seconds)}"
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | None]:
         """The CLI's JSON fields (acceptance/air/get: est_remaining_seconds, est_percent_complete)."""
         return {
             "est_remaining_seconds": self.remaining_seconds,
@@ -109,34 +120,42 @@ def _percent(current: float, total: float) -> int:
 
 
 def compute_progress(
-    params: Mapping[str, str], history: Iterable[MetricPoint]
+    params: Mapping[str, str], history: Iterable[MetricPoint], *, live: bool = False
 ) -> TrainingProgress | None:
     """The estimate from a run's params and its ``epoch`` history, or None when there is none
     (no total, fewer than two points, before step 10, no time or progress between the
     window's ends, already at the total). ``max_steps`` wins over ``num_train_epochs``, as in
-    HuggingFace Trainer."""
+    HuggingFace Trainer.
+
+    ``live``: from the first logged step (no step-10 wait): one point gives the percentage
+    alone, and a window without time or progress between its ends too."""
     points = sorted(history, key=lambda p: p.timestamp)  # stable: ties keep their order
-    if len(points) < 2:
+    if len(points) < (1 if live else 2):
         return None
     points = points[-WINDOW_POINTS:]
     first, last = points[0], points[-1]
-    if last.step < MIN_STEPS:
+    if last.step < MIN_STEPS and not live:
         return None
     elapsed = (last.timestamp - first.timestamp) / 1000
-    if elapsed <= 0:
+    if elapsed <= 0 and not live:
         return None
     max_steps = _positive_int(params.get("max_steps"))
     if max_steps is not None:
-        done_steps = last.step - first.step
-        if last.step <= 0 or last.step >= max_steps or done_steps <= 0:
-            return None
-        remaining = (max_steps - last.step) / (done_steps / elapsed)
-        return TrainingProgress(_percent(last.step, max_steps), _go_round(remaining))
+        return _estimate(last.step, last.step - first.step, elapsed, max_steps, live)
     epochs = _positive_float(params.get("num_train_epochs"))
     if epochs is not None:
-        done_epochs = last.value - first.value
-        if last.value <= 0 or last.value >= epochs or done_epochs <= 0:
-            return None
-        remaining = (epochs - last.value) / (done_epochs / elapsed)
-        return TrainingProgress(_percent(last.value, epochs), _go_round(remaining))
+        return _estimate(last.value, last.value - first.value, elapsed, epochs, live)
     return None
+
+
+def _estimate(
+    current: float, done: float, elapsed: float, total: float, live: bool
+) -> TrainingProgress | None:
+    """eta.go stepETA and epochETA (one shape: ``current`` of ``total``, ``done`` of them in
+    ``elapsed`` seconds); ``live``: the percentage alone when there is no rate yet."""
+    if current <= 0 or current >= total:
+        return None
+    if done <= 0 or elapsed <= 0:
+        return TrainingProgress(_percent(current, total), None) if live else None
+    remaining = (total - current) / (done / elapsed)
+    return TrainingProgress(_percent(current, total), _go_round(remaining))

@@ -68,6 +68,20 @@ def _is_terminal(life_cycle_state: str, result_state: str | None) -> bool:
     return life_cycle_state in TERMINAL_STATES or result_state is not None
 
 
+def _command_path(body: Mapping[str, Any]) -> str | None:
+    """Where the task's (first) command was uploaded: its plain variables sit next to it
+    (``env_vars.json``, runupload.go)."""
+    task = body.get("ai_runtime_task")
+    deployments = task.get("deployments") if isinstance(task, Mapping) else None
+    if not isinstance(deployments, list) or not deployments:
+        return None
+    first = deployments[0] if isinstance(deployments[0], Mapping) else {}
+    containers = first.get("containers")
+    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
+        return _text(containers[0].get("command_path"))
+    return _text(first.get("command_path"))
+
+
 def _compute(body: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """Accelerator type and count of a task, from its first deployment's compute, where
     the CLI reads them (joblist.go jobCompute)."""
@@ -98,6 +112,7 @@ class TaskState:
     num_accelerators: int | None = None
     max_retries: int | None = None  # -1: unlimited (format.go maxRetries)
     termination: Termination | None = None  # status.termination_details
+    command_path: str | None = None
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> TaskState:
@@ -119,6 +134,7 @@ class TaskState:
             if isinstance(retries, int) and not isinstance(retries, bool)
             else None,
             termination=Termination.from_api(body),
+            command_path=_command_path(body),
         )
 
     @property
@@ -310,6 +326,34 @@ class RunState:
         if chosen is None:
             return ()
         return tuple(a for a in self.attempts if a.task_key == chosen.task_key)
+
+    def accelerators_at_once(self, now_ms: int | None = None) -> dict[str, int]:
+        """The most accelerators the run's attempts held at one time, by type: the tasks of
+        a partition range or a sweep run side by side, a pipeline's stages one after another,
+        a task's retries one after another. An attempt with no end time holds them until
+        ``now_ms`` (when None: from its start on). Before any attempt started: what the
+        newest attempt asks for."""
+        events: list[tuple[int, int, str, int]] = []
+        for attempt in self.attempts:
+            if not attempt.start_time or not attempt.num_accelerators:
+                continue
+            kind = attempt.accelerator_type or ""
+            end = attempt.end_time or now_ms
+            events.append((attempt.start_time, 1, kind, attempt.num_accelerators))
+            if end is not None:
+                events.append((max(end, attempt.start_time), 0, kind, -attempt.num_accelerators))
+        if not events:
+            newest = max(self.attempts, key=lambda a: a.attempt_number, default=None)
+            if newest is None or not newest.num_accelerators:
+                return {}
+            return {newest.accelerator_type or "": newest.num_accelerators}
+        held: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        for _, _, kind, change in sorted(events):  # at one instant, ends before starts
+            held[kind] = held.get(kind, 0) + change
+            if sum(held.values()) > sum(peak.values()):
+                peak = {k: n for k, n in held.items() if n > 0}
+        return peak
 
     def gpu_hours(self, task_key: str | None = None, now_ms: int | None = None) -> float:
         """Accelerator-hours of every attempt of the run (or of one task): what the

@@ -29,20 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from ._checkpoints import (
+    ENV_CHECKPOINT_DIR,
+    Checkpoint,
+    CheckpointIdentity,
+    checkpoint_volume,
+)
 from ._errors import AirError, BudgetExceeded, RetriesStopped, RunTimeout
+from ._run_names import PartitionRange, compose_run_name, encode_name_part
+from ._run_names import short_run as short_run
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
-from .client import _runs, _secrets, _submit
+from .client import _checkpoint_folders, _runs, _secrets, _submit
 from .client._core import ClientCore, Flow
 from .client._secrets import SubmissionSecrets
 from .plan import make_idempotency_token
-from .platform import MAX_TASK_KEY_LENGTH, TASK_KEY_CHARACTERS
 
 if TYPE_CHECKING:
     from .client import AirClient, AsyncAirClient, SubmittedRun
@@ -83,13 +87,6 @@ def _keep(text: str) -> str:
 
 # --- the key ------------------------------------------------------------------------------
 
-# A run name follows the experiment name's rule (docs/spec/workload.md §1: the experiment
-# name becomes run_name): 1-100 characters of [A-Za-z0-9_-].
-MAX_RUN_NAME_LENGTH = MAX_TASK_KEY_LENGTH
-_NOT_IN_NAME = re.compile(f"[^{TASK_KEY_CHARACTERS}]+")
-_NAME_SEPARATOR = "--"
-_NAME_DIGEST_LENGTH = 8
-
 # The orchestrator ids every rank of a submission's run gets (plain variables, next to the
 # workload's own: the author's value of the same name wins).
 ENV_ORCHESTRATOR = "AIRO_ORCHESTRATOR"
@@ -116,6 +113,9 @@ class SubmissionKey:
     run: str
     task: str
     index: int | str | None = None  # map index (Airflow) or partition (Dagster)
+    # The partitions the run trains, when the index is not simply one partition key (a
+    # range; a run planned without rows its lineage kept): what its name shows instead.
+    partitions: PartitionRange | None = field(default=None, compare=False)
 
     def idempotency_token(self, generation: int | str) -> str:
         return make_idempotency_token(
@@ -129,29 +129,22 @@ class SubmissionKey:
         )
 
     def run_name(self, base: str) -> str:
-        """``base`` (the experiment or workflow name) followed by the pipeline, the task and
-        the index, ``--`` between them: ``sweep--gpu_sweep--trial--3``. Characters the rule
-        refuses become ``_``; a name over the length rule keeps the task and index whole,
-        shortens what comes before and ends with a digest of the whole identity (two keys
-        that differ only in the cut part still get different names)."""
-        parts = [base, self.pipeline, self.task]
-        if self.index is not None:
-            parts.append(str(self.index))
-        clean = [_NOT_IN_NAME.sub("_", p).strip("_") or "_" for p in parts]
-        name = _NAME_SEPARATOR.join(clean)
-        if len(name) <= MAX_RUN_NAME_LENGTH:
-            return name
-        identity = json.dumps([*parts, self.orchestrator], separators=(",", ":"))
-        digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:_NAME_DIGEST_LENGTH]
-        room = MAX_RUN_NAME_LENGTH - len(_NAME_SEPARATOR) - len(digest)
-        tail = _NAME_SEPARATOR.join(clean[2:])
-        head_room = room - len(tail) - len(_NAME_SEPARATOR)
-        if head_room >= 1:
-            head = _NAME_SEPARATOR.join(clean[:2])[:head_room].rstrip("_-") or "_"
-            name = f"{head}{_NAME_SEPARATOR}{tail}"
+        """``base`` (the experiment or workflow name) followed by the pipeline, the run (in
+        a short form, ``short_run``: each night's run gets a name of its own), the task and
+        the index, ``--`` between them: ``sweep--gpu_sweep--manual_20261203T0700--trial--3``.
+        A partition key is encoded reversibly and a range named by its first and last keys
+        and their count (``_run_names``); other characters the rule refuses become ``_``. A
+        name over the length rule is shortened and ends with a digest of the whole identity.
+        The name is never part of the idempotency token."""
+        parts = [base, self.pipeline, short_run(self.run), self.task]
+        if self.partitions is not None:
+            index: str | None = self.partitions.name()
+        elif isinstance(self.index, int):
+            index = str(self.index)
         else:
-            name = name[:room].rstrip("_-") or "_"
-        return f"{name}{_NAME_SEPARATOR}{digest}"
+            index = encode_name_part(self.index) if self.index is not None else None
+        identity = [*parts, *([] if self.index is None else [str(self.index)])]
+        return compose_run_name(parts, index, [*identity, self.orchestrator])
 
     def environment(self) -> dict[str, str]:
         """The orchestrator ids as variables for the run's ranks (training code can tag its
@@ -169,20 +162,60 @@ class SubmissionKey:
             env[ENV_PARTITION_KEY] = self.index
         return env
 
+    def checkpoints(
+        self, stage: Stage | None = None, epoch: str | None = None, code_version: str | None = None
+    ) -> CheckpointIdentity:
+        """The logical task whose checkpoints a stage (or the single workload) keeps: a
+        stage is its own task's (an Airflow stage's task id) whichever task submits it, so
+        a new run of a stage (a refused repair) finds the folder of the run before;
+        ``epoch`` is what a user asked to start again from (a cleared group)."""
+        task = (stage.orchestrator_task or self.task) if stage is not None else self.task
+        return CheckpointIdentity(
+            self.orchestrator, self.namespace, self.pipeline, self.run, task, self.index,
+            stage.task_key if stage is not None else None, epoch, code_version,
+        )  # fmt: skip
+
     def identify(
-        self, workload: Workload | Sequence[Stage], run_name: str | None
+        self,
+        workload: Workload | Sequence[Stage],
+        run_name: str | None,
+        checkpoint_volume: str | None = None,
+        checkpoint_epoch: str | None = None,
+        code_version: str | None = None,
     ) -> tuple[Workload | list[Stage], str]:
         """``workload`` (each stage's, with its task key as ``AIRO_STAGE``) with
         ``environment()`` and the run's name from
         ``run_name`` (else the first experiment name) with ``run_name()``: what every
         submission sends, so the platform, the run page and ``airo list`` tie a run back
-        to its orchestrator task."""
+        to its orchestrator task. With ``checkpoint_volume``, each stage's checkpoint
+        folder in it as ``AIRO_CHECKPOINT_DIR`` (``_checkpoints``)."""
         env = self.environment()
+        if checkpoint_volume is not None and not isinstance(workload, Sequence):
+            env[ENV_CHECKPOINT_DIR] = self.checkpoints(None, checkpoint_epoch, code_version).folder(
+                checkpoint_volume
+            )
         if isinstance(workload, Sequence):
+            # Each stage says who it is: its own task (an Airflow stage's task id) where the
+            # orchestrator has one per stage, else the submitting task's.
             stages = [
                 dataclasses.replace(
                     stage,
-                    workload=stage.workload.with_env_variables({**env, ENV_STAGE: stage.task_key}),
+                    workload=stage.workload.with_env_variables(
+                        {
+                            **env,
+                            ENV_TASK: stage.orchestrator_task or self.task,
+                            ENV_STAGE: stage.task_key,
+                            **(
+                                {
+                                    ENV_CHECKPOINT_DIR: self.checkpoints(
+                                        stage, checkpoint_epoch, code_version
+                                    ).folder(checkpoint_volume)
+                                }
+                                if checkpoint_volume is not None
+                                else {}
+                            ),
+                        }
+                    ),
                 )
                 for stage in workload
             ]
@@ -290,13 +323,15 @@ class RunOutcome:
         task_key: str | None,
     ) -> RunOutcome:
         """A wait that stopped the run: over its ``max_gpu_hours`` (status ``budget``, with
-        the GPU-hours it used) or its retries stopped (``retries_stopped``); ``note`` says
-        how cancelling it went."""
+        the GPU-hours it used) or its retries stopped (``retries_stopped``; ``failed``, which
+        an orchestrator retries, when the failure policy hands the retry to it); ``note``
+        says how cancelling it went."""
         over, retries = cls.STOPPED_STATUSES
         if isinstance(stopped, BudgetExceeded):
             outcome = cls(over, run_id, run_page_url, None, f"{stopped}{note}", task_key)
             return dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
-        return cls(retries, run_id, run_page_url, None, f"{stopped}{note}", task_key)
+        status = "failed" if stopped.retryable else retries
+        return cls(status, run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
 
 def _duration_s(state: RunState, task: TaskState | None) -> float | None:
@@ -352,6 +387,17 @@ class Submission:
     scopes: list[str] = field(default_factory=list)
     run_id: int | None = None
     run_page_url: str = ""
+    # Where each stage keeps its checkpoints (``_checkpoints``); None: no checkpoint folder.
+    checkpoint_volume: str | None = None
+    # What a user asked to start again from (a cleared Airflow workflow group): part of each
+    # folder's identity. None: nothing.
+    checkpoint_epoch: str | None = None
+    # The code's version (``CheckpointIdentity.code_version``); None: folders outlive code.
+    code_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_volume is not None:
+            self.checkpoint_volume = checkpoint_volume(self.checkpoint_volume)
 
     @property
     def secrets(self) -> list[SubmissionSecrets]:
@@ -421,7 +467,10 @@ class Submission:
         generation: int | str,
         run_name: str | None = None,
     ) -> Flow[SubmittedRun]:
-        identified, name = self.key.identify(workload, run_name)
+        identified, name = self.key.identify(
+            workload, run_name, self.checkpoint_volume, self.checkpoint_epoch, self.code_version
+        )
+        identified = yield from self.checkpoint_flow(core, identified)
         submitted = yield from _submit.submit_workload(
             core,
             identified,
@@ -430,6 +479,7 @@ class Submission:
         )
         self.run_id = submitted.run_id
         self.run_page_url = submitted.run_page_url
+        yield from self.record_run_flow(core, identified)
         for secrets in self.secrets:
             try:
                 yield from _secrets.mark_submission_run(core, secrets, submitted.run_id)
@@ -463,14 +513,89 @@ class Submission:
         stores no secret keys (nothing would mark them with the run)."""
         if self.secrets:
             raise RuntimeError("a submission with secret keys is submitted with submit()")
-        identified, name = self.key.identify(workload, run_name)
+        identified, name = self.key.identify(
+            workload, run_name, self.checkpoint_volume, self.checkpoint_epoch, self.code_version
+        )
+        resumed = client.run_flow(lambda core: self.checkpoint_flow(core, identified))
         return client.run_flow(
             lambda core: _submit.plan_workload(
                 core,
-                identified,
+                resumed,
                 idempotency_token=self.key.idempotency_token(generation),
                 run_name=name,
             )
+        )
+
+    def checkpoint_flow(
+        self, core: ClientCore, identified: Workload | Sequence[Stage]
+    ) -> Flow[Workload | list[Stage]]:
+        """Make each stage's checkpoint folder (its marker file), which proves the volume
+        exists and is writable before anything else is uploaded, after reading what it holds:
+        the workloads with the resume variables (``FolderContents.environment``). A folder
+        the author set themselves (their own ``AIRO_CHECKPOINT_DIR``) is theirs to make."""
+        volume = self.checkpoint_volume
+        if volume is None:
+            return identified if not isinstance(identified, Sequence) else list(identified)
+        stages: list[tuple[Stage | None, Workload]] = (
+            [(s, s.workload) for s in identified]
+            if isinstance(identified, Sequence)
+            else [(None, identified)]
+        )
+        resumed: list[Workload] = []
+        for stage, workload in stages:
+            identity = self.key.checkpoints(stage, self.checkpoint_epoch, self.code_version)
+            folder = identity.folder(volume)
+            if workload.env_variables.get(ENV_CHECKPOINT_DIR) != folder:
+                resumed.append(workload)
+                continue
+            resumed.append(
+                (yield from _checkpoint_folders.prepare_folder(core, identity, volume, workload))
+            )
+        if not isinstance(identified, Sequence):
+            return resumed[0]
+        return [
+            dataclasses.replace(stage, workload=workload)
+            for stage, workload in zip(identified, resumed, strict=True)
+        ]
+
+    def record_run_flow(
+        self, core: ClientCore, identified: Workload | Sequence[Stage]
+    ) -> Flow[None]:
+        """Note the run in each checkpoint folder it uses (a later run of the task learns
+        which run it resumes from); best effort."""
+        if self.checkpoint_volume is None or self.run_id is None:
+            return
+        workloads = (
+            [s.workload for s in identified] if isinstance(identified, Sequence) else [identified]
+        )
+        folders = {w.env_variables.get(ENV_CHECKPOINT_DIR) or "" for w in workloads}
+        for folder in sorted(f for f in folders if f.startswith("/Volumes/")):
+            try:
+                yield from _checkpoint_folders.record_run(core, folder, self.run_id)
+            except AirError as error:
+                self._warning(f"note run {self.run_id} in its checkpoint folder", error)
+
+    def newest_checkpoint(self, client: AirClient, stage: Stage | None = None) -> Checkpoint | None:
+        """The newest checkpoint in the single workload's (or ``stage``'s) folder; None
+        without a folder, an empty one or when it cannot be read."""
+        folder = self.checkpoint_dir(stage)
+        if folder is None:
+            return None
+        try:
+            return client.run_flow(
+                lambda core: _checkpoint_folders.folder_contents(core, folder)
+            ).newest
+        except AirError as error:
+            self._warning(f"list the checkpoint folder {folder}", error)
+            return None
+
+    def checkpoint_dir(self, stage: Stage | None = None) -> str | None:
+        """Where the single workload's (or ``stage``'s) ranks keep checkpoints; None without
+        a checkpoint volume."""
+        if self.checkpoint_volume is None:
+            return None
+        return self.key.checkpoints(stage, self.checkpoint_epoch, self.code_version).folder(
+            self.checkpoint_volume
         )
 
     def attach(self, run_id: int, run_page_url: str = "") -> Submission:
@@ -580,11 +705,17 @@ class Submission:
     # --- carrying it elsewhere ----------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
+        key = asdict(self.key)
+        if key["partitions"] is None:
+            del key["partitions"]  # what a release without it can read back
         return {
-            "key": asdict(self.key),
+            "key": key,
             "scopes": list(self.scopes),
             "run_id": self.run_id,
             "run_page_url": self.run_page_url,
+            "checkpoint_volume": self.checkpoint_volume,
+            "checkpoint_epoch": self.checkpoint_epoch,
+            "code_version": self.code_version,
         }
 
     @classmethod
@@ -596,13 +727,19 @@ class Submission:
         redact: Callable[[str], str] = _keep,
     ) -> Submission:
         run_id = raw.get("run_id")
+        key = dict(raw["key"])
+        if key.get("partitions") is not None:
+            key["partitions"] = PartitionRange(**key["partitions"])
         return cls(
-            key=SubmissionKey(**raw["key"]),
+            key=SubmissionKey(**key),
             log=log,
             redact=redact,
             scopes=list(raw.get("scopes") or []),
             run_id=None if run_id is None else int(run_id),
             run_page_url=str(raw.get("run_page_url") or ""),
+            checkpoint_volume=raw.get("checkpoint_volume") or None,
+            checkpoint_epoch=raw.get("checkpoint_epoch") or None,
+            code_version=raw.get("code_version") or None,
         )
 
 

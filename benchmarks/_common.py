@@ -31,6 +31,13 @@ _PACKAGES = (
 )
 
 
+def _load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on Linux
+        return []
+
+
 def machine_info() -> dict[str, Any]:
     versions: dict[str, str] = {}
     for name in _PACKAGES:
@@ -38,10 +45,7 @@ def machine_info() -> dict[str, Any]:
             versions[name] = version(name)
         except PackageNotFoundError:
             continue
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover - not on Linux
-        load = []
+    load = _load_average()
     return {
         "cpu_count": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -75,11 +79,110 @@ def parser_for(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+# Read when a benchmark's process starts, before it adds load of its own: what else ran.
+LOAD_BEFORE = _load_average()
+
+MET_RULE = (
+    "met when more than half of the kept runs met the target (the median run meets it); "
+    "each run's own verdict is its `met`"
+)
+
+
+def git_commit(path: Path | None = None) -> str:
+    """The checked-out commit (``+dirty`` when tracked files differ), or, with ``path``, the
+    commit that last changed that file."""
+    if path is not None:
+        found = subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return found.stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO, capture_output=True, check=False
+    ).returncode
+    return f"{head}+dirty" if dirty else head
+
+
+def kept_runs(path: Path) -> list[dict[str, Any]]:
+    """The runs a result file keeps. A file written before runs were kept becomes its one run,
+    dated by its machine record and attributed to the commit that stored it."""
+    if not path.exists():
+        return []
+    stored = json.loads(path.read_text())
+    if "runs" in stored:
+        return list(stored["runs"])
+    machine = stored.get("machine") or {}
+    result = {k: v for k, v in stored.items() if k not in ("id", "machine")}
+    return [
+        {
+            "date": machine.get("measured_at"),
+            "commit": git_commit(path),
+            "commit_is": "the commit that stored this result (recorded before runs were kept)",
+            "load_before": None,
+            "met": verdict(stored.get("met")),
+            "machine": machine,
+            "result": result,
+        }
+    ]
+
+
+def verdict(met: Any) -> bool:
+    """A result's ``met``: a bool, or one bool per part of the target (all must hold)."""
+    if isinstance(met, dict):
+        return bool(met) and all(verdict(value) for value in met.values())
+    return met is True
+
+
+def met_over_runs(runs: Sequence[dict[str, Any]]) -> bool:
+    """``MET_RULE``."""
+    return sum(verdict(run.get("met")) for run in runs) * 2 > len(runs)
+
+
 def write_result(bench_id: str, payload: dict[str, Any]) -> Path:
+    """Write this run's result beside every earlier run of the same file.
+
+    The top-level fields are this run's (what summaries read); ``runs`` keeps every run with
+    its date, commit, the load average before it started and its raw figures, and ``met`` is
+    decided over all of them (``MET_RULE``). A result with ``partial`` (rows kept while a long
+    run is measured) is replaced by the next write. A benchmark that keeps its runs itself passes
+    ``runs``, ``met`` and ``met_rule``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{bench_id.lower()}.json"
-    payload = {"id": bench_id, **payload, "machine": machine_info()}
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    machine = machine_info()
+    if "runs" in payload:
+        record = {"id": bench_id, **payload, "machine": machine}
+    else:
+        run = {
+            "date": machine["measured_at"],
+            "commit": git_commit(),
+            "load_before": LOAD_BEFORE,
+            "met": verdict(payload.get("met")),
+            "machine": machine,
+            "result": payload,
+        }
+        earlier = kept_runs(path)
+        if earlier and earlier[-1].get("result", {}).get("partial"):
+            earlier.pop()  # the same run's rows kept while it was measured: this one follows
+        runs = [*earlier, run]
+        record = {
+            "id": bench_id,
+            **payload,
+            "machine": machine,
+            "runs": runs,
+            "met_rule": MET_RULE,
+            "met": met_over_runs(runs),
+        }
+    path.write_text(json.dumps(record, indent=2, sort_keys=False, default=_jsonable) + "\n")
     return path
 
 

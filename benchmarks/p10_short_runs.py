@@ -13,7 +13,9 @@ Side by side in the same process, alternating rounds:
   ``finish_in_triggerer=False``), which holds its event until ``first_poll_at`` (the deferral
   plus ``[air] trigger_first_poll_delay``, 10 s by default) against the Airflow deferral race.
 
-The worker's own start-up after a resume is not included (a deployment adds it to both the
+The trigger's XCom writes are on the timed path, as in a triggerer: each goes through a
+stand-in of the supervisor's channel to a server process of its own (a real round trip per
+write), and the event follows them. The worker's own start-up after a resume is not included (a deployment adds it to both the
 resumed side and nothing to the other); P7 counts worker runs.
 
     python -m benchmarks.p10_short_runs [--quick]
@@ -61,17 +63,62 @@ def _airflow_env(port: int) -> None:
     )
 
 
-def _triggers_without_a_task_instance() -> None:
-    """Out of a triggerer the trigger has no task instance to write its XComs through (a
-    request to Airflow's API server, after the end was seen): it would resume in a worker
-    instead of ending the task. Here the XComs are dropped, so the event is the one a
-    triggerer would send."""
-    from airflow_air.triggers import AirRunTrigger
+# The API server's side of a trigger's XCom write: a process of its own that answers each
+# write over HTTP, so every write costs a real round trip between processes, as the
+# triggerer's supervisor forwarding it to Airflow's API server does.
+_XCOM_SERVER = """
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
 
-    async def no_task_instance_to_write_to(self: Any, xcoms: Any) -> None:
-        return None
 
-    AirRunTrigger._push_xcoms = no_task_instance_to_write_to  # type: ignore[method-assign]
+class XComChannel:
+    """Stands in for the triggerer's supervisor channel (``task_runner.SUPERVISOR_COMMS``):
+    each ``SetXCom`` the trigger sends is written to the XCom server and counted."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self.server = subprocess.Popen(
+            [sys.executable, "-c", _XCOM_SERVER], stdout=subprocess.PIPE, text=True
+        )
+        assert self.server.stdout is not None
+        self.url = f"http://127.0.0.1:{self.server.stdout.readline().strip()}"
+        self.writes = 0
+        self._http: Any = None
+
+    async def asend(self, message: Any) -> None:
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.url, timeout=30)
+        response = await self._http.put(
+            f"/xcom/{message.dag_id}/{message.run_id}/{message.task_id}/{message.key}",
+            content=message.model_dump_json(),
+        )
+        response.raise_for_status()
+        self.writes += 1
+
+    def stop(self) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=10)
+
+
+class _TaskInstance:
+    """What a trigger knows of its task instance in a triggerer."""
+
+    def __init__(self, index: int) -> None:
+        self.dag_id, self.task_id, self.run_id = "bench_p10", "train", f"round-{index}"
+        self.map_index = index
 
 
 async def _round(host: str, side: str, k: int, index: int) -> list[tuple[int, float]]:
@@ -107,6 +154,7 @@ async def _round(host: str, side: str, k: int, index: int) -> list[tuple[int, fl
             finish_in_triggerer=side == "ends_in_triggerer",
             stream_logs=False,
         )
+        trigger.task_instance = _TaskInstance(run_id)  # its XComs go through the channel
         events = trigger.run()
         await anext(events)
         woke.append((run_id, time.time()))
@@ -166,16 +214,23 @@ async def _measure(host: str, rounds: dict[str, int], ks: list[int]) -> dict[str
 
 
 def measure(quick: bool = False) -> dict[str, Any]:
+    from airflow.sdk.execution_time import task_runner
+
     workspace = BenchWorkspace()
+    channel = XComChannel()
     try:
         _airflow_env(workspace.port)
-        _triggers_without_a_task_instance()
+        task_runner.SUPERVISOR_COMMS = channel  # type: ignore[assignment]
         rounds = {"ends_in_triggerer": 10 if quick else 40, "resumes_in_worker": 3 if quick else 10}
         ks = [1, 4, 50]
         started = time.monotonic()
         measured = asyncio.run(_measure(workspace.host, rounds, ks))
     finally:
         workspace.stop()
+        channel.stop()
+    ended_here = sum(r["runs"] for r in measured["rows"] if r["side"] == "ends_in_triggerer")
+    # Every run ended in the triggerer wrote its XComs before its event: none was skipped.
+    assert channel.writes >= ended_here, (channel.writes, ended_here)
     ours = [r for r in measured["rows"] if r["side"] == "ends_in_triggerer"]
     for row in measured["rows"]:
         print(
@@ -196,6 +251,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
             "k": ks,
         },
         "target": TARGET,
+        "xcom_writes": channel.writes,
         **measured,
         "met": all(r["latency_p99_s"] <= TARGET["latency_p99_s"] for r in ours),
         "elapsed_s": time.monotonic() - started,

@@ -37,7 +37,9 @@ from dagster_air import AirStage, AirWorkspace, build_air_assets
 
 KEYS = ["a", "b", "c", "d"]
 TRAIN_S = 4.0
-BEFORE = {"reexecute_from_failure": 1.6, "run_retry_after_sigkill": 2.0}  # targets.md, 2026-12-02
+# Not measured here (no option reproduces the old behaviour): the figures of targets.md P11,
+# 2026-12-02, labelled as estimates wherever they are shown.
+BEFORE_ESTIMATE = {"reexecute_from_failure": 1.6, "run_retry_after_sigkill": 2.0}
 
 TRAINER = f"""\
 start=$(date +%s.%N)
@@ -192,6 +194,29 @@ def _worker(count_dir: str) -> None:
         )
 
 
+def _run_ids(workspace: Any) -> set[int]:
+    from air_runtime import AirClient
+
+    with AirClient(workspace.host, workspace.token) as client:
+        ids: set[int] = set()
+        page: str | None = None
+        while True:
+            runs, page = client.list_runs(active_only=False, limit=25, page_token=page)
+            ids |= {run.run_id for run in runs}
+            if not page:
+                return ids
+
+
+def _workspace_gpu_hours(workspace: Any, run_ids: set[int]) -> dict[str, Any]:
+    """What the workspace's own accounting says the scenario's runs held: accelerator-hours of
+    every attempt of every task run (``RunState.gpu_hours``), per run and in all."""
+    from air_runtime import AirClient
+
+    with AirClient(workspace.host, workspace.token) as client:
+        per_run = {str(r): client.get_run(r).gpu_hours() for r in sorted(run_ids)}
+    return {"total": round(sum(per_run.values()), 6), "per_run": per_run}
+
+
 def main() -> None:
     parser = parser_for(__doc__)
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # the run worker to kill
@@ -218,12 +243,19 @@ def main() -> None:
                 count_dir = root / name / "count"
                 count_dir.mkdir()
                 before = workspace.admin.counters()["runs_created"]
+                known = _run_ids(workspace)
                 with dg.DagsterInstance.get() as instance:
                     result = scenario(instance, count_dir)
                 result["gpu_runs_created"] = workspace.admin.counters()["runs_created"] - before
-                result["before"] = BEFORE[name]
+                result["workspace_gpu_hours"] = _workspace_gpu_hours(
+                    workspace, _run_ids(workspace) - known
+                )
+                result["before_estimate"] = BEFORE_ESTIMATE[name]
                 results[name] = result
-                print(f"{name}: paid/needed {fmt(result['ratio'])}x (before {BEFORE[name]}x)")
+                print(
+                    f"{name}: paid/needed {fmt(result['ratio'])}x, the workspace counted "
+                    f"{fmt(result['workspace_gpu_hours']['total'])} GPU-hours (before, an estimate: {BEFORE_ESTIMATE[name]}x)"
+                )
         finally:
             workspace.stop()
     path = write_result(
@@ -234,6 +266,8 @@ def main() -> None:
             "before_source": "targets.md P11 (2026-12-02); no option reproduces the old behaviour",
             "train_s": TRAIN_S,
             "scenarios": results,
+            # Each way of recovering paid for what it needed and no more.
+            "met": {name: r["ratio"] <= 1.0 + 1e-9 for name, r in results.items()},
         },
     )
     print(path)

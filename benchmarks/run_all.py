@@ -15,9 +15,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from benchmarks._common import PYTHON, REPO, RESULTS, fmt, machine_info
+from benchmarks._common import PYTHON, REPO, RESULTS, fmt, machine_info, verdict
+
+PERFORMANCE_PAGE = REPO / "docs" / "performance.md"
+TABLE_START = "<!-- the table below is generated: python -m benchmarks.run_all --summary-only -->"
+TABLE_END = "<!-- end of the generated table -->"
 
 # Quick ones first; P1 (the long one) last.
 MODULES = {
@@ -31,9 +36,14 @@ MODULES = {
     "P8": "benchmarks.p8_dagster",
     "P7": "benchmarks.p7_deployment",
     "P9": "benchmarks.p9_image_copy",
+    "P10": "benchmarks.p10_short_runs",
     "P11_AIRFLOW": "benchmarks.p11_airflow_repair",
+    "P11_DAGSTER": "benchmarks.p11_dagster_recovery",
     "P12": "benchmarks.p12_live_lines",
     "P12_TRIGGERER": "benchmarks.p12_triggerer",
+    # The HA deployment (docs/deployments.md): two of each component, one triggerer killed.
+    "P13": "benchmarks.p13_failover",
+    "P14": "benchmarks.p14_recovery",
 }
 ORDER = [
     "P1",
@@ -45,9 +55,13 @@ ORDER = [
     "P7",
     "P8",
     "P9",
+    "P10",
     "P11_AIRFLOW",
+    "P11_DAGSTER",
     "P12",
     "P12_TRIGGERER",
+    "P13",
+    "P14",
 ]
 
 
@@ -202,6 +216,59 @@ def _p12_triggerer(r: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _p13(r: dict[str, Any]) -> tuple[str, str]:
+    run = r["runs"][-1]
+    remote, kill = run["air"]["remote_runs"], run["air"]["kill"] or {}
+    shown = kill.get("moved_state_shown_s") or {}
+    return (
+        "HA deployment, a triggerer killed at half time: <= 1.2x the WaitSensor floor, 0 "
+        "duplicates, orphans, cancelled; moved runs shown within 60 s",
+        f"N={run['n']} ({len(r['runs'])} runs kept): {fmt(run['air']['wall_s'])} s vs floor "
+        f"{fmt(run['floor']['wall_s'])} s ({fmt(run['wall_ratio_to_floor'], 3)}x), "
+        f"{remote['duplicates']} duplicates, {remote['orphans']} orphans, {remote['cancelled']} "
+        f"cancelled; {kill.get('moved_runs', 0)} moved runs shown by the other triggerer "
+        f"{fmt(shown.get('max') or float('nan'), 3)} s after the kill at most",
+    )
+
+
+def _p10(r: dict[str, Any]) -> tuple[str, str]:
+    ours = [row for row in r["rows"] if row["side"] == "ends_in_triggerer"]
+    worker = [row for row in r["rows"] if row["side"] == "resumes_in_worker"]
+    return (
+        "a run of a few seconds seen ended by its deferred task within 2 s at p99",
+        ", ".join(
+            f"K={row['k']}: p99 {fmt(row['latency_p99_s'], 3)} s ({row['runs']} runs)"
+            for row in ours
+        )
+        + "; resumed in a worker: p99 "
+        + " / ".join(f"{fmt(row['latency_p99_s'], 3)} s" for row in worker)
+        + (" (quick)" if r.get("quick") else ""),
+    )
+
+
+def _p11_dagster(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        "1.00x GPU-hours paid / needed: re-execute from failure; run retry after SIGKILL",
+        "; ".join(
+            f"{name.replace('_', ' ')} {fmt(s['ratio'], 3)}x ({len(s['trainings'])} trainings, "
+            f"{s['gpu_runs_created']} GPU runs; before: "
+            f"{s.get('before_estimate', s.get('before'))}x, an estimate, not measured)"
+            for name, s in r["scenarios"].items()
+        ),
+    )
+
+
+def _p14(r: dict[str, Any]) -> tuple[str, str]:
+    return (
+        "<= 1.1x GPU-hours paid / needed, a 100-step stage's node lost at step 80",
+        f"with a checkpoint volume "
+        f"{', '.join(fmt(run['checkpoint']['ratio'], 2) + 'x' for run in r['runs'])} "
+        f"({r['runs'][-1]['checkpoint']['steps']} steps run for 100); without "
+        f"{', '.join(fmt(run['restart']['ratio'], 2) + 'x' for run in r['runs'])} "
+        f"({r['runs'][-1]['restart']['steps']} steps)",
+    )
+
+
 SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -212,17 +279,70 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
     "P7": _p7,
     "P8": _p8,
     "P9": _p9,
+    "P10": _p10,
     "P11_AIRFLOW": _p11_airflow,
+    "P11_DAGSTER": _p11_dagster,
     "P12": _p12,
     "P12_TRIGGERER": _p12_triggerer,
+    "P13": _p13,
+    "P14": _p14,
 }
+
+
+def result_path(bench_id: str, *, quick: bool = False) -> Path:
+    path = RESULTS / f"{bench_id.lower()}.json"
+    quick_path = RESULTS / f"{bench_id.lower()}_quick.json"
+    if quick and quick_path.exists():  # a module whose quick run keeps its own file
+        return quick_path
+    return path
+
+
+def summary_row(
+    bench_id: str, *, quick: bool = False, seconds: float | None = None
+) -> dict[str, Any]:
+    """One benchmark's line of the summary, read from its result file: the figure, ``met``
+    (decided over every kept run), how many runs and the newest one's date and commit."""
+    result = json.loads(result_path(bench_id, quick=quick).read_text())
+    target, measured = SUMMARIES[bench_id](result)
+    runs = result.get("runs") or []
+    newest = runs[-1] if runs else {}
+    row: dict[str, Any] = {
+        "id": bench_id,
+        "target": target,
+        "measured": measured,
+        "met": verdict(result["met"]),
+        "met_rule": result.get("met_rule"),
+        "runs": len(runs),
+        "date": newest.get("date"),
+        "commit": newest.get("commit"),
+    }
+    if seconds is not None:
+        row["seconds"] = round(seconds, 1)
+    return row
+
+
+def write_summary(rows: list[dict[str, Any]], *, quick: bool, total_s: float | None) -> Path:
+    path = RESULTS / "summary.json"
+    summary = {"quick": quick, "total_s": total_s, "rows": rows, "machine": machine_info()}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the benchmarks P1-P9.")
     parser.add_argument("--quick", action="store_true", help="smaller, faster runs")
     parser.add_argument("--only", default="", help="comma-separated ids, e.g. P1,P3")
+    parser.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="run nothing: rebuild summary.json and the performance page's table from the "
+        "result files",
+    )
     args = parser.parse_args(argv)
+    if args.summary_only:
+        write_summary([summary_row(b) for b in ORDER], quick=False, total_s=None)
+        write_performance_table()
+        return 0
     wanted = [x.strip().upper() for x in args.only.split(",") if x.strip()] or list(MODULES)
     unknown = sorted(set(wanted) - set(MODULES))
     if unknown:
@@ -241,25 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             failures[bench_id] = code
             print(f"{bench_id} failed with exit code {code}", flush=True)
-    rows: list[dict[str, Any]] = []
-    for bench_id in ORDER:
-        if bench_id not in wanted or bench_id in failures:
-            continue
-        path = RESULTS / f"{bench_id.lower()}.json"
-        quick_path = RESULTS / f"{bench_id.lower()}_quick.json"
-        if args.quick and quick_path.exists():  # a module whose quick run keeps its own file
-            path = quick_path
-        result = json.loads(path.read_text())
-        target, measured = SUMMARIES[bench_id](result)
-        rows.append(
-            {
-                "id": bench_id,
-                "target": target,
-                "measured": measured,
-                "met": bool(result["met"]),
-                "seconds": round(durations[bench_id], 1),
-            }
-        )
+    rows = [
+        summary_row(bench_id, quick=args.quick, seconds=durations[bench_id])
+        for bench_id in ORDER
+        if bench_id in wanted and bench_id not in failures and bench_id in durations
+    ]
     total = time.monotonic() - started
     print(f"\n{'id':3s} | {'met':5s} | {'s':>5s} | target / measured")
     for row in rows:
@@ -270,9 +376,39 @@ def main(argv: list[str] | None = None) -> int:
     if len(wanted) < len(MODULES) and path.exists():  # keep the rows of the other benchmarks
         kept = [r for r in json.loads(path.read_text())["rows"] if r["id"] not in wanted]
         rows = sorted(kept + rows, key=lambda r: ORDER.index(r["id"]))
-    summary = {"quick": args.quick, "total_s": total, "rows": rows, "machine": machine_info()}
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(rows, quick=args.quick, total_s=total)
+    if not args.quick:
+        write_performance_table()
     return 1 if failures else 0
+
+
+def performance_table() -> str:
+    """The performance page's table, from summary.json: each figure with its date, commit,
+    the runs it was decided on and the rule."""
+    rows = json.loads((RESULTS / "summary.json").read_text())["rows"]
+    lines = [
+        "| id | target | measured (newest run) | met | runs | date | commit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cells = [
+            row["id"].replace("_", " "),
+            row["target"],
+            row["measured"],
+            "yes" if row["met"] else "no",
+            str(row.get("runs", "")),
+            (row.get("date") or "")[:10],
+            f"`{row.get('commit') or ''}`",
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def write_performance_table() -> None:
+    page = PERFORMANCE_PAGE.read_text()
+    before, rest = page.split(TABLE_START, 1)
+    _, after = rest.split(TABLE_END, 1)
+    PERFORMANCE_PAGE.write_text(f"{before}{TABLE_START}\n{performance_table()}\n{TABLE_END}{after}")
 
 
 if __name__ == "__main__":

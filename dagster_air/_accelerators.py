@@ -19,9 +19,15 @@ Dagster's pools) before it submits, and given back once its runs have ended.
 - *Size.* A pool without a limit is sized on first use from the GPU pool's reservation (the
   workloads' ``compute.pool_id``, else the workspace's only pool); set it yourself
   (``dagster instance concurrency set <pool> N``) to keep room for other work.
+- *A range larger than the pool.* A range run (``BackfillPolicy.single_run()``) whose
+  partitions together ask for more accelerators than the pool has is not refused: its
+  partitions are queued in lanes within the one run (``queue_in_lanes``), a partition
+  starting once the one before it in its lane has ended, whatever its result, so the run
+  never holds more than the pool's slots. One submission still, each partition its own task.
 - *Cleanup.* Slots are given back when the step ends, however it ends. Slots and queue
   entries of a Dagster run that has ended (its worker died) are given back by a step waiting
-  for them, as Dagster's run monitoring does (``free_slots_after_run_end_seconds``).
+  for them at its first check and every check after, as Dagster's run monitoring does
+  (``free_slots_after_run_end_seconds``).
 """
 
 from __future__ import annotations
@@ -75,6 +81,28 @@ def peak_accelerators(tasks: Mapping[str, tuple[int, Sequence[str]]]) -> int:
             group, weight, lambda a, b: a in ancestors[b] or b in ancestors[a]
         )
     return total
+
+
+def queue_in_lanes(groups: Sequence[tuple[str, int]], limit: int) -> list[list[str]] | None:
+    """Lanes of ``groups`` (a range run's partitions, each with the most accelerators its own
+    tasks hold at once), run one after another within a lane and side by side across lanes,
+    so that together they never hold more than ``limit``: the sum of each lane's largest
+    group. The largest groups open lanes while they fit; each other group joins the lane of
+    at least its size holding the fewest groups. Within a lane, groups keep their order.
+    None when a group alone holds more than ``limit``."""
+    if any(size > limit for _, size in groups):
+        return None
+    order = {name: i for i, (name, _) in enumerate(groups)}
+    widths: list[int] = []
+    lanes: list[list[str]] = []
+    for name, size in sorted(groups, key=lambda g: (-g[1], order[g[0]])):
+        if sum(widths) + size <= limit:
+            widths.append(size)
+            lanes.append([name])
+            continue
+        fits = [i for i, width in enumerate(widths) if width >= size]
+        lanes[min(fits, key=lambda i: (len(lanes[i]), i))].append(name)
+    return [sorted(lane, key=order.__getitem__) for lane in lanes]
 
 
 def _components(parents: Mapping[str, Sequence[str]]) -> list[list[str]]:
@@ -140,18 +168,16 @@ class AcceleratorClaim:
     def entries(self) -> list[str]:
         return [f"{self.step_key}[accelerator {i + 1}/{self.count}]" for i in range(self.count)]
 
-    def acquire(self, size: Callable[[], tuple[int, str]]) -> None:
-        """Wait for ``count`` slots, all at once; ``size()`` gives (slots, where from) for a
-        pool without a limit. Raises ``dg.Failure`` when the pool can never hold them."""
+    def acquire(self, limit: int) -> None:
+        """Wait for ``count`` slots of the pool's ``limit``, all at once. Raises ``dg.Failure``
+        when the pool can never hold them."""
         storage = self.instance.event_log_storage
-        limit = self._limit(size)
         if self.count > limit:
             raise dg.Failure(
                 description=(
                     f"this step's runs ask for {self.count} accelerators at once, more than "
                     f"the {limit} slots of accelerator pool {self.pool}: it would never be "
-                    "admitted (a range run asks for every partition's accelerators: use a "
-                    "backfill policy with fewer partitions per run)"
+                    "admitted (give the pool more slots, or the workload fewer accelerators)"
                 ),
                 allow_retries=False,
             )
@@ -179,7 +205,9 @@ class AcceleratorClaim:
         for pool, entry in list(reversed(self.held)):
             self._free(pool, entry)
 
-    def _limit(self, size: Callable[[], tuple[int, str]]) -> int:
+    def limit(self, size: Callable[[], tuple[int, str]]) -> int:
+        """The pool's slots; ``size()`` gives (slots, where from) for a pool without a limit,
+        which then gets that one."""
         info = self.instance.event_log_storage.get_concurrency_info(self.pool)
         if info.limit is not None or info.slot_count:
             return info.limit if info.limit is not None else info.slot_count
@@ -213,6 +241,9 @@ class AcceleratorClaim:
         interval = FIRST_CHECK_S
         told = False
         while not storage.claim_concurrency_slot(pool, self.run_id, entry).is_claimed:
+            # Slots a dead run still holds come back at once, not once the wait has grown.
+            if self._free_ended_runs(pool):
+                continue
             if not told:
                 told = True
                 self.log.info(
@@ -220,43 +251,47 @@ class AcceleratorClaim:
                     f"({self._holders(pool)}) before submitting"
                 )
             self.sleep(interval)
-            if interval >= MAX_CHECK_S:
-                self._free_ended_runs(pool)
             interval = min(interval * _GROWTH, MAX_CHECK_S)
 
     def _holders(self, pool: str) -> str:
+        """Who holds the pool's slots, this step's own run left out."""
         info = self.instance.event_log_storage.get_concurrency_info(pool)
-        runs = sorted({s.run_id for s in info.claimed_slots})
-        if not runs:
-            return f"{info.slot_count} slots"
-        return f"{len(info.claimed_slots)} of {info.slot_count} slots held by run(s) " + ", ".join(
-            runs
-        )
+        theirs = [s for s in info.claimed_slots if s.run_id != self.run_id]
+        mine = len(info.claimed_slots) - len(theirs)
+        held = f"; this step holds {mine}" if mine else ""
+        if not theirs:
+            return f"{info.slot_count} slots{held}"
+        runs = ", ".join(sorted({s.run_id for s in theirs}))
+        return f"{len(theirs)} of {info.slot_count} slots held by run(s) {runs}{held}"
 
     def _free(self, pool: str, entry: str) -> None:
         self.instance.event_log_storage.free_concurrency_slot_for_step(self.run_id, entry)
         if (pool, entry) in self.held:
             self.held.remove((pool, entry))
 
-    def _free_ended_runs(self, pool: str) -> None:
-        """Give back what Dagster runs that have ended still hold of ``pool``."""
+    def _free_ended_runs(self, pool: str) -> bool:
+        """Give back what Dagster runs that have ended still hold of ``pool``; whether any
+        was."""
         storage = self.instance.event_log_storage
         info = storage.get_concurrency_info(pool)
         entries = {(s.run_id, s.step_key) for s in info.claimed_slots}
         entries |= {(p.run_id, p.step_key) for p in info.pending_steps}
         runs = {run for run, _ in entries} - {self.run_id}
         if not runs:
-            return
+            return False
         ended = {
             r.dagster_run.run_id: r.dagster_run.status.value
             for r in self.instance.get_run_records(
                 dg.RunsFilter(run_ids=sorted(runs), statuses=list(FINISHED_STATUSES))
             )
         }
+        freed = False
         for run, entry in sorted(entries):
             if run in ended:
                 storage.free_concurrency_slot_for_step(run, entry)
+                freed = True
                 self.log.warning(
                     f"gave back {entry} of pool {pool}, held by Dagster run {run}, which "
                     f"ended ({ended[run]}) without giving it back"
                 )
+        return freed

@@ -9,10 +9,10 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime import WorkloadError
+from air_runtime import FailurePolicy, WorkloadError
 
 from ._config import AirRunConfig
-from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionParameters
+from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionOverrides, PartitionParameters
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
@@ -162,6 +162,7 @@ def build_air_assets(
     base_dir: str | os.PathLike[str] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_parameters: PartitionParameters | None = None,
+    partition_overrides: PartitionOverrides | None = None,
     partition_env: str | None = "DAGSTER_PARTITION_KEY",
     secret_env: Mapping[str, str] | None = None,
     resource_key: str = "air_workspace",
@@ -178,7 +179,8 @@ def build_air_assets(
     op_description: str | None = None,
     accelerator_pool: str | None = None,
     max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool = False,
+    stop_deterministic_retries: bool | None = None,
+    failure_policy: FailurePolicy | Mapping[str, str] | None = None,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -198,6 +200,10 @@ def build_air_assets(
             giving the parameters merged into ``parameters`` for that partition. Default:
             ``lr=0.1,batch=32`` style keys become those parameters, other keys
             ``parameters.partition``.
+        partition_overrides: ``{partition_key: {dotted workload key: value}}`` or a function
+            of the key giving them, e.g. ``{"lr-0.1": {"compute.num_accelerators": 2}}``:
+            what else a partition changes (its size, a variable); each partition's task of a
+            range run gets its own. Partitions a mapping does not name keep the workload's.
         partition_env: environment variable that receives the raw partition key (``None``:
             none).
         secret_env: workload secret NAME -> environment variable of the Dagster process
@@ -225,11 +231,15 @@ def build_air_assets(
             remote run of the step may use (in a range run: each partition's task): past it
             the run is cancelled and the step fails saying so. A stage's own budget:
             ``AirStage.max_gpu_hours``.
-        stop_deterministic_retries: when an attempt of a remote run fails in a way retries
-            will not change (a deterministic diagnosis of its nodes' last lines: CUDA out of
-            memory, a missing command, ...) while the platform is about to retry it, cancel
-            the run and fail the step without retries, the diagnosis first (default: the
-            platform retries up to the workload's ``max_retries``).
+        failure_policy: what an attempt of a remote run that fails while the platform is
+            about to retry it gets, by the class of its diagnosis (``air_runtime.
+            FailurePolicy`` or a mapping such as ``{"unknown": "stop"}``). Default: a
+            deterministic failure (CUDA out of memory, a missing command or module, ...)
+            cancels the run and fails the step without retries, the diagnosis first;
+            infrastructure and unknown failures are retried by the platform (a warning in
+            the step log says so).
+        stop_deterministic_retries: deprecated; sets ``failure_policy``'s deterministic
+            action (True: stop, False: let the platform retry).
         op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
@@ -250,12 +260,14 @@ def build_air_assets(
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
     options = AirAssetOptions(
         translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-        partition_parameters=partition_parameters, partition_env=partition_env,
+        partition_parameters=partition_parameters, partition_overrides=partition_overrides,
+        partition_env=partition_env,
         secret_env=secret_env, resource_key=resource_key, log_node=log_node, run_env=run_env,
         retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
         io_manager_key=io_manager_key, output_env=output_env,
         max_tasks_per_run=max_tasks_per_run, accelerator_pool=accelerator_pool,
         max_gpu_hours=max_gpu_hours, stop_deterministic_retries=stop_deterministic_retries,
+        failure_policy=failure_policy,
     )  # fmt: skip
     return air_assets(stage_list, options, name=name, check_specs=check_specs,
                       op_description=op_description)  # fmt: skip
@@ -330,6 +342,7 @@ def air_workload_asset(
     base_dir: str | os.PathLike[str] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_parameters: PartitionParameters | None = None,
+    partition_overrides: PartitionOverrides | None = None,
     partition_env: str | None = "DAGSTER_PARTITION_KEY",
     secret_env: Mapping[str, str] | None = None,
     resource_key: str = "air_workspace",
@@ -345,7 +358,8 @@ def air_workload_asset(
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
     accelerator_pool: str | None = None,
     max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool = False,
+    stop_deterministic_retries: bool | None = None,
+    failure_policy: FailurePolicy | Mapping[str, str] | None = None,
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -390,13 +404,15 @@ def air_workload_asset(
             ]
         options = AirAssetOptions(
             translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-            partition_parameters=partition_parameters, partition_env=partition_env,
+            partition_parameters=partition_parameters, partition_overrides=partition_overrides,
+        partition_env=partition_env,
             secret_env=secret_env, resource_key=resource_key, log_node=log_node,
             run_env=run_env, retry_policy=retry_policy, pool=pool, op_tags=op_tags,
             backfill_policy=backfill_policy, io_manager_key=io_manager_key,
             output_env=output_env, max_tasks_per_run=max_tasks_per_run,
             accelerator_pool=accelerator_pool, max_gpu_hours=max_gpu_hours,
             stop_deterministic_retries=stop_deterministic_retries,
+            failure_policy=failure_policy,
         )  # fmt: skip
         workflow, specs, checks = _workflow_and_specs(
             fn.__name__, stage_list, options, stage_checks

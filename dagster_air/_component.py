@@ -146,7 +146,10 @@ class AirCheckArgs(dg.Resolvable, dg.Model):
     description: Annotated[str | None, _described("Shown with the check.")] = None
     blocking: Annotated[
         bool,
-        _described("A failed check keeps downstream assets of the same run from materializing."),
+        _described(
+            "The stages downstream start only once it passed (a run of their own); after a "
+            "failed check they never start."
+        ),
     ] = False
 
 
@@ -363,6 +366,13 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         dict[str, dict[str, Any]] | None,
         _described("Per partition key, the parameters merged into `parameters`."),
     ] = None
+    partition_overrides: Annotated[
+        dict[str, dict[str, Any]] | None,
+        _described(
+            "Per partition key, dotted workload overrides (e.g. compute.num_accelerators: 2); "
+            "each partition's task of a range run gets its own."
+        ),
+    ] = None
     partition_env: Annotated[
         str | None, _described("Env var that receives the raw partition key (null: none).")
     ] = "DAGSTER_PARTITION_KEY"
@@ -424,14 +434,21 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             "cancelled and the step fails."
         ),
     ] = None
-    stop_deterministic_retries: Annotated[
-        bool,
+    failure_policy: Annotated[
+        dict[str, str] | None,
         _described(
-            "When an attempt fails in a way retries will not change (CUDA out of memory, a "
-            "missing command, ...) while the platform would retry it, cancel the run and "
-            "fail the step without retries."
+            "What an attempt that fails while the platform would retry it gets, by failure "
+            "class (infrastructure, deterministic, unknown): platform, stop or orchestrator. "
+            "Default: deterministic failures stop, the others are retried by the platform."
         ),
-    ] = False
+    ] = None
+    stop_deterministic_retries: Annotated[
+        bool | None,
+        _described(
+            "Deprecated: sets failure_policy's deterministic action (true: stop, false: "
+            "let the platform retry)."
+        ),
+    ] = None
     backfill_policy: Annotated[
         AirBackfillPolicyArgs | None,
         _described("How backfills are split into runs; same as op.backfill_policy."),
@@ -565,6 +582,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             base_dir=context.path,
             partitions_def=self.partitions_def,
             partition_parameters=self.partition_parameters,
+            partition_overrides=self.partition_overrides,
             partition_env=self.partition_env,
             secret_env=self.secret_env,
             resource_key=self.resource_key,
@@ -580,6 +598,7 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             accelerator_pool=self.accelerator_pool,
             max_gpu_hours=self.max_gpu_hours,
             stop_deterministic_retries=self.stop_deterministic_retries,
+            failure_policy=self.failure_policy,
         )
         assets = air_assets(
             self._stages(context), options, name=op["name"], op_description=op["op_description"]

@@ -4,6 +4,8 @@ The submission of one planned run (``_plan``) is ``air_runtime.SubmissionKey("da
 <deployment namespace>, job, <lineage head run id>, step key, index)``, the index being the
 partition (or a range run's first...last partition key, with a digest of its tasks when its
 lineage kept some rows); its idempotency token for a generation comes from that key. The
+run's name shows the head's first 8 characters and the partition key (or the range's first
+and last keys and count), encoded reversibly (``air_runtime``'s run names). The
 head is the run the step's Dagster run continues (``_lineage``): the root run for a run
 retry or a re-execution from failure, the run itself for a new run or "Re-execute all". So
 a retry of a killed run worker names the same submission as its parent and gets the
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from air_runtime import RunState, SubmissionKey, SubmittedRun
+from air_runtime import PartitionRange, RunState, SubmissionKey, SubmittedRun
 
 from ._translator import META_PREFIX
 
@@ -53,13 +55,17 @@ def submission_key(
     workspace: AirWorkspace,
     lineage: Lineage,
     index: str | None,
+    partitions: PartitionRange | None = None,
 ) -> SubmissionKey:
     """The submission of one planned run of the step: the lineage head's, so a run retry
-    or a re-execution from failure names the same submission as the run it continues."""
+    or a re-execution from failure names the same submission as the run it continues.
+    ``partitions`` is what the run's name shows (its partition key, or its range's first
+    and last keys and count), never part of its identity."""
     namespace = deployment_namespace(context.instance, workspace.deployment_namespace)
     return SubmissionKey(
-        "dagster", namespace, context.job_name, lineage.head_run_id, str(context.op_handle), index
-    )
+        "dagster", namespace, context.job_name, lineage.head_run_id, str(context.op_handle),
+        index, partitions,
+    )  # fmt: skip
 
 
 def deployment_namespace(instance: dg.DagsterInstance, configured: str | None = None) -> str:

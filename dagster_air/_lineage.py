@@ -14,8 +14,16 @@ continue another (the *head*, usually the root run). From it the step learns:
 - the remote runs the lineage launched for this step (``launches``, written as engine
   events the moment a run is submitted): a retry adopts the one still going, or cancels it
   before submitting another;
+- which rows a blocking check refused (``refused``): trained again, never kept;
 - the generations whose remote run ended unsuccessfully (``failed_generations``, the
   observations ``_identity`` writes), so a retry never gets a failed run back.
+
+A re-execution *from failure* of a backfill (the backfill page's button) starts runs of a new
+backfill, with no parent run: the other recovery button may already have trained what it
+asks for (a failed run of the backfill re-executed from failure on its own). Such a run also
+keeps the rows any run materialized with the same code version since the first backfill of
+its chain was launched (``backfill_since``). A backfill re-executed whole asks for everything
+again, as "Re-execute all" does.
 """
 
 from __future__ import annotations
@@ -26,11 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluation
 from dagster._core.events import EngineEventData
 from dagster._core.storage.tags import (
     ASSET_RESUME_RETRY_TAG,
+    BACKFILL_ID_TAG,
+    PARENT_BACKFILL_ID_TAG,
     RESUME_RETRY_TAG,
     RETRY_NUMBER_TAG,
+    ROOT_BACKFILL_ID_TAG,
 )
 
 from ._identity import GENERATION_KEY, STEP_KEY_KEY
@@ -38,7 +50,40 @@ from ._translator import META_PREFIX
 
 LAUNCH_KEY = f"{META_PREFIX}launch"
 CODE_VERSION_TAG = "dagster/code_version"
+PARTITION_TAG = "dagster/partition"
+# A range run's rows name their partition in this metadata (materializations, evaluations).
+PARTITION_METADATA = f"{META_PREFIX}partition"
 _MAX_DEPTH = 64  # a guard against a cycle of parent run ids
+_MAX_RECORDS = 10_000  # materializations read per asset for a backfill's recovery
+
+
+def backfill_recovery_since(context: dg.AssetExecutionContext, run: dg.DagsterRun) -> float | None:
+    """The launch time of the first backfill of ``run``'s chain when ``run`` belongs to a
+    re-execution from failure of a backfill (see the module docstring), else None. Dagster
+    does not record the strategy: a re-execution from failure asks for less than its parent
+    backfill (what that one did not materialize); one that asks for as much is taken for a
+    whole re-execution."""
+    parent_id = run.tags.get(PARENT_BACKFILL_ID_TAG)
+    own_id = run.tags.get(BACKFILL_ID_TAG)
+    if not parent_id or not own_id:
+        return None
+    instance = context.instance
+    own, parent = instance.get_backfill(own_id), instance.get_backfill(parent_id)
+    root = instance.get_backfill(run.tags.get(ROOT_BACKFILL_ID_TAG, parent_id))
+    if own is None or parent is None or root is None:
+        return None
+    if not (own.is_asset_backfill and parent.is_asset_backfill):
+        return None
+    try:
+        graph = context.repository_def.asset_graph
+        asked = own.get_asset_backfill_data(graph).target_subset
+        before = parent.get_asset_backfill_data(graph).target_subset
+    except Exception:  # an unreadable backfill: recover nothing rather than fail the step
+        return None
+    count = asked.num_partitions_and_non_partitioned_assets
+    if count >= before.num_partitions_and_non_partitioned_assets:
+        return None
+    return root.backfill_timestamp
 
 
 def continues_parent(run: dg.DagsterRun) -> bool:
@@ -73,6 +118,9 @@ class Lineage:
     continued: bool  # the current run continues earlier ones
     # The parent of a run the user re-executed whole ("Re-execute all"), if it is one.
     whole_reexecution_of: str | None
+    # When the lineage re-executes a backfill from failure: the time its first backfill was
+    # launched (rows any run materialized since then are kept).
+    backfill_since: float | None = None
 
     @classmethod
     def of(cls, context: dg.AssetExecutionContext) -> Lineage:
@@ -85,13 +133,15 @@ class Lineage:
             runs.append(parent)
         head = runs[-1]
         whole = head.parent_run_id if len(runs) == 1 else None
-        return cls(instance, tuple(runs), head.run_id, len(runs) > 1, whole)
+        since = backfill_recovery_since(context, head)
+        return cls(instance, tuple(runs), head.run_id, len(runs) > 1, whole, since)
 
     def materialized(
         self, asset_key: dg.AssetKey, code_version: str | None
     ) -> dict[str | None, tuple[str, dict[str, Any]]]:
         """Partition (None: unpartitioned) -> (the Dagster run, its metadata) of the newest
-        materialization of ``asset_key`` by a run of the lineage with ``code_version``."""
+        materialization of ``asset_key`` with ``code_version`` by a run of the lineage, then,
+        for a backfill's re-execution from failure, by any run since ``backfill_since``."""
         found: dict[str | None, tuple[str, dict[str, Any]]] = {}
         for run in self.runs:  # newest first: the first found wins
             records = self.instance.get_records_for_run(
@@ -112,7 +162,59 @@ class Lineage:
                     str(partition) if partition is not None else None,
                     (run.run_id, dict(materialization.metadata)),
                 )
+        if self.backfill_since is not None:
+            records = self.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=self.backfill_since),
+                limit=_MAX_RECORDS,
+            ).records
+            for record in records:  # newest first
+                materialization = record.asset_materialization
+                if materialization is None:
+                    continue
+                tags = materialization.tags or {}
+                if code_version is not None and tags.get(CODE_VERSION_TAG) not in (
+                    None,
+                    code_version,
+                ):
+                    continue
+                partition = materialization.partition
+                found.setdefault(
+                    str(partition) if partition is not None else None,
+                    (record.run_id, dict(materialization.metadata)),
+                )
         return found
+
+    def refused(self, asset_key: dg.AssetKey) -> set[str | None]:
+        """The partitions (None: unpartitioned) of ``asset_key`` whose newest evaluation of a
+        blocking check in the lineage failed: such a row is trained again, never kept, or its
+        downstream stages would run on what the check refused."""
+        newest: dict[tuple[str, str | None], bool] = {}
+        for run in self.runs:  # newest first: the first found wins
+            records = self.instance.get_records_for_run(
+                run_id=run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+            ).records
+            for record in reversed(records):
+                event = record.event_log_entry.dagster_event
+                evaluation = event.event_specific_data if event is not None else None
+                if (
+                    not isinstance(evaluation, AssetCheckEvaluation)
+                    or evaluation.asset_key != asset_key
+                    or not evaluation.blocking
+                ):
+                    continue
+                # A range run's evaluation names its partition in its metadata; a run of one
+                # partition in its tags.
+                named = evaluation.metadata.get(PARTITION_METADATA)
+                partition = (
+                    evaluation.partition
+                    or (str(named.value) if named is not None else None)
+                    or run.tags.get(PARTITION_TAG)
+                )
+                failed = (
+                    not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+                )
+                newest.setdefault((evaluation.check_name, partition), not failed)
+        return {partition for (_, partition), passed in newest.items() if not passed}
 
     def _step_events(
         self, step_key: str, of_type: dg.DagsterEventType

@@ -10,6 +10,12 @@ partition means, from the most explicit:
   sensor or by hand) become those parameters, values read as YAML scalars; any other key
   becomes ``parameters.partition`` (as text). A multi-partition key gives one text parameter
   per dimension.
+
+Anything else a partition changes (its size, ``compute.num_accelerators``; an environment
+variable; a timeout) is a dotted workload override per partition (``partition_overrides``):
+a mapping ``{partition_key: {"compute.num_accelerators": 2}}`` (partitions it does not name
+keep the workload's values) or a function of the key. They apply to each partition's own task
+in a range run too, where ``context.partition_key`` cannot be read.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any
 import dagster as dg
 
 PartitionParameters = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any]]
+# partition key -> {dotted workload key: value}, or a function of the key giving them
+PartitionOverrides = Mapping[str, Mapping[str, Any]] | Callable[[str], Mapping[str, Any]]
 
 DEFAULT_PARTITION_ENV = "DAGSTER_PARTITION_KEY"
 # Tasks per remote run of a step over a partition range (see ``_plan``).
@@ -35,10 +43,15 @@ def partition_overrides(
     partition_key: str | dg.MultiPartitionKey,
     partition_parameters: PartitionParameters | None,
     partition_env: str | None,
+    workload_overrides: PartitionOverrides | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """(typed dotted overrides, ``KEY=VALUE`` text overrides) for one partition."""
     typed: dict[str, Any] = {}
     text: list[str] = []
+    if callable(workload_overrides):
+        typed.update(workload_overrides(str(partition_key)))
+    elif workload_overrides is not None:
+        typed.update(workload_overrides.get(str(partition_key)) or {})
     if partition_env:
         typed[f"env_variables.{partition_env}"] = str(partition_key)
     if callable(partition_parameters):

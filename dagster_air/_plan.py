@@ -9,19 +9,28 @@ over a range of partition keys (a backfill with ``BackfillPolicy.single_run()`` 
 
 Recovery is a filter over rows: a row its lineage already materialized (``_lineage``) is
 *kept*, not planned, and a planned row that depended on it reads where it wrote.
+
+A blocking check splits the runs (``stage_waves``): the stages downstream of a stage whose
+blocking check the step runs are planned in a later *wave*, runs the step submits only once
+the runs before ended and the check passed. The platform knows nothing of Dagster's checks:
+inside one multi-task run a downstream task would start as soon as its upstream task
+succeeded, before any check could stop it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
+from air_runtime import PartitionRange
 from air_runtime.plan import task_key_for
 
+from ._blocking import blocking_check_keys
 from ._workflow import AirWorkflow, LoadedStage
 
 
@@ -41,6 +50,9 @@ class TaskRow:
     partition: str | None
     depends_on: tuple[str, ...]  # task keys of the same remote run
     run: int  # the index of its remote run in ``StepPlan.runs``
+    # Task keys of an earlier wave's runs it waits for (a blocking check upstream): the step
+    # submits it only once they succeeded and passed their blocking checks.
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,8 @@ class PlannedRun:
     label: str  # what it covers, for the step's log
     task_keys: tuple[str, ...]
     multi_task: bool  # False: a plain single-task run of its one row's workload
+    partitions: PartitionRange | None = None  # what the run's name shows (``_identity``)
+    wave: int = 0  # submitted once every run of the waves before it ended
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,28 @@ class StepPlan:
 
     def rows_of(self, run: PlannedRun) -> list[TaskRow]:
         return [self.rows[key] for key in run.task_keys]
+
+    def holds(self, index: str | None, task_keys: Sequence[str]) -> bool:
+        """Whether a run of ``index`` with ``task_keys`` is one the plan submits: one of its
+        runs, or a later wave's with the rows the blocking checks before it let through."""
+        keys = tuple(task_keys)
+        return any(
+            run.index == index
+            and (run.task_keys == keys or (run.wave > 0 and set(keys) <= set(run.task_keys)))
+            for run in self.runs
+        )
+
+    def let_through(self, number: int, task_keys: tuple[str, ...]) -> None:
+        """Run ``number`` holds only ``task_keys`` (the rest was not let through)."""
+        self.runs[number] = dataclasses.replace(self.runs[number], task_keys=task_keys)
+
+    @property
+    def waves(self) -> list[list[int]]:
+        """The indices of the runs of each wave, first wave first."""
+        found: dict[int, list[int]] = {}
+        for i, run in enumerate(self.runs):
+            found.setdefault(run.wave, []).append(i)
+        return [found[w] for w in sorted(found)]
 
 
 def step_partitions(context: dg.AssetExecutionContext) -> tuple[list[str | None], bool]:
@@ -102,7 +138,8 @@ def plan_step(
     workflow: AirWorkflow,
     kept: Callable[[LoadedStage, str | None], KeptRow | None],
 ) -> StepPlan:
-    """The step's rows, without those ``kept`` says are already done."""
+    """The step's rows, without those ``kept`` says are already done, in waves split at
+    blocking checks (``stage_waves``)."""
     selected = workflow.selected(context)
     partitions, is_range = step_partitions(context)
     plan = StepPlan(selected, partitions, is_range)
@@ -119,35 +156,82 @@ def plan_step(
             todo.append((partition, stages))
     if not todo:
         return plan
-    if not is_range:
-        ((partition, stages),) = todo
-        multi_task = len(stages) > 1 or workflow.always_workflow
-        _add_run(plan, partition, stages, multi_task, str(partition) if partition else None)
-        return plan
-    per_run = max(1, workflow.options.max_tasks_per_run // len(selected))
-    for start in range(0, len(todo), per_run):
-        group = todo[start : start + per_run]
-        index = f"{group[0][0]}...{group[-1][0]}"
-        run = len(plan.runs)
-        keys: list[str] = []
-        for partition, stages in group:
-            assert partition is not None
-            keys.extend(_rows(plan, partition, stages, run, range_keys=True))
-        plan.runs.append(
-            PlannedRun(
-                _with_digest(index, keys, plan.kept),
-                f"partitions {', '.join(str(p) for p, _ in group)}",
-                tuple(keys),
-                True,
+    checked = {k.asset_key for k in blocking_check_keys(context)}
+    gated = {s.key for s in selected if s.asset_key in checked}
+    waves = [stage_waves(stages, gated) for _, stages in todo]
+    for wave in range(max(max(w.values()) for w in waves) + 1):
+        todo_wave = [
+            (partition, [s for s in stages if waves[i][s.key] == wave], stages)
+            for i, (partition, stages) in enumerate(todo)
+        ]
+        todo_wave = [t for t in todo_wave if t[1]]
+        if not is_range:
+            ((partition, stages, planned),) = todo_wave
+            multi_task = len(planned) > 1 or workflow.always_workflow
+            index = _wave_index(str(partition) if partition else None, wave)
+            _add_run(plan, partition, stages, planned, multi_task, index, wave)
+            continue
+        per_run = max(1, workflow.options.max_tasks_per_run // len(selected))
+        for start in range(0, len(todo_wave), per_run):
+            group = todo_wave[start : start + per_run]
+            index = _wave_index(f"{group[0][0]}...{group[-1][0]}", wave)
+            run = len(plan.runs)
+            keys: list[str] = []
+            for partition, stages, planned in group:
+                assert partition is not None
+                keys.extend(_rows(plan, partition, stages, planned, run, range_keys=True))
+            plan.runs.append(
+                PlannedRun(
+                    _with_digest(index, keys, plan.kept),
+                    f"partitions {', '.join(str(p) for p, _, _ in group)}",
+                    tuple(keys),
+                    True,
+                    PartitionRange.of([str(p) for p, _, _ in group]),
+                    wave,
+                )
             )
-        )
     return plan
 
 
-def _rows(
-    plan: StepPlan, partition: str | None, stages: list[LoadedStage], run: int, *, range_keys: bool
-) -> list[str]:
+def stage_waves(stages: list[LoadedStage], gated: set[str]) -> dict[str, int]:
+    """Stage key -> its wave: the number of stages with a blocking check on its longest path
+    of upstream stages in ``stages``. A wave is submitted once every earlier one ended, so
+    no stage starts before the blocking checks upstream of it passed."""
     names = {s.key for s in stages}
+    by_key = {s.key: s for s in stages}
+    waves: dict[str, int] = {}
+
+    def wave(key: str) -> int:
+        if key not in waves:
+            deps = [d for d in by_key[key].stage.depends_on if d in names]
+            waves[key] = max((wave(d) + (d in gated) for d in deps), default=0)
+        return waves[key]
+
+    for loaded in stages:
+        wave(loaded.key)
+    return waves
+
+
+def _wave_index(index: str | None, wave: int) -> str | None:
+    """The submission index of a wave's run: the first wave's is the step's own (the token
+    of a step without blocking checks never moves); a later wave's says which it is."""
+    return index if wave == 0 else f"{index or ''}#wave{wave}"
+
+
+def _rows(
+    plan: StepPlan,
+    partition: str | None,
+    stages: list[LoadedStage],
+    planned: list[LoadedStage],
+    run: int,
+    *,
+    range_keys: bool,
+) -> list[str]:
+    """The rows of ``stages`` (one wave of the partition's ``planned`` stages) in ``run``:
+    an upstream stage of the same wave is a dependency within the run; one of an earlier
+    wave is ``after``, waited for by the step."""
+    names = {s.key for s in stages}
+    earlier = {s.key for s in planned} - names
 
     def key_of(stage_key: str) -> str:
         return partition_task_key(stage_key, partition) if range_keys and partition else stage_key
@@ -155,7 +239,8 @@ def _rows(
     keys = []
     for loaded in stages:
         depends_on = tuple(key_of(d) for d in loaded.stage.depends_on if d in names)
-        row = TaskRow(key_of(loaded.key), loaded, partition, depends_on, run)
+        after = tuple(key_of(d) for d in loaded.stage.depends_on if d in earlier)
+        row = TaskRow(key_of(loaded.key), loaded, partition, depends_on, run, after)
         plan.rows[row.task_key] = row
         keys.append(row.task_key)
     return keys
@@ -165,12 +250,14 @@ def _add_run(
     plan: StepPlan,
     partition: str | None,
     stages: list[LoadedStage],
+    planned: list[LoadedStage],
     multi_task: bool,
     index: str | None,
+    wave: int,
 ) -> None:
     run = len(plan.runs)
     if multi_task:
-        keys = _rows(plan, partition, stages, run, range_keys=False)
+        keys = _rows(plan, partition, stages, planned, run, range_keys=False)
     else:
         # A plain run's one task is named after its workload's experiment.
         (loaded,) = stages
@@ -183,6 +270,8 @@ def _add_run(
             ", ".join(plan.rows[k].stage.key for k in keys),
             tuple(keys),
             multi_task,
+            PartitionRange(partition, partition) if partition is not None else None,
+            wave,
         )
     )
 

@@ -51,6 +51,20 @@ class AirWorkspace(dg.ConfigurableResource):
         "to MLflow, as databricks air get computes them) at most every this many seconds; "
         "each change is logged and recorded as an observation. 0: never.",
     )
+    checkpoint_volume: str | None = Field(
+        default=None,
+        description="Unity Catalog volume (/Volumes/<catalog>/<schema>/<volume>) where each "
+        "asset, partition and stage keeps its checkpoints: the ranks find their folder in "
+        "AIRO_CHECKPOINT_DIR, the same across the platform's retries, step retries, run "
+        "retries and re-executions of one root run. A volume that is missing or not "
+        "writable fails the step before anything is submitted. Unset: no folder.",
+    )
+    checkpoint_per_code_version: bool = Field(
+        default=True,
+        description="A new checkpoint folder when the asset's code_version changes (another "
+        "model's checkpoints would not load); False: the folder outlives code changes. "
+        "Assets without a code_version keep one folder.",
+    )
     stream_logs: bool = Field(
         default=True, description="Copy the run's node logs into the step's stdout while waiting."
     )
@@ -97,6 +111,11 @@ class AirWorkspace(dg.ConfigurableResource):
             )
         return OAuthM2M(normalize_host(self.host), self.client_id or "", self.client_secret or "")
 
+    def host_source(self) -> str | None:
+        """Where the host was set, for the fix of a host that cannot be reached; None: the
+        databricks-sdk chain found it (the client names where)."""
+        return "the host of the AirWorkspace resource" if self.host else None
+
     def get_client(self) -> AirClient:
         """A new synchronous client; close it (``with workspace.get_client() as client:``)."""
         return AirClient(
@@ -105,6 +124,7 @@ class AirWorkspace(dg.ConfigurableResource):
             credentials=self.credentials(),
             timeout=self.request_timeout,
             user_agent_extra=USER_AGENT_EXTRA,
+            host_source=self.host_source(),
         )
 
     def get_async_client(self) -> AsyncAirClient:
@@ -115,4 +135,5 @@ class AirWorkspace(dg.ConfigurableResource):
             credentials=self.credentials(),
             timeout=self.request_timeout,
             user_agent_extra=USER_AGENT_EXTRA,
+            host_source=self.host_source(),
         )

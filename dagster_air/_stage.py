@@ -42,8 +42,9 @@ class AirStage:
         check_specs: asset checks of this stage's asset: ``dg.AssetCheckSpec``, a check
             name, or ``{"name": ..., "blocking": True, "description": ...}`` (the asset is the
             stage's). The workload reports their results through
-            Dagster Pipes (``report_asset_check``); ``blocking=True`` keeps downstream assets
-            of the same run from materializing when the check fails.
+            Dagster Pipes (``report_asset_check``); with ``blocking=True`` the stages
+            downstream are a run of their own, submitted once the check passed (after a
+            failed check they never start).
         max_gpu_hours: the most GPU-hours (accelerators x elapsed, every attempt) this
             stage's task may use: past it the run is cancelled (the platform cancels whole
             runs) and the step fails saying so. The asset's ``max_gpu_hours`` bounds the run.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import queue
 import re
 import sys
@@ -37,6 +38,8 @@ from air_runtime import (
     AuthError,
     BudgetExceeded,
     ConfigurationError,
+    FailurePolicy,
+    MlflowLinkReader,
     Redactor,
     RetriesStopped,
     RunFailed,
@@ -48,12 +51,13 @@ from air_runtime import (
     Workload,
 )
 
-from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators
+from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators, queue_in_lanes
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import submission_key, terminal_failure_observation
 from ._interrupts import deferred_interrupts
-from ._lineage import Launch, Lineage, record_launch
+from ._lineage import PARTITION_METADATA, Launch, Lineage, record_launch
+from ._own_run import DagsterRunEnded, OwnRun
 from ._pipes import (
     StepPipes,
     earlier_attempt_observation,
@@ -67,8 +71,10 @@ from ._watch import watch_in_background
 from ._workflow import AirWorkflow, LoadedStage
 from ._workloads import OUTPUT_URI_KEY, RowWorkloads, config_failure
 
-PARTITION_KEY = f"{META_PREFIX}partition"
 KEPT_FROM_KEY = f"{META_PREFIX}kept_from_run"
+# The newest checkpoint in the row's folder when its run ended: where a later run resumes.
+CHECKPOINT_KEY = f"{META_PREFIX}checkpoint"
+CHECKPOINT_STEP_KEY = f"{META_PREFIX}checkpoint_step"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
 
 # What a step yields; a step over a partition range also yields per-partition
@@ -135,16 +141,23 @@ class AirStep:
         self.redact: Redactor = Redactor(())
         self.pipes: StepPipes | None = None
         self.blocking: BlockingChecks | None = None
+        # task key -> why a row of a later wave was not submitted
+        self.skipped: dict[str, str] = {}
         self.runs: list[RemoteRun] = []
         self.generation = 0
         self._client: AirClient | None = None
         self._attempts_seen: set[tuple[str, int]] = set()
         self._last_state: RunState | None = None
         self.accelerators: AcceleratorClaim | None = None
+        # task key -> the tasks of the partition it is queued behind in its lane
+        self.lane_deps: dict[str, tuple[str, ...]] = {}
+        self._mlflow_readers: dict[str, MlflowLinkReader] = {}
         # run id -> why it was cancelled: it passed its (or a task's) max_gpu_hours
         self._over_budget: dict[int, str] = {}
         # asset -> partition -> (Dagster run, metadata) its lineage materialized
         self._materialized: dict[dg.AssetKey, dict[str | None, tuple[str, dict[str, Any]]]] = {}
+        # asset -> the partitions whose blocking check the lineage saw fail
+        self._refused: dict[dg.AssetKey, set[str | None]] = {}
 
     @classmethod
     def run(cls, *args: Any, **kwargs: Any) -> Iterator[AirEvent]:
@@ -154,9 +167,23 @@ class AirStep:
     # --- the whole step -------------------------------------------------------------
 
     def execute(self) -> Iterator[AirEvent]:
+        try:
+            yield from self._execute()
+        except DagsterRunEnded as ended:
+            # Whoever continues the run records the result; a failure of an ended run
+            # changes nothing and must not ask for a retry.
+            self.context.log.warning(str(ended))
+            raise dg.Failure(description=str(ended), allow_retries=False) from None
+
+    def _execute(self) -> Iterator[AirEvent]:
+        self.own_run = OwnRun(self.context)
         self.lineage = Lineage.of(self.context)
         # A run that continues others, or a retry of this step: earlier work may be reused.
-        self.recovering = self.lineage.continued or self.context.retry_number > 0
+        self.recovering = (
+            self.lineage.continued
+            or self.context.retry_number > 0
+            or self.lineage.backfill_since is not None
+        )
         self.step_key = str(self.context.op_handle)
         self.plan = plan_step(self.context, self.workflow, self._kept)
         if not self.plan.selected:
@@ -170,12 +197,21 @@ class AirStep:
             workloads: dict[str, Workload] = {}
             if self.plan.runs:
                 try:
-                    workloads = self._submit(client)
+                    built, values, adoptable = self._prepare(client)
                     if self.workspace.pipes:  # open while the step waits and records
-                        writers = sum(w.num_nodes for w in workloads.values())  # one per node
+                        writers = sum(w.num_nodes for w in built.values())  # one per node
                         self.pipes = stack.enter_context(open_step_pipes(self.context, writers))
-                    for run in self.runs:
-                        run.state = yield from self._wait(run)
+                    for number, wave in enumerate(self.plan.waves):
+                        if number:  # only what the checks upstream let through
+                            self.own_run.check(now=True)  # an ended run starts nothing more
+                            wave = self._let_through(wave)
+                        runs = self._submit(client, wave, built, values, adoptable)
+                        workloads.update(runs)
+                        for run in self.runs[len(self.runs) - len(wave) :]:
+                            run.state = yield from self._wait(run)
+                            self._follow_blocking(run.state)
+                    self._tell_runs()
+                    self.own_run.check(now=True)  # the run still wants what the step records
                 except DagsterExecutionInterruptedError:
                     yield from self._interrupted(client)
                     raise
@@ -202,6 +238,10 @@ class AirStep:
         found = by_asset[loaded.asset_key].get(partition)
         if found is None:
             return None
+        if loaded.asset_key not in self._refused:
+            self._refused[loaded.asset_key] = self.lineage.refused(loaded.asset_key)
+        if partition in self._refused[loaded.asset_key]:
+            return None  # its blocking check failed: train it again, checks and all
         return KeptRow(loaded, partition, found[0], found[1])
 
     def _tell_recovery(self) -> None:
@@ -239,21 +279,21 @@ class AirStep:
             ended_badly = state is not None and state.is_terminal and not state.is_success
             if launch.generation == generation and ended_badly:
                 generation += 1  # its worker died before it could say so
-        planned = {(r.index, r.task_keys) for r in self.plan.runs}
-        indices = {r.index for r in self.plan.runs}
+        plan = self.plan
+        indices = {r.index for r in plan.runs}
         # A launch of this generation whose tasks differ from the plan's (the code changed)
         # holds this generation's token for its index: the same token would give it back.
         while any(
             x.generation == generation
             and x.index in indices
-            and (x.index, x.task_keys) not in planned
+            and not plan.holds(x.index, x.task_keys)
             for x in launches
         ):
             generation += 1
         stale = [
             launch
             for launch in launches
-            if (launch.generation != generation or (launch.index, launch.task_keys) not in planned)
+            if (launch.generation != generation or not plan.holds(launch.index, launch.task_keys))
             and (state := states.get(launch.run_id)) is not None
             and not state.is_terminal
         ]
@@ -269,21 +309,22 @@ class AirStep:
 
     # --- the submission -------------------------------------------------------------
 
-    def _submit(self, client: AirClient) -> dict[str, Workload]:
-        """Build the rows' workloads, cancel what cannot be adopted, then submit each
-        planned run (an interrupt during a submit is held until the run id is known).
-        Returns the workloads as submitted, secrets included, without the Pipes env."""
+    def _prepare(
+        self, client: AirClient
+    ) -> tuple[dict[str, Workload], dict[str, str], dict[int, Launch]]:
+        """Build the rows' workloads, wait for the step's accelerators, resolve the secret
+        values and cancel what the step cannot adopt: the workloads, the values and the
+        launches it may adopt."""
         context = self.context
         workloads = self.row_workloads.of_rows()
         self.redact = client.redactor.with_values(())
         self._hold_accelerators(client, workloads)
         values = self._secret_values(client)
         self.generation, stale, adoptable = self._generation(client)
-        plan_runs = {(r.index, r.task_keys) for r in self.plan.runs}
         for launch in stale:
             why = (
                 "it runs other tasks than this attempt plans"
-                if (launch.index, launch.task_keys) not in plan_runs
+                if not self.plan.holds(launch.index, launch.task_keys)
                 else "a run of this step ended unsuccessfully after it started"
             )
             context.log.warning(
@@ -302,10 +343,36 @@ class AirStep:
                 raise dg.Failure(  # submitting now would run both
                     description=f"could not cancel run {launch.run_id}: {self.redact(str(error))}"
                 ) from None
+        return workloads, values, adoptable
+
+    def _submit(
+        self,
+        client: AirClient,
+        wave: Sequence[int],
+        workloads: Mapping[str, Workload],
+        values: Mapping[str, str],
+        adoptable: Mapping[int, Launch],
+    ) -> dict[str, Workload]:
+        """Submit the planned runs ``wave`` (an interrupt during a submit is held until the
+        run id is known). Returns the workloads as submitted, secrets included, without the
+        Pipes env."""
+        context = self.context
         stored: dict[str, Workload] = {}
-        for planned in self.plan.runs:
-            key = submission_key(context, self.workspace, self.lineage, planned.index)
-            run = RemoteRun(planned, Submission(key, log=context.log, redact=self._redact_text))
+        for number in wave:
+            planned = self.plan.runs[number]
+            key = submission_key(
+                context, self.workspace, self.lineage, planned.index, planned.partitions
+            )
+            run = RemoteRun(
+                planned,
+                Submission(
+                    key,
+                    log=context.log,
+                    redact=self._redact_text,
+                    checkpoint_volume=self.workspace.checkpoint_volume,
+                    code_version=self._code_version(planned),
+                ),
+            )
             self.runs.append(run)
             mine = self._with_secrets(client, run.submission, values, planned.task_keys, workloads)
             stored.update(mine)
@@ -329,16 +396,64 @@ class AirStep:
                 how = " (a new run: this step's earlier run ended unsuccessfully)"
             else:
                 how = ""
+            after = " once the blocking checks upstream passed" if planned.wave else ""
             context.log.info(
-                f"run {submitted.run_id} for {planned.label}: {submitted.run_page_url}{how}"
+                f"run {submitted.run_id} for {planned.label}{after}: {submitted.run_page_url}{how}"
             )
+        return stored
+
+    def _tell_runs(self) -> None:
         if self.plan.is_range:
-            context.log.info(
+            self.context.log.info(
                 f"{len(self.plan.partitions)} partitions x {len(self.plan.selected)} stage(s): "
                 f"{len(self.plan.rows)} tasks in {len(self.runs)} run(s) of at most "
                 f"{self.options.max_tasks_per_run} tasks"
             )
-        return stored
+
+    def _let_through(self, wave: Sequence[int]) -> list[int]:
+        """The runs of a later wave with only the rows the runs before let through: a row
+        downstream of a failed blocking check, or whose upstream row did not succeed, is
+        never submitted (``self.skipped`` says why); a run left with no row is not either."""
+        blocked = self.blocking.blocked if self.blocking is not None else {}
+        ended = {
+            row.task_key: run.state
+            for run in self.runs
+            for row in self.plan.rows_of(run.planned)
+            if run.state is not None
+        }
+        let: list[int] = []
+        for number in wave:
+            planned = self.plan.runs[number]
+            keys = []
+            for row in self.plan.rows_of(planned):
+                why = blocked.get(row.task_key)
+                for upstream in row.after:
+                    if why is not None:
+                        break
+                    state = ended.get(upstream)
+                    task = state.task(upstream) if state is not None else None
+                    if upstream in self.skipped or task is None or not task.is_success:
+                        why = f"not run: its upstream {upstream} did not succeed"
+                if why is None:
+                    keys.append(row.task_key)
+                else:
+                    self.skipped[row.task_key] = why
+                    self.context.log.warning(f"{row.task_key} is not submitted: {why}")
+            if keys:
+                if len(keys) < len(planned.task_keys):
+                    self.plan.let_through(number, tuple(keys))
+                let.append(number)
+        return let
+
+    def _code_version(self, planned: PlannedRun) -> str | None:
+        """The code version that names the run's checkpoint folders: its assets' (several
+        stages: each asset's, in order), None when none has one or it is not asked for."""
+        if not self.workspace.checkpoint_per_code_version:
+            return None
+        versions = self.context.assets_def.code_versions_by_key
+        keys = sorted({self.plan.rows[k].stage.asset_key for k in planned.task_keys})
+        found = [f"{k.to_user_string()}={versions[k]}" for k in keys if versions.get(k)]
+        return ",".join(found) or None
 
     def _redact_text(self, text: str) -> str:
         return self.redact(text)
@@ -356,15 +471,6 @@ class AirStep:
                 "(an ephemeral instance): the step is not capped"
             )
             return
-        count = sum(
-            peak_accelerators(
-                {
-                    row.task_key: (workloads[row.task_key].compute.num_accelerators, row.depends_on)
-                    for row in self.plan.rows_of(run)
-                }
-            )
-            for run in self.plan.runs
-        )
         gpu_pools = gpu_pools_of(workloads.values())
 
         def size() -> tuple[int, str]:
@@ -389,10 +495,75 @@ class AirStep:
                 ) from None
             return gpu_pool.reserved_accelerators, f"GPU pool {gpu_pool.pool_id}"
 
-        self.accelerators = AcceleratorClaim(
-            instance, pool, self.context.run_id, self.step_key, count, self.context.log
+        claim = AcceleratorClaim(
+            instance, pool, self.context.run_id, self.step_key, 0, self.context.log
         )
-        self.accelerators.acquire(size)
+        limit = claim.limit(size)
+        self._queue_partitions(workloads, limit)
+        # The runs of a wave run at once; a wave starts once the one before ended.
+        claim.count = max(
+            sum(
+                peak_accelerators(
+                    {
+                        row.task_key: (
+                            workloads[row.task_key].compute.num_accelerators,
+                            row.depends_on + self.lane_deps.get(row.task_key, ()),
+                        )
+                        for row in self.plan.rows_of(self.plan.runs[number])
+                    }
+                )
+                for number in wave
+            )
+            for wave in self.plan.waves
+        )
+        self.accelerators = claim
+        claim.acquire(limit)
+
+    def _queue_partitions(self, workloads: Mapping[str, Workload], limit: int) -> None:
+        """A range run whose partitions together hold more accelerators than the pool's
+        ``limit`` (each run of the step its share) queues them in lanes within the run
+        (``queue_in_lanes``): a partition's first tasks wait for the partition before it in
+        its lane to end, whatever its result. One submission still, each partition its task."""
+        if not self.plan.is_range:
+            return
+        for wave in self.plan.waves:
+            for number in wave:
+                self._queue_run(
+                    self.plan.runs[number], workloads, limit, max(1, limit // len(wave))
+                )
+
+    def _queue_run(
+        self, run: PlannedRun, workloads: Mapping[str, Workload], limit: int, share: int
+    ) -> None:
+        """One range run queued in lanes when it holds more than its ``share``."""
+        rows = self.plan.rows_of(run)
+        tasks = {
+            r.task_key: (workloads[r.task_key].compute.num_accelerators, r.depends_on) for r in rows
+        }
+        if peak_accelerators(tasks) <= share:
+            return
+        by_partition: dict[str, list[TaskRow]] = {}
+        for row in rows:
+            by_partition.setdefault(str(row.partition), []).append(row)
+        sizes = [
+            (p, peak_accelerators({r.task_key: tasks[r.task_key] for r in mine}))
+            for p, mine in by_partition.items()
+        ]
+        lanes = queue_in_lanes(sizes, max(share, max(size for _, size in sizes)))
+        if lanes is None:
+            return  # a partition alone is larger than the pool: refused when acquiring
+        for lane in lanes:
+            for before, after in itertools.pairwise(lane):
+                waits_for = tuple(r.task_key for r in by_partition[before])
+                for row in by_partition[after]:
+                    if not row.depends_on:
+                        self.lane_deps[row.task_key] = waits_for
+        described = "; ".join(", ".join(lane) for lane in lanes)
+        self.context.log.info(
+            f"{run.label} ask for more accelerators at once than the {limit} slots of "
+            f"accelerator pool {self.options.accelerator_pool}: queued within the run in "
+            f"{len(lanes)} lane(s), one partition after another: {described}"
+        )
 
     def _secret_values(self, client: AirClient) -> dict[str, str]:
         """The secret_env values (resolved where the step runs), redacted from then on."""
@@ -441,15 +612,16 @@ class AirStep:
     ) -> SubmittedRun:
         planned = run.planned
         payload: Workload | list[Stage]
+        rows = self.plan.rows_of(planned)
         if planned.multi_task:
-            payload = [
-                Stage(task_key=r.task_key, workload=workloads[r.task_key], depends_on=r.depends_on,
-                      run_if=r.stage.stage.run_if if r.depends_on else "ALL_SUCCESS")
-                for r in self.plan.rows_of(planned)
-            ]  # fmt: skip
+            present = set(planned.task_keys)
+            payload = [self._stage(r, workloads[r.task_key], present) for r in rows]
         else:
             (payload,) = workloads.values()
         run_name = self.workflow.name if planned.multi_task else None
+        if planned.wave:  # named apart from the run before: after which stages it started
+            upstream = sorted({self.plan.rows[a].stage.key for r in rows for a in r.after})
+            run_name = f"{self.workflow.name}_after_{'_'.join(upstream)}"
         try:
             return run.submission.submit(client, payload, self.generation, run_name=run_name)
         except AirError as error:
@@ -460,6 +632,16 @@ class AirStep:
             raise dg.Failure(
                 description=f"submitting the run failed: {self.redact(str(error))}"
             ) from None
+
+    def _stage(self, row: TaskRow, workload: Workload, present: set[str]) -> Stage:
+        """A row as a task of a multi-task run (of the tasks ``present``); a partition queued
+        behind another in its lane starts once that one ended, however it ended
+        (``ALL_DONE``)."""
+        queued_behind = tuple(k for k in self.lane_deps.get(row.task_key, ()) if k in present)
+        if queued_behind:
+            return Stage(row.task_key, workload, queued_behind, run_if="ALL_DONE")
+        run_if = row.stage.stage.run_if if row.depends_on else "ALL_SUCCESS"
+        return Stage(row.task_key, workload, row.depends_on, run_if=run_if)
 
     def _interrupted(self, client: AirClient) -> Iterator[AirEvent]:
         """The Dagster run was terminated: stop the GPU runs too; a retry of this step
@@ -519,7 +701,12 @@ class AirStep:
             events,
             follow_logs=budgets and (self.workspace.stream_logs or self.pipes is not None),
             max_gpu_hours=run_budget,
-            stop_deterministic_retries=budgets and self.options.stop_deterministic_retries,
+            # After a cancel the wait only waits for the end.
+            failure_policy=FailurePolicy.of(
+                self.options.failure_policy, self.options.stop_deterministic_retries
+            )
+            if budgets
+            else FailurePolicy.platform_only(),
         )
         try:
             while True:
@@ -529,7 +716,7 @@ class AirStep:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
-                    self._recheck_blocking(submitted.run_id)
+                    self.own_run.check()
                     exceeded = self._task_over_budget(submitted.run_id, task_budgets)
                 except (BudgetExceeded, RetriesStopped) as error:
                     exceeded = error
@@ -539,9 +726,8 @@ class AirStep:
                     self._cancel_over_budget(run, exceeded)
                     return (yield from self._wait(run, budgets=False))
             yield from self._drain(events, submitted.run_id)
-            # The end as any state the wait shows: blocking checks first, then the attempts.
+            # The end as any state the wait shows.
             self._last_state = state
-            self._follow_blocking(state)
             yield from self._attempt_ends(state)
             return state
         except BaseException:
@@ -551,7 +737,8 @@ class AirStep:
     def _budgets(self, run: RemoteRun) -> tuple[float | None, dict[str, float]]:
         """The run's ``max_gpu_hours`` (the shared watcher checks it) and its tasks' (checked
         here from the states the watcher reads): each stage's own; in a range run the
-        asset's bounds each partition's task instead of the whole run."""
+        asset's bounds each partition's task instead of the whole run, otherwise the whole
+        step (all its runs)."""
         asset = self.options.max_gpu_hours
         tasks: dict[str, float] = {}
         for row in self.plan.rows_of(run.planned):
@@ -561,7 +748,12 @@ class AirStep:
             given = [float(x) for x in limits if x is not None]
             if given:
                 tasks[row.task_key] = min(given)
-        return (None if self.plan.is_range or asset is None else float(asset)), tasks
+        if self.plan.is_range or asset is None:
+            return None, tasks
+        # The asset's budget bounds the step: a run after a blocking check gets what the runs
+        # before it left (they have ended: their GPU-hours are final).
+        used = sum(r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None)
+        return max(float(asset) - used, 1e-9), tasks
 
     def _task_over_budget(self, run_id: int, budgets: Mapping[str, float]) -> BudgetExceeded | None:
         """A task of the run past its budget, computed from the last state the wait saw
@@ -630,7 +822,7 @@ class AirStep:
                 text += " (waiting for GPU capacity)"
             self.context.log.info(self.redact(text))
             self._last_state = state
-            self._follow_blocking(state)
+            yield from self._mlflow_links(state)
             yield from self._attempt_ends(state)
         elif kind == "progress":
             # Read for a run of one task only (eta.go reads one MLflow run): that row's.
@@ -657,15 +849,41 @@ class AirStep:
             if self.pipes is not None and self.pipes.reader.handle_line(
                 line, record.task_key, record.attempt
             ):
-                # A check may arrive after the state that ended its task (logs lag states).
-                if self._last_state is not None:
-                    self._follow_blocking(self._last_state)
                 return
             node = self.options.log_node
             node = node if node is not None else self.workspace.log_node
             if self.workspace.stream_logs and (node is None or record.node_index == node):
                 sys.stdout.write(f"[run {run_id} {record.label}] {line}\n")
                 sys.stdout.flush()
+
+    def _mlflow_links(self, state: RunState) -> Iterator[AirEvent]:
+        """Each row's MLflow run as soon as its attempt has one (the core's
+        ``MlflowLinkReader``: one read per attempt, once RUNNING), logged and recorded as an
+        observation of the row's asset (``dagster-air/mlflow_run``) while the run trains."""
+        if self._client is None:
+            return
+        run = next(
+            (r for r in self.runs if r.submitted and r.submitted.run_id == state.run_id), None
+        )
+        if run is None:
+            return
+        for row in self.plan.rows_of(run.planned):
+            reader = self._mlflow_readers.setdefault(
+                row.task_key, MlflowLinkReader(row.task_key if run.planned.multi_task else None)
+            )
+            task_run = reader.due(state)
+            url = reader.read(self._client, task_run) if task_run is not None else None
+            if url is None:
+                continue
+            self.context.log.info(f"run {state.run_id}: {row.task_key} MLflow run {url}")
+            yield dg.AssetObservation(
+                asset_key=row.stage.asset_key,
+                partition=row.partition,
+                metadata={
+                    f"{META_PREFIX}run_id": state.run_id,
+                    f"{META_PREFIX}mlflow_run": dg.MetadataValue.url(url),
+                },
+            )
 
     def _run_tasks(self) -> dict[str, RunTask]:
         """The rows as the blocking checks see them."""
@@ -674,49 +892,17 @@ class AirStep:
                 key,
                 row.stage.asset_key,
                 row.partition if self.plan.is_range else None,
-                row.depends_on,
+                row.depends_on + row.after,
             )
             for key, row in self.plan.rows.items()
         }
 
     def _follow_blocking(self, state: RunState) -> None:
+        """The blocking checks of an ended run: what they block of the waves after it."""
         if self.blocking is None:
             self.blocking = BlockingChecks(self._run_tasks(), blocking_check_keys(self.context))
-        if self.pipes is not None:
-            self.blocking.update(
-                self._cancel_run if self._client is not None else None,
-                state,
-                self.pipes.reports(),
-                self.context.log,
-                self.redact,
-            )
-
-    def _recheck_blocking(self, run_id: int) -> None:
-        """Read the run again while a failed blocking check waits for its task's end."""
-        state = self._last_state
-        if (
-            self.blocking is None
-            or self.pipes is None
-            or self._client is None
-            or state is None
-            or state.run_id != run_id
-            or not self.blocking.awaiting_end(state, self.pipes.reports())
-        ):
-            return
-        try:
-            fresh = self._client.get_run(run_id)
-        except AirError as error:
-            self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
-            return
-        self._last_state = fresh
-        self._follow_blocking(fresh)
-
-    def _cancel_run(self, run_id: int) -> None:
-        """Cancel one of the step's remote runs (every unfinished task of it is blocked)."""
-        assert self._client is not None
-        for run in self.runs:
-            if run.submitted is not None and run.submitted.run_id == run_id:
-                run.submission.cancel(self._client)
+        reports = self.pipes.reports() if self.pipes is not None else []
+        self.blocking.update(state, reports)
 
     def _attempt_ends(self, state: RunState) -> Iterator[AirEvent]:
         """One observation per attempt of a row that ended (platform retries included), on
@@ -771,6 +957,11 @@ class AirStep:
                 yield self._row_result(
                     client, row, workloads[row.task_key], submitted, state, reported, blocked
                 )
+        submitted_rows = {key for run in self.runs for key in run.planned.task_keys}
+        for key, row in self.plan.rows.items():
+            if key not in submitted_rows:  # a later wave's row its checks did not let through
+                why = blocked.get(key) or self.skipped.get(key) or "not submitted"
+                yield RowResult(row, failure=why)
 
     def _row_result(
         self,
@@ -807,8 +998,9 @@ class AirStep:
             idempotency_token=submitted.idempotency_token,
         )
         metadata.update(self._output_metadata(workload))
+        metadata.update(self._checkpoint_metadata(client, state, row))
         if self.plan.is_range:
-            metadata[PARTITION_KEY] = row.partition
+            metadata[PARTITION_METADATA] = row.partition
         from_pipes = reports.materializations.get(row.stage.asset_key) if reports else None
         # What the workload reports adds to, never replaces, what the run says.
         metadata = {**((from_pipes.metadata or {}) if from_pipes else {}), **metadata}
@@ -818,6 +1010,31 @@ class AirStep:
             data_version=from_pipes.data_version if from_pipes else None,
             checks=checks,
         )
+
+    def _checkpoint_metadata(
+        self, client: AirClient, state: RunState, row: TaskRow
+    ) -> dict[str, Any]:
+        """With a checkpoint volume: the newest checkpoint of the row's task (also in the
+        step log); nothing when there is none or it cannot be read."""
+        if self.workspace.checkpoint_volume is None:
+            return {}
+        try:
+            checkpoint = client.newest_checkpoint(state, row.task_key)
+        except AirError as error:
+            self.context.log.warning(
+                f"could not list the checkpoints of {row.task_key}: {self.redact(str(error))}"
+            )
+            return {}
+        if checkpoint is None:
+            return {}
+        self.context.log.info(
+            f"newest checkpoint of {_row_name(row.stage, row.partition)}: {checkpoint.describe()} "
+            f"({checkpoint.path})"
+        )
+        metadata: dict[str, Any] = {CHECKPOINT_KEY: dg.MetadataValue.path(checkpoint.path)}
+        if checkpoint.step is not None:
+            metadata[CHECKPOINT_STEP_KEY] = dg.MetadataValue.int(checkpoint.step)
+        return metadata
 
     def _kept_metadata(self, kept: KeptRow) -> dict[str, Any]:
         """A kept row's materialization says where it came from and costs nothing here."""
@@ -829,7 +1046,7 @@ class AirStep:
             if name in kept.metadata:
                 metadata[name] = kept.metadata[name]
         if self.plan.is_range:
-            metadata[PARTITION_KEY] = kept.partition
+            metadata[PARTITION_METADATA] = kept.partition
         return metadata
 
     def _output_metadata(self, workload: Workload) -> dict[str, Any]:
@@ -953,7 +1170,7 @@ class AirStep:
             asset_key=key.asset_key,
             check_name=key.name,
             passed=passed,
-            metadata={**metadata, PARTITION_KEY: row.partition},
+            metadata={**metadata, PARTITION_METADATA: row.partition},
             severity=severity,
             blocking=spec.blocking,
             # An unpartitioned check of a partitioned asset is evaluated once per partition,
@@ -968,8 +1185,16 @@ class AirStep:
         if not failed:
             return
         blocked = self.blocking.blocked if self.blocking is not None else {}
-        failing_runs = {r.row.run for r in failed if isinstance(r.row, TaskRow)}
-        failing = [run for i, run in enumerate(self.runs) if i in failing_runs]
+        failed_keys = {r.row.task_key for r in failed if isinstance(r.row, TaskRow)}
+        # The runs that ended badly (or over budget); a later wave's row that was never
+        # submitted has no run of its own.
+        failing = [
+            run
+            for run in self.runs
+            if failed_keys & set(run.planned.task_keys)
+            and run.state is not None
+            and (not run.state.is_success or run.submitted.run_id in self._over_budget)  # type: ignore[union-attr]
+        ]
         for run in failing:
             # A retry of the step starts a new generation (see ``_identity``).
             assert run.submitted is not None and run.state is not None
@@ -977,7 +1202,7 @@ class AirStep:
                 self.context, self._failed_asset(run, failed), run.submitted, run.state,
                 self.generation,
             )  # fmt: skip
-        first = failing[0]
+        first = failing[0] if failing else self.runs[0]
         assert first.submitted is not None and first.state is not None
         metadata = self.translator.get_run_metadata(
             first.submitted.run_id, first.submitted.run_page_url, first.state
@@ -994,21 +1219,16 @@ class AirStep:
                 f"{len(partitions)} of {len(self.plan.partitions)} partitions not materialized: "
                 f"{', '.join(partitions)}\n" + "\n".join(lines)
             )
-        elif any(r.row.task_key in blocked for r in failed):  # type: ignore[union-attr]
+        elif not failing and failed_keys & set(blocked):
             for r in failed:
                 if r.row.task_key in blocked:  # type: ignore[union-attr]
                     self.context.log.warning(
                         f"stage {r.row.stage.key} is not recorded as materialized: {r.failure}"
                     )
-            cancelled = self.blocking is not None and bool(self.blocking.cancelled)
-            tail = " (their unfinished tasks were cancelled)" if cancelled else ""
-            message = (
-                "downstream of a failed blocking check"
-                + tail
-                + ":\n"
-                + "\n".join(
-                    f"{key}: not materialized, {reason}" for key, reason in sorted(blocked.items())
-                )
+            message = "downstream of a failed blocking check (never started):\n" + "\n".join(
+                f"{key}: not materialized, {reason}"
+                for key, reason in sorted(blocked.items())
+                if key in failed_keys
             )
         elif first.submitted.run_id in self._over_budget:
             message = self._over_budget[first.submitted.run_id]
@@ -1037,7 +1257,9 @@ class AirStep:
                 if row.task_key == failed_task.task_key:
                     return row.stage.asset_key
         mine = [
-            r for r in failed if isinstance(r.row, TaskRow) and r.row.run == self.runs.index(run)
+            r
+            for r in failed
+            if isinstance(r.row, TaskRow) and r.row.task_key in run.planned.task_keys
         ]
         return (mine[0].row.stage if mine else rows[0].stage).asset_key
 

@@ -10,7 +10,7 @@ import queue
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from air_runtime import AirError, LineBudget, RunState, RunWatcher
+from air_runtime import AirError, FailurePolicy, LineBudget, RunState, RunWatcher
 
 from ._loop import run_in_background
 
@@ -63,12 +63,13 @@ async def watch_run(
     log_node: int | None,
     follow_logs: bool = True,
     max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool = False,
+    failure_policy: FailurePolicy | None = None,
 ) -> RunState:
     """Wait for the run to end through the shared watcher, following every node's logs
     (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
-    the states it reads anyway): ``BudgetExceeded``; an attempt that failed for good with
-    ``stop_deterministic_retries``: ``RetriesStopped``; either way the run left going."""
+    the states it reads anyway): ``BudgetExceeded``; an attempt that failed in a way the
+    ``failure_policy`` does not leave to the platform: ``RetriesStopped``; either way the run
+    left going. Each retry the policy leaves to the platform is a warning in the step log."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -84,7 +85,8 @@ async def watch_run(
             if workspace.progress_interval
             else None,
             max_gpu_hours=max_gpu_hours,
-            stop_deterministic_retries=stop_deterministic_retries,
+            failure_policy=failure_policy,
+            on_retry=lambda decision: events.put(("warning", decision.line())),
         )
         ended.set()
         if follower is not None:
@@ -102,7 +104,7 @@ def watch_in_background(
     events: queue.SimpleQueue[tuple[str, Any]],
     follow_logs: bool,
     max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool = False,
+    failure_policy: FailurePolicy | None = None,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
@@ -116,6 +118,6 @@ def watch_in_background(
             None,
             follow_logs,
             max_gpu_hours,
-            stop_deterministic_retries,
+            failure_policy,
         )
     )

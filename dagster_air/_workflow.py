@@ -12,10 +12,15 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime import Workload
+from air_runtime import FailurePolicy, Workload
 
 from ._accelerators import ADMISSION_SUFFIX
-from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, DEFAULT_PARTITION_ENV, PartitionParameters
+from ._partitions import (
+    DEFAULT_MAX_TASKS_PER_RUN,
+    DEFAULT_PARTITION_ENV,
+    PartitionOverrides,
+    PartitionParameters,
+)
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
 
@@ -44,6 +49,7 @@ class AirAssetOptions:
     base_dir: str | os.PathLike[str] | None = None
     partitions_def: dg.PartitionsDefinition | None = None
     partition_parameters: PartitionParameters | None = None
+    partition_overrides: PartitionOverrides | None = None
     partition_env: str | None = DEFAULT_PARTITION_ENV
     secret_env: Mapping[str, str] | None = None
     resource_key: str = "air_workspace"
@@ -58,7 +64,8 @@ class AirAssetOptions:
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN
     accelerator_pool: str | None = None
     max_gpu_hours: float | None = None
-    stop_deterministic_retries: bool = False
+    stop_deterministic_retries: bool | None = None  # deprecated: failure_policy's setting
+    failure_policy: FailurePolicy | Mapping[str, str] | None = None
 
     @property
     def ranges(self) -> bool:

@@ -88,7 +88,9 @@ class RowWorkloads:
         what = f"partition {partition}" if self.plan.is_range else "the partition"
         env = self.options.partition_env if self.options.partitions_def is not None else None
         try:
-            return partition_overrides(key, self.options.partition_parameters, env)
+            return partition_overrides(
+                key, self.options.partition_parameters, env, self.options.partition_overrides
+            )
         except (KeyError, ValueError) as error:
             raise config_failure(error, f"cannot map {what} to parameters") from None
 

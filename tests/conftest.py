@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,45 @@ def scheduling_scope(nodeid: str) -> str:
     ):
         return "deployments"
     return path
+
+
+# `pytest.importorskip` of an optional dependency skips on a developer machine without it;
+# under CI (which installs every one) the test fails instead, as a missing deployment
+# service does (tests/deployment_services.py): a green CI never hides an untested feature.
+_IMPORT_SKIP = "could not import "
+
+
+def _missing_in_ci(reason: str) -> str | None:
+    if os.environ.get("CI") and reason.removeprefix("Skipped: ").startswith(_IMPORT_SKIP):
+        return f"{reason} (CI is set: every optional dependency must be installed)"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and call.excinfo and call.excinfo.errisinstance(pytest.skip.Exception):
+        failure = _missing_in_ci(str(call.excinfo.value))
+        if failure:
+            report.outcome = "failed"
+            report.longrepr = failure
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """The same for a module that calls ``pytest.importorskip`` at its top."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        failure = _missing_in_ci(str(report.longrepr[2]))
+        if failure:
+            report.outcome = "failed"
+            report.longrepr = failure
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -30,3 +30,28 @@ PY
 def progress_command(release: Path) -> str:
     """The rank's command; it ends once ``release`` exists."""
     return _COMMAND.format(release=release)
+
+
+# A trial of about 65 s as a sweep runs them: 12 epochs of 5 s, each logged when it ends as
+# the ``epoch`` metric at MLflow step = the epoch (under the CLI's step-10 rule until 50 s).
+EPOCHS, EPOCH_S = 12, 5
+
+_EPOCHS_COMMAND = f"""\
+python - <<'PY'
+import os, time
+from mlflow import MlflowClient
+run_id = os.environ["MLFLOW_RUN_ID"]
+client = MlflowClient()
+client.log_param(run_id, "num_train_epochs", {EPOCHS})
+start = time.time()
+for epoch in range(1, {EPOCHS} + 1):
+    time.sleep(max(0.0, start + {EPOCH_S} * epoch - time.time()))
+    client.log_metric(run_id, "epoch", float(epoch), step=epoch)
+    print("epoch", epoch, flush=True)
+PY
+"""
+
+
+def epochs_command() -> str:
+    """The rank's command: a trial that logs its total and each epoch as it ends."""
+    return _EPOCHS_COMMAND

@@ -11,7 +11,6 @@ error printer every command shares (through the client's ``Redactor``)."""
 from __future__ import annotations
 
 import argparse
-import configparser
 import os
 import shlex
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from air_runtime._auth import deprecated_variable
+from air_runtime._auth import config_file, deprecated_variable, profile_host
 from air_runtime._errors import AirError, ConfigurationError, RunFailed, WorkloadError
 from air_runtime._loopback import is_loopback_name
 
@@ -117,18 +116,11 @@ def _explicit_token(args: argparse.Namespace) -> str | None:
 
 
 def _config_file() -> Path:
-    return Path(os.environ.get("DATABRICKS_CONFIG_FILE") or Path.home() / ".databrickscfg")
+    return config_file()
 
 
 def _profile_has_host(path: Path, profile: str) -> bool:
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read(path, encoding="utf-8")
-    except (configparser.Error, OSError, UnicodeDecodeError):
-        return False
-    if profile == "DEFAULT":
-        return bool(parser.defaults().get("host"))
-    return parser.has_section(profile) and bool(parser.get(profile, "host", fallback=""))
+    return profile_host(path, profile) is not None
 
 
 def _sdk_configured(host: str | None, profile: str) -> bool:
@@ -185,12 +177,26 @@ def _open_client(args: argparse.Namespace) -> Any:
         raise ConfigurationError(
             f"no workspace credentials{where}: looked for {_looked_for(host, profile)}.{hint}"
         )
+    source = _host_source(args, host, profile)
     if token is None and args.profile:
         from air_runtime._auth import SdkConfigCredentials
 
         credentials = SdkConfigCredentials.from_environment(host, profile=args.profile)
-        return AirClient(host, credentials=credentials, user_agent_extra="airo-cli")
-    return AirClient(host, token, user_agent_extra="airo-cli")
+        return AirClient(
+            host, credentials=credentials, user_agent_extra="airo-cli", host_source=source
+        )
+    return AirClient(host, token, user_agent_extra="airo-cli", host_source=source)
+
+
+def _host_source(args: argparse.Namespace, host: str | None, profile: str) -> str | None:
+    """Where the host the command uses was set, for the fix of a host it cannot reach."""
+    if args.host:
+        return "--host"
+    if host is not None:
+        return f"${HOST_ENV}" if os.environ.get(HOST_ENV) else "$AIRO_HOST"
+    if os.environ.get(HOST_ENV):
+        return f"${HOST_ENV}"
+    return f"the host of profile {profile} in {_config_file()}"
 
 
 def follow_options(args: argparse.Namespace) -> str:

@@ -134,9 +134,11 @@ def _duration(seconds: int | None) -> str:
 
 
 def _accelerators(summary: Any) -> str:
-    if not summary.num_accelerators or not summary.accelerator_type:
+    """The most the run held at once across its tasks (``2x A10``; ``2x A10 + 1x H100``)."""
+    held = [(kind, n) for kind, n in summary.accelerators if kind and n]
+    if not held:
         return "N/A"
-    return f"{summary.num_accelerators}x {summary.accelerator_type.rsplit('x', 1)[-1]}"
+    return " + ".join(f"{n}x {kind.rsplit('x', 1)[-1]}" for kind, n in held)
 
 
 def _retries(attempt_number: int, max_retries: int | None) -> str:
@@ -179,17 +181,28 @@ def _get(args: argparse.Namespace) -> int:
         ("MLflow URL", summary.mlflow_run_url),
     ):
         write(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
+    if summary.checkpoint is not None:  # where a retry, or the next run, resumes
+        newest = summary.checkpoint
+        write(client.redactor(f"{'Checkpoint:':<14} {newest.describe()} ({newest.path})"))
     if summary.tasks:
         write("")
-        write(f"{'Task':<28}{'Task run':<14}{'Status':<16}{'Retries':<12}{'GPU-hours':<11}Progress")
+        # Each task's own experiment: a workflow's stages may log to different ones. Whole
+        # task keys and experiments (a partition or map index is at their end): the columns
+        # are as wide as their longest.
+        keys = max(28, *(len(t.task_key) + 1 for t in summary.tasks))
+        names = max(28, *(len(_or_na(t.experiment_name)) + 1 for t in summary.tasks))
+        write(
+            f"{'Task':<{keys}}{'Task run':<14}{'Status':<16}{'Retries':<12}{'GPU-hours':<11}"
+            f"{'Experiment':<{names}}Progress"
+        )
         for task in summary.tasks:
             run = "-" if task.task_run_id is None else str(task.task_run_id)
             progress = task.progress.compact() if task.progress else "-"
             write(
                 client.redactor(
-                    f"{task.task_key[:27]:<28}{run:<14}{task.status:<16}"
+                    f"{task.task_key:<{keys}}{run:<14}{task.status:<16}"
                     f"{_retries(task.attempt_number, task.max_retries):<12}"
-                    f"{task.gpu_hours:<11.4f}{progress}"
+                    f"{task.gpu_hours:<11.4f}{_or_na(task.experiment_name):<{names}}{progress}"
                 )
             )
     if summary.last_lines:
@@ -232,9 +245,11 @@ def _list(args: argparse.Namespace) -> int:
     if not runs:
         print("No runs found." if args.all_status else "No active runs found.")
         return EXIT_OK
+    # The CLI's columns (list_format.go), with the run's name last and whole: an
+    # orchestrator's run is named after its pipeline, run, task and index.
     print(
         f"{'Run ID':<18}{'Experiment':<28}{'Status':<14}{'Started':<22}{'Duration':<10}"
-        f"{'Progress':<16}{'GPU-hours':<11}Accelerators"
+        f"{'Progress':<16}{'GPU-hours':<11}{'Accelerators':<14}Name"
     )
     for run in runs:
         progress = run.progress.compact() if run.progress else "-"
@@ -242,7 +257,8 @@ def _list(args: argparse.Namespace) -> int:
             client.redactor(
                 f"{run.run_id:<18}{_or_na(run.experiment_name)[:27]:<28}{run.status:<14}"
                 f"{_or_na(run.started_at):<22}{_duration(run.duration_seconds):<10}"
-                f"{progress:<16}{run.gpu_hours:<11.4f}{_accelerators(run)}"
+                f"{progress:<16}{run.gpu_hours:<11.4f}{_accelerators(run):<14}"
+                f"{_or_na(run.run_name)}"
             )
         )
     return EXIT_OK

@@ -19,7 +19,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from air_runtime._errors import AirError, ConfigurationError, RetriesStopped
+from air_runtime._errors import (
+    AirError,
+    ConfigurationError,
+    NotFound,
+    RetriesStopped,
+    WorkloadError,
+)
+from air_runtime._failure_policy import RetryDecision
 from air_runtime._states import RunState
 from air_runtime.cli._connection import (
     EXIT_ERROR,
@@ -27,6 +34,7 @@ from air_runtime.cli._connection import (
     EXIT_OK,
     EXIT_RUN_FAILED,
     EXIT_USAGE,
+    _is_loopback,
     _local_token,  # noqa: F401  (kept importable: the core-install test reads it here)
     add_workspace_options,
     fail,
@@ -70,9 +78,18 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--stop-deterministic-retries",
         action="store_true",
-        help="wait (as --wait), and when an attempt fails in a way retries will not change (CUDA out "
-        "of memory, a missing command, ...), cancel the run instead of letting the platform "
-        "retry it (default: retried up to the workload's max_retries)",
+        help="wait (as --wait); an attempt that fails in a way retries will not change (CUDA "
+        "out of memory, a missing command, ...) cancels the run instead of being retried by "
+        "the platform. Every wait does so now (the default failure policy); kept for scripts",
+    )
+    run.add_argument(
+        "--checkpoint-volume",
+        default=None,
+        metavar="VOLUME",
+        help="the Unity Catalog volume (/Volumes/<catalog>/<schema>/<volume>) where the ranks "
+        "keep checkpoints: the experiment's folder in it is AIRO_CHECKPOINT_DIR, the same for "
+        "the platform's retries and later runs of the experiment; '' for none. Default: none, "
+        f"except on a local workspace (a loopback host): {LOCAL_CHECKPOINT_VOLUME}",
     )
     add_workspace_options(run)
     run.set_defaults(func=_run)
@@ -99,13 +116,14 @@ def register(subparsers: Any) -> None:
         "--retry",
         type=int,
         metavar="N",
-        help="only retry N (0 is the first try; as `databricks air logs --retry`)",
+        help="only retry N (0 is the first try; as `databricks air logs --retry`; a repair's "
+        "task run is the next retry of its task)",
     )
     logs.add_argument(
         "--download-to",
         metavar="DIR",
-        help="write every task's, node's and retry's log to its own file under DIR/logs/ "
-        "(<task>/attempt_<retry>/node_<n>.log) instead of printing them",
+        help="write every task's, node's and retry's log (repairs included) to its own file "
+        "under DIR/logs/ (<task>/attempt_<retry>/node_<n>.log) instead of printing them",
     )
     window = logs.add_mutually_exclusive_group()
     window.add_argument("--tail", type=int, metavar="N", help="the last N lines of each node")
@@ -162,6 +180,11 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def _ran(seconds: float) -> str:
+    """A run's own duration: tenths under 10 s (a run of 0.4 s did not run "0s")."""
+    return f"{seconds:.1f}s" if seconds < 10 else _elapsed(seconds)
+
+
 class _Progress:
     """State changes of a waited-on run on stderr: on a terminal one spinner line with the
     state and the elapsed time, a line kept per change; otherwise a plain line per change."""
@@ -199,6 +222,16 @@ class _Progress:
                 sys.stderr.write(f"\r\033[K{self._line()}\n")
             else:
                 print(self._line(), file=sys.stderr, flush=True)
+
+    def retry(self, decision: RetryDecision) -> None:
+        """What the failure policy made of a failed attempt (the platform retries it, or
+        not), on its own line before the error or the retry's states."""
+        if decision.stops:
+            return  # the error that ends the wait says it
+        with self._lock:
+            if self._ticker is not None and not self._done.is_set():
+                sys.stderr.write("\r\033[K")
+            print(self.client.redactor(decision.line()), file=sys.stderr, flush=True)
 
     def print_record(self, record: LogRecord) -> None:
         """A followed log line on its own line: the spinner's line (stderr, the same
@@ -259,6 +292,7 @@ def _guidance(args: argparse.Namespace, run_id: int) -> list[str]:
 
 def _dry_run(args: argparse.Namespace, workload: Any) -> int:
     from air_runtime.images._presence import ImageCheck, check_unity_catalog_images
+    from air_runtime.workload import locate_problems
 
     client = None
     try:
@@ -266,6 +300,9 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
             problems = client.preflight(workload)
             # The workspace refuses at submit an image its Artifact Registry lacks: once its
             # check passes (which may have looked already), the images are looked up here.
+            # A secret the workload names that its scope lacks fails the run at its start.
+            secrets = client.check_secrets(workload)
+            problems = [*problems, *secrets.problems]
             images = ImageCheck()
             if not problems:
                 images = check_unity_catalog_images(
@@ -275,6 +312,10 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
             host = client.host
     except AirError as error:
         return fail(error, client)
+    # The workspace names fields of the workload: where they are in its file.
+    problems = locate_problems(args.file, problems, args.override)
+    for unchecked in secrets.unchecked:
+        print(client.redactor(f"note: not looked up here: {unchecked}"), file=sys.stderr)
     if images.unchecked is not None:
         note = f"note: Unity Catalog images not looked up here: {images.unchecked}"
         print(client.redactor(note), file=sys.stderr)
@@ -291,6 +332,46 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
     return EXIT_INVALID_WORKLOAD if problems else EXIT_OK
 
 
+# The local workspace keeps volumes as folders under its data dir: any volume path works there.
+LOCAL_CHECKPOINT_VOLUME = "/Volumes/local/airo/checkpoints"
+
+
+def _with_checkpoints(
+    args: argparse.Namespace, client: Any, workload: Any
+) -> tuple[Any, str | None]:
+    """``workload`` with its experiment's checkpoint folder and the resume variables (the
+    folder made first, so a missing volume refuses the run), and the folder; unchanged when
+    no volume applies or the author set ``AIRO_CHECKPOINT_DIR`` themselves."""
+    from air_runtime._checkpoints import ENV_CHECKPOINT_DIR, CheckpointIdentity, checkpoint_volume
+    from air_runtime.client._checkpoint_folders import prepare_folder
+
+    volume = args.checkpoint_volume
+    if volume is None:
+        volume = LOCAL_CHECKPOINT_VOLUME if _is_loopback(client.host) else ""
+    if not volume or ENV_CHECKPOINT_DIR in workload.env_variables:
+        return workload, None
+    volume = checkpoint_volume(volume)
+    # Named by the experiment: a retry, and a later run of the same experiment, resume.
+    identity = CheckpointIdentity("airo", "", "airo", workload.experiment_name, "run")
+    folder = identity.folder(volume)
+    workload = workload.with_env_variables({ENV_CHECKPOINT_DIR: folder})
+    return client.run_flow(lambda core: prepare_folder(core, identity, volume, workload)), folder
+
+
+def _note_run(client: Any, folder: str | None, run_id: int) -> None:
+    from air_runtime.client._checkpoint_folders import record_run
+
+    if folder is None:
+        return
+    try:
+        client.run_flow(lambda core: record_run(core, folder, run_id))
+    except AirError as error:
+        print(
+            client.redactor(f"warning: could not note run {run_id} in {folder}: {error}"),
+            file=sys.stderr,
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     from air_runtime.workload import load_workload
 
@@ -305,8 +386,12 @@ def _run(args: argparse.Namespace) -> int:
         with open_client(args) as client:
             if workload.environment.docker_image is not None:
                 _learn_registry_credentials(client)
+            workload, folder = _with_checkpoints(args, client, workload)
             submitted = client.submit_workload(workload)
             run_id = submitted.run_id
+            _note_run(client, folder, run_id)
+            if folder is not None:
+                print(f"checkpoints: {folder} (AIRO_CHECKPOINT_DIR)", file=sys.stderr)
             if not (args.wait or args.follow_logs or args.stop_deterministic_retries):
                 if args.json:
                     print(
@@ -321,6 +406,11 @@ def _run(args: argparse.Namespace) -> int:
                 file=sys.stderr if args.json else sys.stdout,
             )
             return _wait_for(args, client, run_id)
+    except WorkloadError as error:  # the workspace's refusal: where its fields are
+        from air_runtime.workload import locate_problems
+
+        located = locate_problems(args.file, error.problems, args.override)
+        return fail(WorkloadError(located, error.source), client)
     except AirError as error:
         return fail(error, client)
 
@@ -339,7 +429,9 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
                 state = client.wait(
                     run_id,
                     on_update=progress.update,
-                    stop_deterministic_retries=args.stop_deterministic_retries,
+                    # The flag only ever said "stop"; without it the default policy holds.
+                    stop_deterministic_retries=args.stop_deterministic_retries or None,
+                    on_retry=progress.retry,
                 )
             except RetriesStopped as stopped:
                 progress.stop()
@@ -359,10 +451,13 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
     finally:
         progress.stop()  # the spinner never outlives the wait, an error included
     result = client.run_result(state)
-    duration = ""
+    # The wait's own clock, as the state lines' "(5s)" count it (queueing included), then how
+    # long the run ran by the platform's times: a short run no longer ends "in 0s" after a
+    # "(5s)" line.
+    summary = f" in {_elapsed(time.monotonic() - progress.started)}"
     if state.start_time and state.end_time:
-        duration = f" in {_elapsed((state.end_time - state.start_time) / 1000)}"
-    summary = f"{duration}, {result.gpu_hours:.4f} GPU-hours"
+        summary += f" (ran {_ran((state.end_time - state.start_time) / 1000)})"
+    summary += f", {result.gpu_hours:.4f} GPU-hours"
     if args.json:
         print(
             json.dumps(
@@ -559,6 +654,8 @@ def _download(args: argparse.Namespace, client: Any, records: Iterator[LogRecord
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    """Best effort, as cancel.go: every id that names an active run is cancelled, and every
+    one that cannot be (not found, a task run's id, refused) is reported; non-zero if any."""
     if args.all == bool(args.run_ids):
         print("airo cancel: give RUN_IDs, or --all (not both)", file=sys.stderr)
         return EXIT_USAGE
@@ -567,15 +664,18 @@ def _cancel(args: argparse.Namespace) -> int:
         with open_client(args) as client:
             if args.all:
                 return _cancel_all(args, client)
-            # Every id is checked before the first cancel: a task-run id cancels nothing.
             ended: dict[str, str | None] = {}
             active: list[int] = []
+            refused: list[tuple[int, str]] = []
+            task_run_ids = 0
             for run_id in dict.fromkeys(args.run_ids):
-                refused = _task_run_given(client, run_id, "cancel")
-                if refused is not None:
-                    return refused
-                state = client.get_run(run_id)
-                if state.is_terminal:
+                state, task_run_note = _run_or_task_run(client, run_id)
+                if task_run_note is not None:
+                    refused.append((run_id, task_run_note))
+                    task_run_ids += 1
+                elif state is None:
+                    refused.append((run_id, _not_found(run_id)))
+                elif state.is_terminal:
                     ended[str(run_id)] = state.result_state
                     if not args.json:
                         message = f"run {run_id} has already ended: {state.describe()}"
@@ -583,24 +683,51 @@ def _cancel(args: argparse.Namespace) -> int:
                 else:
                     active.append(run_id)
             result = client.cancel_runs(active)
+        failed = refused + list(result.failed)
         if args.json:
             payload: dict[str, Any] = {"cancelled": [str(i) for i in result.cancelled]}
             if ended:
                 payload["ended"] = ended
-            if result.failed:
-                payload["failed"] = [{"run_id": str(i), "error": e} for i, e in result.failed]
+            if failed:
+                payload["failed"] = [{"run_id": str(i), "error": e} for i, e in failed]
             print(client.redactor(json.dumps(payload)))
         else:
             for run_id in result.cancelled:
                 print(f"cancellation of run {run_id} requested")
-            for run_id, error in result.failed:
+            for run_id, error in failed:
                 print(
                     client.redactor(f"run {run_id} could not be cancelled: {error}"),
                     file=sys.stderr,
                 )
-        return EXIT_ERROR if result.failed else EXIT_OK
+            if failed:
+                print(f"{len(failed)} run(s) could not be cancelled", file=sys.stderr)
+        if not failed:
+            return EXIT_OK
+        # A task run's id is a usage error (exit 2) when it is the only kind of failure.
+        return EXIT_USAGE if task_run_ids == len(failed) else EXIT_ERROR
     except AirError as error:
         return fail(error, client)
+
+
+def _not_found(run_id: int) -> str:
+    return f"Run {run_id} does not exist: check the run id (a job run id, as `airo list` shows)"
+
+
+def _run_or_task_run(client: Any, run_id: int) -> tuple[RunState | None, str | None]:
+    """The run's state, or why ``run_id`` names a task run (with the run to cancel);
+    ``(None, None)`` when no run has that id."""
+    try:
+        ref = client.task_run_ref(run_id)
+        if ref is None:
+            return client.get_run(run_id), None
+    except NotFound:
+        return None, None
+    fix = (
+        f": use `airo cancel {ref.parent_run_id}` (it cancels the whole run)"
+        if ref.parent_run_id is not None
+        else ""
+    )
+    return None, f"{ref.describe()}, not a run id{fix}"
 
 
 def _confirm(question: str) -> bool:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from .._auth import Credentials, resolve_credentials
+from .._failure_policy import FailurePolicy, RetryDecision
 from .._redaction import Redactor
 from .._states import RunState
 from . import _identity, _runs, _secrets, _submit
@@ -71,8 +72,11 @@ class _BaseClient:
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
         poll_interval: float = 5.0,
+        host_source: str | None = None,
     ) -> None:
         resolved_host, resolved_credentials = resolve_credentials(host, token, credentials)
+        if host_source is None and not host:
+            host_source = getattr(resolved_credentials, "host_source", None)
         # Seconds between a wait's status checks unless the wait names its own.
         self.poll_interval = float(poll_interval)
         self._core = ClientCore(
@@ -82,6 +86,7 @@ class _BaseClient:
             retry=retry,
             user_agent_extra=user_agent_extra,
             max_concurrent_uploads=max_concurrent_uploads,
+            host_source=host_source,
         )
 
     @property
@@ -131,7 +136,11 @@ def verify_for(host: str) -> ssl.SSLContext | bool:
 
 
 class AirClient(_BaseClient, SyncOperations):
-    """Synchronous client. Thread-safe; use one per workspace and close it (or ``with``)."""
+    """Synchronous client. Thread-safe; use one per workspace and close it (or ``with``).
+
+    ``host_source`` says where the host was set (``"--host"``, ``"the host field of Airflow
+    connection 'x'"``), named in the fix of ``WorkspaceUnreachable`` when it cannot be
+    reached."""
 
     def __init__(
         self,
@@ -145,6 +154,7 @@ class AirClient(_BaseClient, SyncOperations):
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
         poll_interval: float = 5.0,
+        host_source: str | None = None,
     ) -> None:
         super().__init__(
             host,
@@ -155,6 +165,7 @@ class AirClient(_BaseClient, SyncOperations):
             user_agent_extra=user_agent_extra,
             max_concurrent_uploads=max_concurrent_uploads,
             poll_interval=poll_interval,
+            host_source=host_source,
         )
         self._http = httpx.Client(
             transport=transport,
@@ -308,16 +319,20 @@ class AirClient(_BaseClient, SyncOperations):
         task_key: str | None = None,
         deadline: float | None = None,
         max_gpu_hours: float | None = None,
-        stop_deterministic_retries: bool = False,
+        failure_policy: FailurePolicy | None = None,
+        on_retry: Callable[[RetryDecision], None] | None = None,
+        stop_deterministic_retries: bool | None = None,
     ) -> RunState:
         """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
         with ``task_key`` until that task of it ends (a workflow stage ends before its run);
         the state that shows the end. Past ``timeout``
         (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on. Past
         ``max_gpu_hours`` (of the run, or of the stage): ``BudgetExceeded``, the run goes on
-        until cancelled. With ``stop_deterministic_retries``, an attempt that failed in a way
-        retries will not change (a deterministic diagnosis) while a retry follows:
-        ``RetriesStopped``, the run goes on until cancelled."""
+        until cancelled. An attempt that failed while the platform will retry it is decided
+        by ``failure_policy`` (default ``FailurePolicy()``: a deterministic failure stops), the
+        decision told to ``on_retry``; one that gets no platform retry: ``RetriesStopped``,
+        the run goes on until cancelled. ``stop_deterministic_retries`` (deprecated) sets the
+        policy's deterministic action."""
         return self._run(
             _runs.wait(
                 self._core,
@@ -328,7 +343,8 @@ class AirClient(_BaseClient, SyncOperations):
                 task_key=task_key,
                 deadline=deadline,
                 max_gpu_hours=max_gpu_hours,
-                stop_deterministic_retries=stop_deterministic_retries,
+                failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
+                on_retry=on_retry,
             )
         )
 
@@ -517,6 +533,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         user_agent_extra: str | None = None,
         max_concurrent_uploads: int = _DEFAULT_CONCURRENT_UPLOADS,
         poll_interval: float = 5.0,
+        host_source: str | None = None,
     ) -> None:
         super().__init__(
             host,
@@ -527,6 +544,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             user_agent_extra=user_agent_extra,
             max_concurrent_uploads=max_concurrent_uploads,
             poll_interval=poll_interval,
+            host_source=host_source,
         )
         self._http = httpx.AsyncClient(
             transport=transport,
@@ -683,7 +701,9 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         task_key: str | None = None,
         deadline: float | None = None,
         max_gpu_hours: float | None = None,
-        stop_deterministic_retries: bool = False,
+        failure_policy: FailurePolicy | None = None,
+        on_retry: Callable[[RetryDecision], None] | None = None,
+        stop_deterministic_retries: bool | None = None,
     ) -> RunState:
         return await self._run(
             _runs.wait(
@@ -695,7 +715,8 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 task_key=task_key,
                 deadline=deadline,
                 max_gpu_hours=max_gpu_hours,
-                stop_deterministic_retries=stop_deterministic_retries,
+                failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
+                on_retry=on_retry,
             )
         )
 

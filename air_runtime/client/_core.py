@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import math
 import random
+import socket
 import ssl
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -30,6 +32,7 @@ from .._errors import (
     NotFound,
     PlatformError,
     RateLimited,
+    WorkspaceUnreachable,
     retryable_status,
 )
 from .._loopback import is_loopback_name
@@ -121,23 +124,41 @@ class SubmittedRun:
     idempotency_token: str
 
 
+def stream_name(task_key: str, attempt: int, node: int) -> str:
+    """A node stream's name (``LogRecord.stream``)."""
+    return f"{task_key}/{attempt}/{node}"
+
+
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """One log line of one node; ``task_key`` and ``attempt`` (the platform's 0-based
-    ``attempt_number``) are set when it was read from a whole run."""
+    """One log line of one node; ``task_key``, ``attempt`` (the task's task runs counted
+    from 0, platform retries and repairs alike: ``_runs.task_tries``), ``repair`` (0: the
+    original run, N: its Nth repair) and ``task_run_id`` are set when it was read from a
+    whole run."""
 
     time_unix_nano: int
     body: str
     node_index: int
     task_key: str = ""
     attempt: int = 0
+    repair: int = 0
+    task_run_id: int | None = None
+
+    @property
+    def stream(self) -> str:
+        """The node stream it belongs to, ``<task>/<attempt>/<node>``: what a log that shows
+        lines live remembers per stream (the newest time shown), so that it resumes after."""
+        return stream_name(self.task_key, self.attempt, self.node_index)
 
     @property
     def label(self) -> str:
         """Where the line came from, for a log that interleaves streams:
         ``train node 1 attempt 1``: attempts counted from 0, as the platform and the CLI count
-        them (``databricks air logs --retry N``, ``logs/attempt_N/``)."""
+        them (``databricks air logs --retry N``, ``logs/attempt_N/``); a repair's task run
+        counts on and says so: ``train node 0 attempt 2 (repair 1)``."""
         where = f"node {self.node_index} attempt {self.attempt}"
+        if self.repair:
+            where += f" (repair {self.repair})"
         return f"{self.task_key} {where}" if self.task_key else where
 
 
@@ -221,6 +242,156 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - time.time(), 0.0)
+
+
+# --- a host never heard from --------------------------------------------------------------
+
+# The hosts that gave this process any HTTP answer, whatever its status. A connection failure
+# to one of them is an outage, waited out under the retry policy; to any other host it is most
+# likely a wrong host, and is told within seconds (``FirstContact``). Per process, not per
+# client: every client, watcher and credential of a process shares what it learnt.
+_answered_hosts: set[str] = set()
+
+
+def has_answered(host: str) -> bool:
+    return host in _answered_hosts
+
+
+def mark_answered(host: str) -> None:
+    _answered_hosts.add(host)
+
+
+@dataclass(frozen=True)
+class FirstContact:
+    """How long a request to a host that has not answered this process yet may take before
+    the client says it cannot reach it (``WorkspaceUnreachable``).
+
+    A TCP connect and TLS handshake to a workspace take well under a second: ``connect_s``
+    bounds each, and a refused, unresolvable or unconnectable host is tried
+    ``connect_attempts`` times, ``retry_delay_s`` apart (a resolver hiccup, a workspace a few
+    seconds from listening). The first request of a process is a small read (the identity,
+    a run's state, a page of runs) that a workspace answers in well under a second, so
+    ``read_s`` without a byte of answer is several times what a slow one takes; a server that is
+    only slow on that request is told from one that never answers (a black hole: it accepts
+    the connection and says nothing) by a request for the host's root page, without
+    credentials, within ``probe_s``: any answer there makes it a host that answers, and the
+    request goes on under the retry policy. Together with the databricks-sdk's bounded
+    discovery probe (``air_runtime._auth``), every entry point names a wrong host within about
+    ten seconds.
+    """
+
+    connect_s: float = 3.0
+    read_s: float = 3.0
+    probe_s: float = 1.5
+    connect_attempts: int = 2
+    retry_delay_s: float = 0.5
+
+    def bound(self, timeout: httpx.Timeout) -> httpx.Timeout:
+        """``timeout`` with its connect and read waits cut to this first contact's."""
+        return httpx.Timeout(
+            connect=_at_most(timeout.connect, self.connect_s),
+            read=_at_most(timeout.read, self.read_s),
+            write=timeout.write,
+            pool=timeout.pool,
+        )
+
+
+FIRST_CONTACT = FirstContact()
+
+
+def _at_most(seconds: float | None, limit: float) -> float:
+    return min(math.inf if seconds is None else seconds, limit)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from (httpx -> httpcore -> the socket's error)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 8 and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def unreachable_cause(exc: httpx.TransportError) -> str | None:
+    """Why a request never reached a host, as ``WorkspaceUnreachable.cause``; None when the
+    host took the request (it closed the connection, or answered garbage): something
+    listens there, and the retry policy decides."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "connect timeout"
+    if isinstance(exc, httpx.ReadTimeout):
+        return "no answer"
+    if not isinstance(exc, httpx.ConnectError):
+        return None
+    chain = _causes(exc)
+    if any(isinstance(e, ssl.SSLError) for e in chain):
+        return "tls"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "dns"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "refused"
+    text = str(exc).lower()
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "dns"
+    if "connection refused" in text:
+        return "refused"
+    return "connection"
+
+
+# Where a host comes from, for the fix when none is known: every place a user can set it.
+_HOST_SETTINGS = (
+    "the workspace host (--host, $DATABRICKS_HOST, the ~/.databrickscfg profile, the Airflow "
+    "connection's host field or the AirWorkspace resource's host)"
+)
+
+
+def unreachable_error(
+    host: str,
+    cause: str,
+    exc: BaseException,
+    *,
+    host_source: str | None,
+    contact: FirstContact = FIRST_CONTACT,
+    during: str | None = None,
+) -> WorkspaceUnreachable:
+    """The one message every entry point shows for a host it cannot reach: the host, the
+    cause, and the fix (where the host was set). ``during``: what was being asked when it
+    was not the first request itself (credentials fetching a token)."""
+    parts = urlsplit(host)
+    name = parts.hostname or host
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    check = f"check {host_source or _HOST_SETTINGS}"
+    if cause == "dns":
+        why = f"the name {name} is not found (DNS)"
+        fix = f"{check}: it is the workspace URL, such as https://<workspace>.cloud.databricks.com"
+    elif cause == "refused":
+        why = f"connection refused: nothing listens on {name} port {port}"
+        fix = f"{check}, and its port"
+        if is_loopback_name(name):
+            fix += " (a local workspace must be running there: airo workspace --port N)"
+    elif cause == "tls":
+        reason = next((str(e) for e in _causes(exc) if isinstance(e, ssl.SSLError)), str(exc))
+        why = f"the TLS handshake failed ({_snippet(reason, 160)})"
+        fix = f"{check}; behind a proxy that inspects TLS, point SSL_CERT_FILE at its CA bundle"
+    elif cause == "connect timeout":
+        handshake = " and TLS handshake" if parts.scheme == "https" else ""
+        why = f"no connection{handshake} to {name} port {port} within {contact.connect_s:g} s"
+        fix = f"{check}; a firewall or a proxy may also stop the connection"
+    elif cause == "no answer" and during:
+        why = f"{name} port {port} accepted the connection but sent no answer to {during}"
+        fix = f"{check}: it must be the workspace URL, not another service"
+    elif cause == "no answer":
+        why = (
+            f"{name} port {port} accepted the connection but sent no answer within "
+            f"{contact.read_s:g} s, nor to a request for its root page"
+        )
+        fix = f"{check}: it must be the workspace URL, not another service"
+    else:
+        why = f"{type(exc).__name__}: {_snippet(str(exc), 160)}"
+        fix = check
+    return WorkspaceUnreachable(
+        f"cannot reach the workspace {host}: {why}. Fix: {fix}.", host=host, cause=cause
+    )
 
 
 def _error_body(response: httpx.Response) -> tuple[str | None, str]:
@@ -324,8 +495,14 @@ class ClientCore:
         retry: RetryPolicy | None,
         user_agent_extra: str | None,
         max_concurrent_uploads: int,
+        host_source: str | None = None,
+        first_contact: FirstContact = FIRST_CONTACT,
     ) -> None:
         self.host = host
+        # Where the host was set (``--host``, a connection's host field, ...), for the fix
+        # of a host that cannot be reached; None: every place it can be set is named.
+        self.host_source = host_source
+        self.first_contact = first_contact
         self.credentials = credentials
         self.retry = retry or RetryPolicy()
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
@@ -375,6 +552,9 @@ class ClientCore:
             return False
         netloc = parts.netloc.rpartition("@")[2]
         probe = httpx.Request("GET", f"http://{netloc}/", headers={"User-Agent": self.user_agent})
+        # A plain-HTTP server answers at once; a host that took the TLS connection and then
+        # fell silent must not hold the error for the client's whole timeout.
+        probe.extensions["timeout"] = httpx.Timeout(self.first_contact.probe_s).as_dict()
         try:
             yield Transmit(probe)
         except httpx.TransportError:
@@ -395,6 +575,33 @@ class ClientCore:
             f"use {plain} as the host only if this server is meant to be reached without TLS "
             "(the token then travels in clear text), else the workspace's https:// address"
         )
+
+    def answers_at_all(self) -> Flow[bool]:
+        """Whether the host answers a request for its root page (without credentials)
+        within ``FirstContact.probe_s``: after a first request got no answer in time, this
+        tells a slow answer (the host answers; the request goes on under the retry policy)
+        from a black hole."""
+        probe = httpx.Request("GET", self.url("/"), headers={"User-Agent": self.user_agent})
+        probe.extensions["timeout"] = httpx.Timeout(self.first_contact.probe_s).as_dict()
+        try:
+            yield Transmit(probe)
+        except httpx.TransportError:
+            return False
+        mark_answered(self.host)
+        return True
+
+    def unreachable(
+        self, cause: str, exc: BaseException, *, during: str | None = None
+    ) -> WorkspaceUnreachable:
+        error = unreachable_error(
+            self.host,
+            cause,
+            exc,
+            host_source=self.host_source,
+            contact=self.first_contact,
+            during=during,
+        )
+        return WorkspaceUnreachable(self.redactor(str(error)), host=error.host, cause=cause)
 
     def build_request(
         self,
@@ -475,16 +682,29 @@ class ClientCore:
         policy = policy or self.retry
         started = time.monotonic()
         attempts = 0
+        unreached = 0  # connection attempts that failed while the host never answered
         refreshed = False
         what = f"{method} {path} on {self.host}"
         while True:
-            auth = yield AUTH_HEADERS
+            first_contact = not has_answered(self.host)
+            try:
+                auth = yield AUTH_HEADERS
+            except httpx.TransportError as exc:
+                # Credentials that ask the workspace for a token (OAuth) before the first
+                # request: a host they cannot reach is told the same way.
+                cause = unreachable_cause(exc)
+                if first_contact and not has_answered(self.host) and cause is not None:
+                    raise self.unreachable(cause, exc, during="the token request") from None
+                raise
             self.note_auth(auth)
             request = self.build_request(
                 method, path, auth, params=params, json=json, content=content
             )
-            if timeout_s is not None:
-                request.extensions["timeout"] = httpx.Timeout(timeout_s).as_dict()
+            timeout = self.timeout if timeout_s is None else httpx.Timeout(timeout_s)
+            if first_contact:
+                timeout = self.first_contact.bound(timeout)
+            if first_contact or timeout_s is not None:
+                request.extensions["timeout"] = timeout.as_dict()
             attempts += 1
             retry_after: float | None = None
             try:
@@ -492,6 +712,28 @@ class ClientCore:
             except httpx.TransportError as exc:
                 if _is_tls_failure(exc) and (yield from self.answers_plain_http()):
                     raise ConfigurationError(self.plain_http_message()) from None
+                cause = unreachable_cause(exc) if first_contact else None
+                # Another request of this process may have heard from the host meanwhile.
+                if cause is not None and not has_answered(self.host):
+                    unreached += 1
+                    if cause in ("tls", "no answer") or unreached >= (
+                        self.first_contact.connect_attempts
+                    ):
+                        # A certificate does not change in a second; a silent host gets one
+                        # more chance, a request for its root page.
+                        if cause != "no answer" or not (yield from self.answers_at_all()):
+                            raise self.unreachable(cause, exc) from None
+                    else:
+                        logger.info(
+                            "%s %s: %s not reached (%s); one more try in %.1fs",
+                            method,
+                            path,
+                            self.host,
+                            cause,
+                            self.first_contact.retry_delay_s,
+                        )
+                        yield Sleep(self.first_contact.retry_delay_s)
+                        continue
                 error: Exception = PlatformError(
                     self.redactor(
                         f"{method} {path}: could not reach {self.host} "
@@ -500,6 +742,7 @@ class ClientCore:
                 )
                 may_retry = retry or isinstance(exc, httpx.ConnectError)
             else:
+                mark_answered(self.host)
                 status = response.status_code
                 if 300 <= status < 400:
                     # Never followed: a redirect would carry the token to another URL, and

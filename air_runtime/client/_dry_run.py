@@ -1,20 +1,24 @@
 """``airo run --dry-run``: the workspace's own check of a workload, nothing uploaded or
 submitted (validateconfig.go validateDryRunConfig). Unlike the check at submit, which goes
 on when the service is unavailable, a dry run has nothing else to report: unavailability
-is an error, field errors are the answer."""
+is an error, field errors are the answer. The workload's secret references are looked up
+too (``check_secrets``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._errors import AuthError, NotFound, PlatformError, Problem
 from ._core import ClientCore, Flow, RetryPolicy
-from ._submit import PREFLIGHT_PATH, PREFLIGHT_TIMEOUT_S, field_problems, plan_workload
+from ._refusals import field_problems
+from ._secrets import list_secrets
+from ._submit import PREFLIGHT_PATH, PREFLIGHT_TIMEOUT_S, plan_workload
 
 if TYPE_CHECKING:
     from ..plan import Stage
-    from ..workload import Workload
+    from ..workload import SecretRef, Workload
 
 # One request; a second only after 429/503 (dryRunValidationMaxAttempts = 2), each within
 # the CLI's validation timeout.
@@ -61,3 +65,45 @@ def preflight(
             ) from None
         problems.extend(field_problems(answer))
     return problems
+
+
+@dataclass(frozen=True)
+class SecretCheck:
+    """What a dry run found of the workload's secret references: the keys missing from
+    their scopes (as problems at the variable that names them), and the scopes whose keys
+    could not be listed (the platform still checks them when the run starts)."""
+
+    problems: tuple[Problem, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+
+def check_secrets(core: ClientCore, workload: Workload) -> Flow[SecretCheck]:
+    """Every ``scope/key`` the workload's ``secrets:`` and its containers' ``{{secrets/...}}``
+    values name, looked up with one ``secrets/list`` per scope (keys only, never values;
+    ``_secrets.list_secrets``): a key that is not there fails the run at its start, so a
+    dry run says so first."""
+    refs: list[tuple[str, SecretRef]] = [(f"secrets.{n}", r) for n, r in workload.secrets.items()]
+    for i, container in enumerate(workload.containers or ()):
+        path = f"containers[{i}].environment_variables.variables"
+        refs += [(f"{path}.{n}", r) for n, r in container.secrets.items()]
+    keys: dict[str, set[str]] = {}
+    unchecked: list[str] = []
+    for scope in sorted({ref.scope for _, ref in refs}):
+        try:
+            keys[scope] = {info.key for info in (yield from list_secrets(core, scope))}
+        except AuthError:
+            raise
+        except PlatformError as error:  # e.g. no permission to list it
+            unchecked.append(f"secret scope {scope!r}: {error}")
+    problems = tuple(
+        Problem(
+            path,
+            f"secret scope {ref.scope!r} has no key {ref.key!r} (the run would fail at its start)",
+            f"store it with `databricks secrets put-secret {ref.scope} {ref.key}` (the scope "
+            f"first, if it is missing: `databricks secrets create-scope {ref.scope}`), or "
+            "correct the reference",
+        )
+        for path, ref in refs
+        if ref.scope in keys and ref.key not in keys[ref.scope]
+    )
+    return SecretCheck(problems, tuple(unchecked))

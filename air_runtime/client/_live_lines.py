@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._states import RunState
-from ._core import ClientCore, Flow, LogRecord
-from ._runs import _attempt_cursors, _LogCursor, _logs_page
+from ._core import ClientCore, Flow, LogRecord, stream_name
+from ._runs import TaskTry, _attempt_cursors, _LogCursor, _logs_page, record_of, task_tries
 
 
 @dataclass
@@ -28,26 +28,40 @@ class LiveLines:
 
 @dataclass
 class LineStream:
-    """One node of one attempt of a run's task, and where it was read up to."""
+    """One node of one task run of a run's task (``TaskTry``: a repair's re-run is a try of
+    its own), and where it was read up to."""
 
-    task_key: str
-    attempt: int
+    one: TaskTry
     cursor: _LogCursor
+
+    @property
+    def task_key(self) -> str:
+        return self.one.task_key
+
+    @property
+    def attempt(self) -> int:
+        return self.one.number
 
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.task_key, self.attempt, self.cursor.node)
+
+    @property
+    def name(self) -> str:
+        """As its records name it (``LogRecord.stream``)."""
+        return stream_name(self.task_key, self.attempt, self.cursor.node)
 
 
 def running_streams(state: RunState, task_key: str | None) -> list[LineStream]:
     """The streams that can print now: every node of each running attempt of the run (of
     the task ``task_key``)."""
     streams: list[LineStream] = []
-    for attempt in state.task_attempts(task_key):
+    for one in task_tries(state, task_key):
+        attempt = one.attempt
         if attempt.is_terminal or attempt.life_cycle_state not in ("RUNNING", "TERMINATING"):
             continue
         for cursor in _attempt_cursors(state, attempt, None):
-            streams.append(LineStream(attempt.task_key, attempt.attempt_number, cursor))
+            streams.append(LineStream(one, cursor))
     return streams
 
 
@@ -61,7 +75,7 @@ def read_newest(core: ClientCore, stream: LineStream, count: int) -> Flow[LiveLi
         return None
     raws = [raw for raw in body.get("log_records") or [] if isinstance(raw, dict)]
     records = [
-        LogRecord(stamp, text, cursor.node, stream.task_key, stream.attempt)
+        record_of(stream.one, cursor.node, stamp, text)
         for raw in reversed(raws)
         if (fresh := cursor.fresh(raw)) is not None
         for stamp, text in [fresh]

@@ -18,8 +18,8 @@ import httpx
 from .._errors import AirError, ConfigurationError, InvalidResponse, PlatformError
 from .._states import RunState, TaskState, mlflow_ids
 from ..plan._workflow import task_key_for
-from ._core import ClientCore, Emit, Flow, LogRecord, Sleep, Transmit
-from ._runs import FOLLOW_POLL_S, get_output, get_run, iter_run_logs
+from ._core import ClientCore, Emit, Flow, Sleep, Transmit
+from ._runs import FOLLOW_POLL_S, get_output, get_run, iter_run_logs, record_of, task_tries
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -50,14 +50,23 @@ def task_keys_named(state: RunState, name: str) -> tuple[str, ...]:
 
 
 def check_attempt(state: RunState, attempt: int | None, task_key: str | None) -> None:
-    """An attempt past the newest is refused with the ones there are (logs.go runLogs)."""
+    """An attempt past the newest is refused with the ones there are (logs.go runLogs),
+    saying which are a repair's (``task_tries``: a repair's task runs count on)."""
     if attempt is None:
         return
-    numbers = [a.attempt_number for a in state.task_attempts(task_key)]
-    newest = max(numbers, default=0)
+    tries = task_tries(state, task_key)
+    newest = max((t.number for t in tries), default=0)
     if attempt < 0 or attempt > newest:
+        of = f"task {task_key} of run" if task_key else "run"
+        repairs = sorted({t.repair for t in tries if t.repair})
+        note = ""
+        if repairs:
+            started = ", ".join(
+                f"{min(t.number for t in tries if t.repair == r)} (repair {r})" for r in repairs
+            )
+            note = f"; a repair's task runs count on from the tries before: {started}"
         raise ConfigurationError(
-            f"invalid attempt {attempt}: run {state.run_id} has attempts 0 to {newest}"
+            f"invalid attempt {attempt}: {of} {state.run_id} has attempts 0 to {newest}{note}"
         )
 
 
@@ -80,7 +89,7 @@ def read_logs(
             "cannot combine --tail with --minutes: --tail selects by line count, "
             "--minutes by time window"
         )
-    state = yield from get_run(core, run_id)
+    state = yield from get_run(core, run_id, include_history=True)
     check_attempt(state, attempt, task_key)
     since_ns = None
     if minutes is not None:
@@ -94,10 +103,11 @@ def read_logs(
         attempt=attempt,
         since_ns=since_ns,
         tail=tail,
+        every_repair=True,
     )
     if emitted:
         return
-    state = yield from get_run(core, run_id)
+    state = yield from get_run(core, run_id, include_history=True)
     if emitted == 0 and not state.is_terminal:
         return  # nothing written yet
     if minutes is not None:
@@ -224,8 +234,9 @@ def mlflow_logs(
     complete lines are emitted."""
     offsets: dict[tuple[str, str], int] = {}
     while True:
-        for task in state.task_attempts(task_key):
-            if attempt is not None and task.attempt_number != attempt:
+        for one in task_tries(state, task_key):
+            task = one.attempt
+            if attempt is not None and one.number != attempt:
                 continue
             source = yield from _mlflow_source(core, task)
             if source is None:
@@ -255,8 +266,8 @@ def mlflow_logs(
                     fresh = fresh[-tail:]
                 offsets[key] = len(lines)
                 for _, line in fresh:
-                    yield Emit(LogRecord(0, line, index, task.task_key, task.attempt_number))
+                    yield Emit(record_of(one, index, 0, line))
         if not follow or state.is_terminal:
             return
         yield Sleep(FOLLOW_POLL_S)
-        state = yield from get_run(core, state.run_id)
+        state = yield from get_run(core, state.run_id, include_history=True)

@@ -13,11 +13,13 @@ from . import _runs
 from ._core import ClientCore, Flow, LogRecord
 
 if TYPE_CHECKING:
+    from .._checkpoints import Checkpoint
     from .._errors import Problem
     from .._progress import TrainingProgress
     from .._states import RunState
     from ..plan import Stage
     from ..workload import Workload
+    from ._dry_run import SecretCheck
     from ._pools import GpuPool
     from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
 
@@ -55,6 +57,13 @@ class SyncOperations:
         required once it has one; a stale one is refused (``PlatformError``)."""
         return self._run(_runs.repair_run(self._core, run_id, rerun_tasks, latest_repair_id))
 
+    def newest_checkpoint(self, state: RunState, task_key: str | None = None) -> Checkpoint | None:
+        """The newest checkpoint in the folder the run's task (``task_key``; a one-task run's
+        only task) was submitted with (its ``AIRO_CHECKPOINT_DIR``); None without one."""
+        from . import _checkpoint_folders
+
+        return self._run(_checkpoint_folders.newest_checkpoint_of_run(self._core, state, task_key))
+
     def run_summary(self, run_id: int) -> RunSummary:
         """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
         from . import _run_views
@@ -90,15 +99,16 @@ class SyncOperations:
         return self._run(_run_views.task_run_ref(self._core, run_id))
 
     def training_progress(
-        self, run: RunState | int, task_key: str | None = None
+        self, run: RunState | int, task_key: str | None = None, *, live: bool = False
     ) -> TrainingProgress | None:
         """Progress and time left of a running run's newest attempt (of ``task_key`` in a
-        multi-task run), from what it logs to MLflow, as ``databricks air get`` computes it;
-        None when it has ended or logs no progress. Pass the ``RunState`` you already have
-        to save its runs/get."""
+        multi-task run), from what it logs to MLflow, as ``databricks air get`` computes it
+        (``live``: from the first logged step, as a waiter shows it); None when it has
+        ended or logs no progress. Pass the ``RunState`` you already have to save its
+        runs/get."""
         from . import _run_views
 
-        return self._run(_run_views.training_progress(self._core, run, task_key))
+        return self._run(_run_views.training_progress(self._core, run, task_key, live=live))
 
     def active_runs_of_current_user(self) -> list[RunSummary]:
         from . import _run_views
@@ -127,6 +137,13 @@ class SyncOperations:
         return self._run(
             _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
         )
+
+    def check_secrets(self, workload: Workload) -> SecretCheck:
+        """The workload's secret references looked up in their scopes (keys only): the
+        missing ones as problems, nothing uploaded or submitted."""
+        from . import _dry_run
+
+        return self._run(_dry_run.check_secrets(self._core, workload))
 
     def read_logs(
         self,
@@ -182,6 +199,15 @@ class AsyncOperations:
     ) -> int:
         return await self._run(_runs.repair_run(self._core, run_id, rerun_tasks, latest_repair_id))
 
+    async def newest_checkpoint(
+        self, state: RunState, task_key: str | None = None
+    ) -> Checkpoint | None:
+        from . import _checkpoint_folders
+
+        return await self._run(
+            _checkpoint_folders.newest_checkpoint_of_run(self._core, state, task_key)
+        )
+
     async def run_summary(self, run_id: int) -> RunSummary:
         from . import _run_views
 
@@ -213,11 +239,11 @@ class AsyncOperations:
         return await self._run(_run_views.task_run_ref(self._core, run_id))
 
     async def training_progress(
-        self, run: RunState | int, task_key: str | None = None
+        self, run: RunState | int, task_key: str | None = None, *, live: bool = False
     ) -> TrainingProgress | None:
         from . import _run_views
 
-        return await self._run(_run_views.training_progress(self._core, run, task_key))
+        return await self._run(_run_views.training_progress(self._core, run, task_key, live=live))
 
     async def active_runs_of_current_user(self) -> list[RunSummary]:
         from . import _run_views
@@ -242,6 +268,11 @@ class AsyncOperations:
         return await self._run(
             _dry_run.preflight(self._core, workload, idempotency_token=idempotency_token)
         )
+
+    async def check_secrets(self, workload: Workload) -> SecretCheck:
+        from . import _dry_run
+
+        return await self._run(_dry_run.check_secrets(self._core, workload))
 
     async def read_logs(
         self,

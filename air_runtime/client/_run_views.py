@@ -13,10 +13,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from .._checkpoints import Checkpoint
 from .._diagnosis import Diagnosis
 from .._errors import AirError, ConfigurationError
 from .._progress import PROGRESS_METRIC, MetricPoint, TrainingProgress, compute_progress, has_total
 from .._states import RunState, mlflow_ids, mlflow_run_url
+from ._checkpoint_folders import newest_checkpoint_of_task
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
 from ._runs import RUNS_API, cancel, failure_report, get_output, get_run_body
@@ -36,12 +38,21 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _experiment(body: Mapping[str, Any]) -> str | None:
+def _task_experiments(body: Mapping[str, Any]) -> dict[str, str]:
+    """Each task's experiment (``ai_runtime_task.experiment``), by task key, in task order."""
+    found: dict[str, str] = {}
     for task in body.get("tasks") or []:
         ai = task.get("ai_runtime_task") if isinstance(task, Mapping) else None
         if isinstance(ai, Mapping) and _text(ai.get("experiment")):
-            return str(ai["experiment"])
-    return None
+            found[str(task.get("task_key") or "")] = str(ai["experiment"])
+    return found
+
+
+def _experiment(body: Mapping[str, Any]) -> str | None:
+    """The run's experiment; a multi-task run whose stages log to several names them all
+    (``rl_train, rl_eval``), never only the first stage's."""
+    names = list(dict.fromkeys(_task_experiments(body).values()))
+    return ", ".join(names) if names else None
 
 
 def is_ai_runtime_run(body: Mapping[str, Any]) -> bool:
@@ -65,11 +76,13 @@ class TaskLine:
     max_retries: int | None
     gpu_hours: float
     progress: TrainingProgress | None = None  # a running task's (eta.go)
+    experiment_name: str | None = None  # the task's own (stages may log to different ones)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "task_key": self.task_key,
             "task_run_id": None if self.task_run_id is None else str(self.task_run_id),
+            "experiment_name": self.experiment_name,
             "status": self.status,
             "attempt_number": self.attempt_number,
             "max_retries": self.max_retries,
@@ -96,7 +109,7 @@ class RunSummary:
     duration_seconds: int | None
     attempt_number: int  # the newest attempt, 0-based as the API counts
     accelerator_type: str | None
-    num_accelerators: int | None
+    num_accelerators: int | None  # the most held at once across its tasks
     gpu_hours: float
     run_page_url: str | None
     mlflow_experiment_id: str | None = None
@@ -105,12 +118,16 @@ class RunSummary:
     progress: TrainingProgress | None = None  # a running run's, when it logs one (eta.go)
     max_retries: int | None = None  # of the newest task (format.go maxRetries)
     tasks: tuple[TaskLine, ...] = ()
+    # The most accelerators held at once, by type (``RunState.accelerators_at_once``).
+    accelerators: tuple[tuple[str, int], ...] = ()
     # A failed run: why (the core's diagnosis), and the last lines of the node that failed.
     diagnosis: Diagnosis | None = None
     failed_node: int | None = None
     last_lines: tuple[str, ...] = ()
     # The task-run id the summary was asked for, when one was given instead of the run's.
     asked_for: int | None = None
+    # A one-task run with a checkpoint folder: its newest checkpoint (where a retry resumes).
+    checkpoint: Checkpoint | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -146,6 +163,7 @@ class RunSummary:
             "user": self.user,
             "accelerator_type": self.accelerator_type,
             "num_accelerators": self.num_accelerators,
+            "accelerators": {kind: count for kind, count in self.accelerators},
             "gpu_hours": self.gpu_hours,
             "dashboard_url": self.run_page_url,
             "mlflow_url": self.mlflow_logs_url,
@@ -158,6 +176,7 @@ class RunSummary:
             "failed_node": self.failed_node,
             "last_lines": list(self.last_lines),
             "task_run_id": None if self.asked_for is None else str(self.asked_for),
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_dict(),
         }
 
 
@@ -210,8 +229,10 @@ class RunFilters:
         (matched while scanning, on the run's creator)."""
         state = RunState.from_api(body)
         newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
-        if self.experiment is not None and not fnmatch.fnmatchcase(
-            (_experiment(body) or state.run_name or "").lower(), self.experiment.lower()
+        # A multi-task run matches when any of its tasks' experiments does.
+        experiments = list(_task_experiments(body).values()) or [state.run_name or ""]
+        if self.experiment is not None and not any(
+            fnmatch.fnmatchcase(e.lower(), self.experiment.lower()) for e in experiments
         ):
             return False
         if self.name is not None and not fnmatch.fnmatchcase(
@@ -258,6 +279,8 @@ def summarize(
     duration = (end - state.start_time) // 1000 if state.start_time and end else None
     newest = max(state.attempts, key=lambda a: a.attempt_number, default=None)
     experiment_id, mlflow_run = mlflow_ids(output or {})
+    experiments = _task_experiments(body)
+    at_once = state.accelerators_at_once(now_ms=now)
     lines = tuple(
         TaskLine(
             task_key=t.task_key,
@@ -266,6 +289,7 @@ def summarize(
             attempt_number=t.attempt_number,
             max_retries=t.max_retries,
             gpu_hours=round(state.gpu_hours(t.task_key, now_ms=now), 6),
+            experiment_name=experiments.get(t.task_key),
         )
         for t in state.tasks
     )
@@ -282,8 +306,9 @@ def summarize(
         end_time=state.end_time,
         duration_seconds=duration,
         attempt_number=newest.attempt_number if newest else 0,
-        accelerator_type=newest.accelerator_type if newest else None,
-        num_accelerators=newest.num_accelerators if newest else None,
+        accelerator_type=next(iter(at_once)) if len(at_once) == 1 else None,
+        num_accelerators=sum(at_once.values()) or None,
+        accelerators=tuple(sorted(at_once.items())),
         gpu_hours=round(state.gpu_hours(now_ms=now), 6),
         run_page_url=state.run_page_url,
         mlflow_experiment_id=experiment_id,
@@ -295,10 +320,13 @@ def summarize(
     )
 
 
-def mlflow_progress(core: ClientCore, mlflow_run_id: str) -> Flow[TrainingProgress | None]:
+def mlflow_progress(
+    core: ClientCore, mlflow_run_id: str, *, live: bool = False
+) -> Flow[TrainingProgress | None]:
     """A running MLflow run's progress as eta.go estimateTrainingETA reads it: runs/get for
     the params, and only when they hold a total, every page of the ``epoch`` history. Any
-    failure is "no estimate": progress is a convenience, never an error of the run."""
+    failure is "no estimate": progress is a convenience, never an error of the run.
+    ``live``: as a waiter shows it, from the first logged step (``compute_progress``)."""
     try:
         body = yield from core.call(
             "GET", f"{MLFLOW_API}/runs/get", params={"run_id": mlflow_run_id}
@@ -329,15 +357,15 @@ def mlflow_progress(core: ClientCore, mlflow_run_id: str) -> Flow[TrainingProgre
             seen.add(token)
     except AirError:
         return None
-    return compute_progress(params, points)
+    return compute_progress(params, points, live=live)
 
 
 def training_progress(
-    core: ClientCore, run: RunState | int, task_key: str | None = None
+    core: ClientCore, run: RunState | int, task_key: str | None = None, *, live: bool = False
 ) -> Flow[TrainingProgress | None]:
     """The progress of a run's newest attempt (of ``task_key`` in a multi-task run): its
-    MLflow run from runs/get-output, then ``mlflow_progress``. None for an ended attempt,
-    or when the attempt logs no progress."""
+    MLflow run from runs/get-output, then ``mlflow_progress`` (``live`` as there). None for
+    an ended attempt, or when the attempt logs no progress."""
     state = run if isinstance(run, RunState) else (yield from _state_of(core, run))
     if not state.attempts and not state.is_terminal:
         state = yield from _state_of(core, state.run_id)  # a runs/list entry has no tasks
@@ -354,7 +382,7 @@ def training_progress(
     _, mlflow_run = mlflow_ids(output)
     if mlflow_run is None:
         return None
-    return (yield from mlflow_progress(core, mlflow_run))
+    return (yield from mlflow_progress(core, mlflow_run, live=live))
 
 
 def _state_of(core: ClientCore, run_id: int) -> Flow[RunState]:
@@ -402,6 +430,9 @@ def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
             failed_node=report.node,
             last_lines=tuple(report.tail or ()),
         )
+    if len(state.tasks) == 1:
+        checkpoint = yield from newest_checkpoint_of_task(core, state.tasks[0])
+        summary = replace(summary, checkpoint=checkpoint)
     return replace(summary, asked_for=asked_for) if asked_for is not None else summary
 
 

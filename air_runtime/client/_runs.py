@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -10,8 +11,17 @@ from typing import Any
 
 from .._diagnosis import Diagnosis, Termination, diagnose
 from .._errors import AirError, NotFound, PlatformError, RunFailed
+from .._failure_policy import FailurePolicy, RetryDecision
 from .._polling import Examine, Pause, jittered, until_ended
-from .._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
+from .._states import (
+    RunState,
+    TaskState,
+    _repair_ranks,
+    failure_message,
+    mlflow_ids,
+    mlflow_run_url,
+)
+from ._checkpoint_folders import newest_checkpoint_of_task
 from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep, gather
 
 logger = logging.getLogger("air_runtime.client")
@@ -114,12 +124,14 @@ def wait(
     task_key: str | None = None,
     deadline: float | None = None,
     max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool = False,
+    failure_policy: FailurePolicy | None = None,
+    on_retry: Callable[[RetryDecision], None] | None = None,
 ) -> Flow[RunState]:
     """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
     shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock; past
-    ``max_gpu_hours``, ``BudgetExceeded``; with ``stop_deterministic_retries``, an attempt
-    that failed for good while a retry follows: ``RetriesStopped``."""
+    ``max_gpu_hours``, ``BudgetExceeded``; an attempt that failed while a retry follows is
+    decided by ``failure_policy`` (told to ``on_retry``): one that gets no platform retry,
+    ``RetriesStopped``."""
     loop = until_ended(
         run_id,
         poll_interval=poll_interval,
@@ -129,7 +141,8 @@ def wait(
         timeout=timeout,
         on_update=on_update,
         max_gpu_hours=max_gpu_hours,
-        stop_deterministic_retries=stop_deterministic_retries,
+        failure_policy=failure_policy,
+        on_retry=on_retry,
     )
     request = next(loop)
     while True:
@@ -183,6 +196,12 @@ class _LogCursor:
             # logstream.go).
             params["from"] = self.last_time // 1_000_000_000
         return params
+
+    def resume_after(self, shown: int) -> None:
+        """Stand after every record up to time ``shown`` (ns): a log that showed them before
+        (another process's) is taken over without showing them again."""
+        if self.last_time is None or shown >= self.last_time:
+            self.last_time, self.at_last_time = shown + 1, set()
 
     def fresh(self, raw: dict[str, Any]) -> tuple[int, str] | None:
         """The record's time and body when it was not emitted yet; marks it emitted."""
@@ -277,15 +296,58 @@ def iter_logs(
 _STATE_EVERY_READS = 5
 
 
+@dataclass(frozen=True, slots=True)
+class TaskTry:
+    """One task run of a task, as its logs are addressed and labelled. ``number`` counts the
+    task's task runs from 0 in the order they ran, platform retries and repairs alike: for a
+    run never repaired it is the platform's ``attempt_number``, as ``databricks air logs
+    --retry N`` counts (cmd/air/logs.go resolveLogAttempt); a repair's task run (Jobs
+    ``runs/repair``: attempt 0 of its task again, under a task-run id of its own, listed in
+    ``repair_history[].task_run_ids``) counts on, so ``--retry 1`` is a stage's first repair
+    when the platform never retried it. ``repair``: 0 for the original run, N for its Nth
+    repair."""
+
+    attempt: TaskState
+    number: int
+    repair: int
+
+    @property
+    def task_key(self) -> str:
+        return self.attempt.task_key
+
+
+def task_tries(state: RunState, task_key: str | None = None) -> tuple[TaskTry, ...]:
+    """Every task run of the task ``task_key`` (of every task when None), each task's in the
+    order they ran: by repair (``repair_history`` when the answer has it), then attempt."""
+    ranks = _repair_ranks(state.attempts, state.repairs)
+    keys = {a.task_key for a in state.task_attempts(task_key)}
+    by_task: dict[str, list[tuple[int, TaskState]]] = {}
+    for rank, attempt in zip(ranks, state.attempts, strict=True):
+        if attempt.task_key in keys:
+            by_task.setdefault(attempt.task_key, []).append((rank, attempt))
+    tries: list[TaskTry] = []
+    for runs in by_task.values():
+        ordered = sorted(runs, key=lambda pair: (pair[0], pair[1].attempt_number))
+        tries += [TaskTry(a, n, rank) for n, (rank, a) in enumerate(ordered)]
+    return tuple(tries)
+
+
+def _repaired(state: RunState) -> bool:
+    """Whether a task of the run ran again in a repair (two task runs, one attempt number)."""
+    return len({(a.task_key, a.attempt_number) for a in state.attempts}) < len(state.attempts)
+
+
 def _attempt_cursors(state: RunState, attempt: TaskState, node: int | None) -> list[_LogCursor]:
     nodes = [node] if node is not None else list(range(attempt.node_count))
-    if len({a.task_key for a in state.attempts}) <= 1:
+    if len({a.task_key for a in state.attempts}) <= 1 and not _repaired(state):
         # A one-task run is read as the CLI reads it: the Jobs run id and the attempt
         # (logs.go resolveLogAttempt, logbricklens.go).
         return [_LogCursor(state.run_id, n, attempt.attempt_number) for n in nodes]
     if attempt.run_id is None:
         return []  # not started yet
-    # A task of a multi-task run is addressed by its own run id (each attempt has one).
+    # A task of a multi-task (or repaired) run is addressed by its own task-run id: each
+    # attempt and each repair's re-run has one, where ref.attempt_number would mix a
+    # repair's attempt 0 with the original's.
     return [_LogCursor(attempt.run_id, n) for n in nodes]
 
 
@@ -326,9 +388,15 @@ def iter_run_logs(
     attempt: int | None = None,
     since_ns: int | None = None,
     tail: int | None = None,
+    every_repair: bool = False,
 ) -> Flow[int | None]:
     """Emit every node's records of every attempt of every task of a run (or of the task
-    ``task_key``, or only node ``node``), each once, labelled with task, node and attempt.
+    ``task_key``, or only node ``node``), each once, labelled with task, node and attempt
+    (``task_tries``: each task run is a stream of its own, a repair's too).
+
+    One task (``task_key``) is read as a workflow stage's try sees it: the task runs of the
+    newest repair that ran it (its platform retries included), never an earlier try's;
+    ``every_repair`` reads all of them (``airo logs --task``).
 
     Nodes and attempts come from the run (each attempt's compute; a retry adds an attempt
     while following). Each read asks every open stream for what is new; a stream closes
@@ -338,27 +406,34 @@ def iter_run_logs(
     then read only every few reads (to learn of retries), and at once when it is set (it
     ends the pause between reads), so the last read follows the end without a pause.
 
-    ``attempt`` keeps one attempt number (0-based, as the API counts); ``since_ns`` starts
-    every stream at that time (``airo logs --minutes``), ``tail`` at its last records
-    (``--tail``). Returns how many records were emitted, None when the log service is not
-    available (404, FEATURE_DISABLED)."""
-    streams: dict[tuple[str, int, int], tuple[TaskState, _LogCursor]] = {}
+    ``attempt`` keeps one try (``TaskTry.number``: 0-based, the API's attempt number for a
+    run never repaired); ``since_ns`` starts every stream at that time (``airo logs
+    --minutes``), ``tail`` at its last records (``--tail``). Returns how many records were
+    emitted, None when the log service is not available (404, FEATURE_DISABLED)."""
+    streams: dict[tuple[str, int, int], tuple[TaskTry, _LogCursor]] = {}
     closed: set[tuple[str, int, int]] = set()
     tailed: set[tuple[str, int, int]] = set()
-    state = yield from get_run(core, run_id)
+    state = yield from get_run(core, run_id, include_history=True)
     reads = 0
     emitted = 0
     while True:
-        for seen in state.task_attempts(task_key):
-            if attempt is not None and seen.attempt_number != attempt:
+        tries = task_tries(state, task_key)
+        if task_key is not None and not every_repair:
+            newest = max((t.repair for t in tries), default=0)
+            tries = tuple(t for t in tries if t.repair == newest)
+        for one in tries:
+            if attempt is not None and one.number != attempt:
                 continue
-            for cursor in _attempt_cursors(state, seen, node):
-                key = (seen.task_key, seen.attempt_number, cursor.node)
+            for cursor in _attempt_cursors(state, one.attempt, node):
+                # A try's number is its place among its task's task runs: new ones only
+                # ever come after, so the key names one task run for good.
+                key = (one.task_key, one.number, cursor.node)
                 if key not in streams and since_ns is not None:
                     cursor.last_time = since_ns
                 # The attempt as last seen decides when its stream closes.
-                streams[key] = (seen, streams[key][1] if key in streams else cursor)
-        for key, (seen, cursor) in streams.items():
+                streams[key] = (one, streams[key][1] if key in streams else cursor)
+        for key, (one, cursor) in streams.items():
+            seen = one.attempt
             if key in closed:
                 continue
             if tail is not None and key not in tailed:
@@ -371,7 +446,7 @@ def iter_run_logs(
                 return None
             for stamp, body in records:
                 emitted += 1
-                yield Emit(LogRecord(stamp, body, cursor.node, seen.task_key, seen.attempt_number))
+                yield Emit(record_of(one, cursor.node, stamp, body))
             if seen.is_terminal or state.is_terminal:
                 closed.add(key)
         # Following one task ends with that task (the rest of its run may go on).
@@ -380,7 +455,12 @@ def iter_run_logs(
         yield Sleep(_jittered(FOLLOW_POLL_S, core), wake=_waking(until))
         reads += 1
         if until is None or reads % _STATE_EVERY_READS == 0 or until.is_set():
-            state = yield from get_run(core, run_id)
+            state = yield from get_run(core, run_id, include_history=True)
+
+
+def record_of(one: TaskTry, node: int, stamp: int, body: str) -> LogRecord:
+    """A record of the task run ``one``, labelled with its try, repair and task-run id."""
+    return LogRecord(stamp, body, node, one.task_key, one.number, one.repair, one.attempt.run_id)
 
 
 def log_tail(core: ClientCore, run_id: int, node: int) -> Flow[list[str] | None]:
@@ -449,7 +529,12 @@ def attempt_diagnosis(
         lines = [x for _, body in records or [] for x in body.rstrip("\n").splitlines()]
         if lines:
             tails[cursor.node] = lines[-_LOG_TAIL:]
-    return _report(tails, attempt, attempt.termination).diagnosis
+    diagnosis = _report(tails, attempt, attempt.termination).diagnosis
+    if diagnosis is None:
+        return None
+    # Where the retry resumes: two more requests, only for an attempt that failed.
+    checkpoint = yield from newest_checkpoint_of_task(core, attempt)
+    return dataclasses.replace(diagnosis, checkpoint=checkpoint) if checkpoint else diagnosis
 
 
 def _report(
@@ -466,6 +551,7 @@ def _report(
         max_retries=task.max_retries if task is not None else None,
         termination=termination,
         failed_node=node,
+        state_message=task.state_message if task is not None else None,
     )
     return FailureReport(tails, node, diagnosis)
 

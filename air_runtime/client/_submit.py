@@ -29,9 +29,11 @@ from .._errors import (
 )
 from .._snapshot import PackedSnapshot, artifact_dir
 from .._states import mlflow_ids
+from ._checkpoint_folders import files_api_path
 from ._core import ClientCore, Flow, RetryPolicy, Sleep, SubmittedRun, gather, offload
 from ._identity import whoami
 from ._policies import resolve_usage_policy
+from ._refusals import field_problems
 
 if TYPE_CHECKING:
     from ..plan import CodeSnapshot, Stage, SubmissionPlan
@@ -81,23 +83,6 @@ def _preflight(core: ClientCore, body: dict[str, Any]) -> Flow[list[Problem]]:
     return field_problems(answer)
 
 
-def field_problems(answer: Any) -> list[Problem]:
-    """The field errors of a config:validate answer, each addressed to the field the
-    workspace names (validateconfig.go configFieldError: path, message, code)."""
-    problems = []
-    for item in (answer.get("errors") if isinstance(answer, dict) else None) or []:
-        if isinstance(item, dict):
-            code = item.get("code")
-            problems.append(
-                Problem(
-                    path=str(item.get("path") or ""),
-                    message=str(item.get("message") or "rejected by the workspace"),
-                    hint=f"workspace validation code {code}" if code else None,
-                )
-            )
-    return problems
-
-
 def _mkdirs(core: ClientCore, path: str) -> Flow[None]:
     yield from core.call("POST", "/api/2.0/workspace/mkdirs", json={"path": path})
 
@@ -110,7 +95,7 @@ def leaf_folders(folders: Sequence[str]) -> list[str]:
 
 def _upload_path(path: str) -> str:
     if path.startswith("/Volumes/"):
-        return f"/api/2.0/fs/files{quote(path)}"
+        return files_api_path(path)
     return f"/api/2.0/workspace-files/import-file/{quote(path.lstrip('/'))}"
 
 

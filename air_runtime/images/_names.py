@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .._docker_ref import ImageReferenceError, split_image_reference
 from .._errors import ConfigurationError
 
 # cmd/air/image.go
@@ -20,10 +21,6 @@ MAX_IMAGE_TAG_LENGTH = 128
 _CATALOG_SCHEMA = re.compile(r"^[a-z0-9_]+$")
 _ARTIFACT = re.compile(r"^[a-z0-9]+((_|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-# The OCI distribution spec's repository component and digest grammar.
-_COMPONENT = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$")
-_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 
 DOCKER_HUB = "docker.io"
 # Where Docker Hub's registry API answers (docker.io is only its name).
@@ -79,44 +76,17 @@ class SourceImage:
 def parse_source_image(text: str) -> SourceImage:
     """``[host[:port]/]path[:tag][@sha256:...]``; no host means Docker Hub (a one-part path
     is ``library/<name>``), as ``docker pull`` reads it."""
-    value = (text or "").strip()
-    if not value or any(ch.isspace() for ch in value) or "://" in value:
-        raise ConfigurationError(
-            f"source image {text!r} is not an image reference: give e.g. "
-            "docker.io/myorg/trainer:1.0 or registry.example.com:5000/team/trainer:1.0"
-        )
-    name, digest = value, None
-    if "@" in name:
-        name, digest = name.split("@", 1)
-        if not _DIGEST.match(digest):
-            raise ConfigurationError(
-                f"source image {text!r} has a malformed digest: use @sha256:<64 hex digits>"
-            )
-    tag = None
-    slash, colon = name.rfind("/"), name.rfind(":")
-    if colon > slash:
-        name, tag = name[:colon], name[colon + 1 :]
-        if not _TAG.match(tag):
-            raise ConfigurationError(
-                f"source image {text!r} has an invalid tag {tag!r}: up to 128 letters, digits, "
-                "'_', '.' or '-', not starting with '.' or '-'"
-            )
-    parts = name.split("/")
-    registry = DOCKER_HUB
-    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
-        registry = parts[0].lower()
-        parts = parts[1:]
-        if registry in ("index.docker.io", DOCKER_HUB_API):
-            registry = DOCKER_HUB
+    try:
+        parsed = split_image_reference(text, noun="source image")
+    except ImageReferenceError as error:
+        raise ConfigurationError(str(error)) from None
+    registry = parsed.registry or DOCKER_HUB
+    if registry in ("index.docker.io", DOCKER_HUB_API):
+        registry = DOCKER_HUB
+    parts = parsed.path
     if registry == DOCKER_HUB and len(parts) == 1:
-        parts = ["library", *parts]
-    for part in parts:
-        if not _COMPONENT.match(part):
-            raise ConfigurationError(
-                f"source image {text!r} has an invalid path component {part!r}: lower case "
-                "letters and digits separated by '.', '_', '__' or '-'"
-            )
-    return SourceImage(registry, "/".join(parts), tag=None if digest else tag, digest=digest)
+        parts = ("library", *parts)
+    return SourceImage(registry, "/".join(parts), tag=parsed.tag, digest=parsed.digest)
 
 
 def unity_catalog_image(

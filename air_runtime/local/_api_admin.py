@@ -1,14 +1,16 @@
 """The workspace's own admin API under `/api/2.0/airo-admin/` (not part of the Databricks
-API): health, injected faults, request counters and log, tokens, usage policies and the
-simulate-mode script. `AdminClient` (`_server.py`) is its client."""
+API): health, injected faults, outages, request counters and log, tokens, usage policies and
+the simulate-mode script. `AdminClient` (`_server.py`) is its client."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.background import BackgroundTask
 
-from air_runtime.local._errors import invalid
+from air_runtime.local._errors import invalid, not_found
 from air_runtime.local._faults import FaultInjector, normalize_faults
 from air_runtime.local._request_params import get_params, int_param, json_body, required_str
 from air_runtime.local._workspace_state import workspace_state
@@ -46,6 +48,52 @@ async def admin_faults_set(request: Request) -> dict[str, Any]:
     injector = _injector(request)
     injector.set_faults(body)
     return injector.faults
+
+
+@router.get("/outage")
+async def admin_outage_get(request: Request) -> dict[str, Any]:
+    return _injector(request).outage.status()
+
+
+@router.post("/outage")
+async def admin_outage_start(request: Request) -> JSONResponse:
+    """`{"seconds": N, "mode": "hang" | "refuse"}` (see `_faults.Outage`). A `refuse` outage
+    closes the listening socket once this answer has been sent."""
+    body = await json_body(request)
+    outage = _injector(request).outage
+    seconds = body.get("seconds")
+    try:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"outage seconds must be a number, got {seconds!r}")
+        outage.start(float(seconds), str(body.get("mode") or "hang"))
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
+    refusing = BackgroundTask(outage.begin_refusing) if outage.mode == "refuse" else None
+    return JSONResponse(outage.status(), background=refusing)
+
+
+@router.delete("/outage")
+async def admin_outage_end(request: Request) -> dict[str, Any]:
+    outage = _injector(request).outage
+    await outage.end()
+    return outage.status()
+
+
+@router.post("/node-loss")
+async def admin_node_loss(request: Request) -> dict[str, Any]:
+    """`{"run_id": N, "node": K}`: node K of the run's running attempt is lost as a host
+    would be (its ranks killed, no launcher line) and the attempt fails with the platform's
+    state message for it, which the client's diagnosis classes as infrastructure. The
+    platform then retries it as the task's `max_retries` allows. Answers the task runs hit;
+    404 when the run has no running node K."""
+    body = await json_body(request)
+    run_id, node = body.get("run_id"), body.get("node", 0)
+    if not isinstance(run_id, int) or isinstance(run_id, bool) or not isinstance(node, int):
+        raise invalid("node-loss needs an integer run_id and node")
+    hit = workspace_state(request).engine.lose_node(run_id, node)
+    if not hit:
+        raise not_found(f"run {run_id} has no running node {node}")
+    return {"task_run_ids": hit}
 
 
 @router.get("/counters")

@@ -30,6 +30,8 @@ from air_runtime.platform import GPUS_PER_NODE
 # task run and the workspace's own random id (another workspace's ranks are never touched).
 RANK_MARKER = "AIRO_LOCAL_TASK_RUN_ID"
 WORKSPACE_MARKER = "AIRO_LOCAL_WORKSPACE_ID"
+# What the platform says of an attempt whose node was lost (a simulated node loss).
+NODE_LOST_MESSAGE = "Node %d was lost: its host stopped answering (simulated node loss)"
 # A rank's output is read in chunks; a line longer than this becomes several records.
 MAX_LOG_LINE = 64 * 1024
 _READ_CHUNK = 64 * 1024
@@ -76,6 +78,20 @@ class AttemptContext:
     # What the platform gives every rank to log to the attempt's MLflow run (MLFLOW_*, and
     # the workspace and credential its MLflow client reaches it with).
     tracking_env: dict[str, str] = field(default_factory=dict)
+    # Each running rank's process group, and the nodes lost (``lose_node``).
+    rank_pids: dict[int, int] = field(default_factory=dict)
+    lost_nodes: set[int] = field(default_factory=set)
+
+    def lose_node(self, node: int) -> bool:
+        """Take node ``node`` away as a lost host would: its processes die at once (SIGKILL,
+        no launcher line), and the attempt fails with the platform's word for it. False when
+        the attempt has no such running node."""
+        pid = self.rank_pids.get(node)
+        if pid is None:
+            return False
+        self.lost_nodes.add(node)
+        _signal_group(pid, signal.SIGKILL)
+        return True
 
 
 def topology(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -211,6 +227,25 @@ def _role_env(ctx: AttemptContext, folder: Path, role: Role) -> dict[str, str]:
 _BASE_NAMES = ("HOME", "LANG")
 
 
+# Variables whose value is a volume folder the ranks write to (a checkpoint folder).
+_VOLUME_FOLDER_VARIABLES = ("AIRO_CHECKPOINT_DIR",)
+
+
+def _mounted(ctx: AttemptContext, env: dict[str, str]) -> dict[str, str]:
+    """The platform mounts volumes at ``/Volumes`` on every node; this host has no such
+    mount, so a volume folder a rank is given is the workspace's own folder of that path
+    (made if missing, as a write to a mounted volume would make it)."""
+    for name in _VOLUME_FOLDER_VARIABLES:
+        value = env.get(name, "")
+        if value.startswith("/Volumes/"):
+            try:
+                ctx.volumes.mkdirs(value)
+            except ApiError as error:
+                raise SetupError(f"{name} {value}: {error}") from None
+            env[name] = str(ctx.volumes.local_path(value))
+    return env
+
+
 def base_environment() -> dict[str, str]:
     """PATH (this interpreter's folder first, so `python` in a command is the interpreter
     the workspace runs with and its packages), HOME and LANG."""
@@ -311,7 +346,7 @@ async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
     base = base_environment()
     for role in all_roles:
         folder = _materialize(ctx, role)
-        user_env = _role_env(ctx, folder, role)
+        user_env = _mounted(ctx, _role_env(ctx, folder, role))
         for rank in role.ranks:
             env = {
                 **base,
@@ -346,6 +381,7 @@ async def _run_attempt(ctx: AttemptContext) -> AttemptOutcome:
                 umask=0o077,  # what a rank writes under the data dir stays private
             )
             procs[rank] = proc
+            ctx.rank_pids[rank] = proc.pid
             started[rank] = time.monotonic()
             assert proc.stdout is not None and proc.stderr is not None
             pumps.append(asyncio.create_task(_pump(proc.stdout, ctx.node_logs[rank])))
@@ -391,7 +427,15 @@ async def _supervise(
                 rank = waits.pop(task)
                 code = _exit_code(task.result())
                 ctx.logbook.record_exit(ctx.task_run_id, rank, code, stopped=False)
-                if code != 0 and outcome is None:
+                if rank in ctx.lost_nodes and outcome is None:
+                    # The host is gone: nothing of it logs again, not even its launcher.
+                    outcome = AttemptOutcome(
+                        "FAILED",
+                        f"{NODE_LOST_MESSAGE % rank}",
+                        error_trace="\n".join(ctx.logbook.tail(ctx.task_run_id, rank, 30)),
+                        failed_node=rank,
+                    )
+                elif code != 0 and outcome is None:
                     elapsed = round(time.monotonic() - started[rank])
                     line = f"ERROR: Script failed with exit code {code} after {elapsed}s"
                     ctx.node_logs[rank].write(line)

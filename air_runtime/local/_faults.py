@@ -15,6 +15,23 @@ taken effect, a submitted run exists, and the caller does not know yet).
 `rate_404` answers 404 ENDPOINT_NOT_FOUND, as a workspace where the call is not exposed does
 (e.g. `{"ai-compute-manager/images:checkImageAccess": {"rate_404": 1}}`: the CLI reads any
 error of that probe as "unknown", image_client.go).
+
+An outage (`Outage`, `POST /api/2.0/airo-admin/outage {"seconds": N, "mode": ...}`) takes the
+whole API away for N seconds, as a workspace that is restarting or behind a dead load
+balancer: the run engine goes on (ranks keep running, runs end and are reported ended once it
+is over), only nobody is answered.
+
+- `hang`: connections are accepted and every request other than the admin API is held
+  without an answer until the outage ends; then its connection is closed without an answer.
+  Held requests are counted (`requests`, and `faults` kind `outage`).
+- `refuse`: the listening socket is closed and every open connection with it, so a new
+  connection is refused by the kernel (ECONNREFUSED), the admin API's too; at the end the
+  server listens again on the same address. Refused connections never reach the workspace,
+  so its counters do not see them.
+
+`GET /api/2.0/airo-admin/outage` answers `{"active": ..., "mode": ..., "started_at": ...,
+"ends_at": ..., "ended_at": ...}` (Unix times); `ended_at` is set when the API answers again.
+`DELETE` ends it early (in `hang` mode: in `refuse` mode the admin API is refused as well).
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode
 
 from air_runtime.local._security import open_private_append
@@ -189,6 +206,106 @@ class RequestLog:
             self._file.close()
 
 
+OUTAGE_MODES = ("hang", "refuse")
+
+
+class Listener(Protocol):
+    """The server's listening side, for a `refuse` outage (`_server.WorkspaceServer`)."""
+
+    async def stop_listening(self) -> None: ...
+
+    async def listen_again(self) -> None: ...
+
+
+class Outage:
+    """The API down for a while (see the module docstring). Lives on the server's event
+    loop: started and ended by the admin API or its own timer."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        self.started_at: float | None = None
+        self.ends_at: float | None = None
+        self.ended_at: float | None = None
+        self.last_mode: str | None = None
+        self.held = 0  # requests held by the current (or last) outage
+        # Set by the server that serves the app; without one only `hang` is possible.
+        self.listener: Listener | None = None
+        self._over: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._ending: asyncio.Task[None] | None = None
+        self._turn: asyncio.Lock | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.mode is not None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "active": self.active,
+            "mode": self.mode or self.last_mode,
+            "started_at": self.started_at,
+            "ends_at": self.ends_at,
+            "ended_at": self.ended_at,
+            "held": self.held,
+        }
+
+    def start(self, seconds: float, mode: str) -> None:
+        """Begin an outage of ``seconds``; ValueError names a bad argument. A `refuse`
+        outage stops listening only in ``begin_refusing``, once the caller was answered."""
+        if mode not in OUTAGE_MODES:
+            raise ValueError(f"outage mode must be one of {', '.join(OUTAGE_MODES)}, got {mode!r}")
+        if not 0 < seconds <= 24 * 3600:
+            raise ValueError(f"outage seconds must be > 0 and at most a day, got {seconds!r}")
+        if self.active:
+            raise ValueError("an outage is already under way; end it first (DELETE)")
+        if mode == "refuse" and self.listener is None:
+            raise ValueError(
+                "a refuse outage needs the server's listening socket: serve the workspace "
+                "with start_local_workspace or `airo workspace`"
+            )
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        self.mode, self.last_mode = mode, mode
+        self.started_at, self.ends_at, self.ended_at = now, now + seconds, None
+        self.held = 0
+        self._over = asyncio.Event()
+        self._turn = self._turn or asyncio.Lock()
+        self._timer = loop.call_later(seconds, self._end_on_time)
+
+    def _end_on_time(self) -> None:
+        self._ending = asyncio.get_running_loop().create_task(self.end())
+
+    async def begin_refusing(self) -> None:
+        """Close the listening socket and the open connections (a `refuse` outage)."""
+        assert self._turn is not None
+        async with self._turn:
+            if self.mode == "refuse" and self.listener is not None:
+                await self.listener.stop_listening()
+
+    async def end(self, *, listen: bool = True) -> None:
+        """End the outage now (no-op without one): listen again after `refuse`, then let
+        the held requests go (each closed without an answer)."""
+        if self._turn is None:
+            return
+        async with self._turn:
+            if self.mode is None:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            if self.mode == "refuse" and listen and self.listener is not None:
+                await self.listener.listen_again()
+            self.mode = None
+            self.ended_at = time.time()
+            assert self._over is not None
+            self._over.set()
+
+    async def hold(self) -> None:
+        """Wait until the outage is over (a held request)."""
+        self.held += 1
+        if self._over is not None:
+            await self._over.wait()
+
+
 class FaultInjector:
     def __init__(
         self, app: ASGIApp, faults: dict[str, Any], counters: Counters, log: RequestLog
@@ -196,6 +313,7 @@ class FaultInjector:
         self.app = app
         self.counters = counters
         self.log = log
+        self.outage = Outage()
         self.set_faults(faults)
 
     def set_faults(self, faults: Any) -> None:
@@ -208,7 +326,13 @@ class FaultInjector:
         return merged
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith((ADMIN_PREFIX, *PAGE_PREFIXES)):
+        if scope["type"] != "http" or scope["path"].startswith(ADMIN_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        if self.outage.active:
+            await self._held(scope, send)
+            return
+        if scope["path"].startswith(PAGE_PREFIXES):
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
@@ -286,6 +410,23 @@ class FaultInjector:
             await _drop(send)
             return
         record(status[0] if status else "?")
+
+    async def _held(self, scope: Scope, send: Send) -> None:
+        """A request during an outage: no answer until it is over, then a closed connection
+        (what a caller sees from a dead load balancer)."""
+        path: str = scope["path"]
+        api = not path.startswith(PAGE_PREFIXES)
+        endpoint = endpoint_key(path)
+        if api:
+            self.counters.count_request(endpoint)
+            self.counters.count_fault(endpoint, "outage")
+        await self.outage.hold()
+        if api:
+            self.counters.count_response(endpoint, "outage")
+            self.log.add(
+                scope["method"], path, scope.get("query_string", b"").decode("latin-1"), "outage"
+            )
+        await _drop(send)
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:

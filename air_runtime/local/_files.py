@@ -121,14 +121,20 @@ class WorkspaceTree:
 class VolumeTree:
     """Files API view of `/Volumes/<catalog>/<schema>/<volume>/...`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, existing: list[str] | None = None) -> None:
         self.root = root
+        # "catalog.schema.volume" of the volumes that exist; None: every one named does.
+        self.existing = None if existing is None else {v.lower() for v in existing}
         private_dir(root)
 
     def local_path(self, path: str) -> Path:
         parts = _parts(path)
         if len(parts) < 4 or parts[0] != "Volumes":
             raise invalid(f"Path ({path}) must be under /Volumes/<catalog>/<schema>/<volume>/.")
+        if self.existing is not None and ".".join(parts[1:4]).lower() not in self.existing:
+            raise ApiError(
+                404, "NOT_FOUND", f"Volume {'.'.join(parts[1:4])} does not exist ({path})."
+            )
         return self.root.joinpath(*parts[1:])
 
     def put(self, path: str, content: bytes, overwrite: bool) -> None:

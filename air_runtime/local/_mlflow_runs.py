@@ -247,7 +247,11 @@ def rank_tracking_env(
     workspace the Databricks SDK's default auth finds" (mlflow.utils.databricks_utils) and
     resumes `MLFLOW_RUN_ID` in `mlflow.start_run()`; the SDK finds this workspace and the
     token in the config file DATABRICKS_CONFIG_FILE names (its DEFAULT profile), written
-    0600 in the attempt's private folder. The token is the attempt's own, issued here and
+    0600 in the attempt's private folder. DATABRICKS_CONFIG_PROFILE names that profile: with
+    DATABRICKS_HOST set and no profile named, the SDK's default auth skips the config file
+    (databricks-sdk ``Config._known_file_config_loader``), finds no credentials, and every
+    MLflow call warns "Failed to create databricks SDK workspace client ... Falling back to
+    legacy authentication". The token is the attempt's own, issued here and
     revoked when the attempt ends, and is not in the environment: a variable named
     DATABRICKS_TOKEN in a rank is never a credential of the machine running the workspace."""
     token = f"dapi-rank-{secrets.token_hex(16)}"
@@ -260,5 +264,6 @@ def rank_tracking_env(
         "MLFLOW_RUN_ID": ids["mlflow_run_id"],
         "DATABRICKS_HOST": host,
         "DATABRICKS_CONFIG_FILE": str(config),
+        "DATABRICKS_CONFIG_PROFILE": "DEFAULT",
     }
     return env, token

@@ -46,6 +46,10 @@ class WorkspaceOptions:
     oauth_token_lifetime_s: float = 3600.0
     max_local_ranks: int = 16
     retry_interval_s: float = 0.2  # used when a task sets no min_retry_interval_millis
+    # The Unity Catalog volumes that exist ("catalog.schema.volume"); None: every volume a
+    # path names exists (made on first write). With a list, the Files API answers 404 for a
+    # path in any other volume, as the platform does for a volume nobody created.
+    volumes: list[str] | None = None
     kill_grace_s: float = 3.0  # SIGTERM -> SIGKILL delay when stopping ranks
     request_log_size: int = 10_000
     # Extra names accepted in the `Host` header besides the loopback names and the bound

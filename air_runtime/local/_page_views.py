@@ -7,13 +7,16 @@ escaped by the templates (names and log lines come from workloads).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from air_runtime._checkpoints import ENV_CHECKPOINT_DIR, FolderContents
 from air_runtime._diagnosis import diagnose
 from air_runtime._states import TaskState
+from air_runtime.local._errors import ApiError
 from air_runtime.local._execution import roles, topology
 from air_runtime.local._logs import Record
 from air_runtime.local._run_json import task_json
@@ -91,10 +94,21 @@ class AttemptView(Progress):
     training_progress: str = ""
     # Why a failed attempt failed, in one line (the core's diagnosis of its nodes' lines).
     diagnosis: str = ""
+    # The task's task runs counted from 0 as `airo logs` counts them (a repair's re-run
+    # counts on: the platform's attempt_number starts at 0 again), and which repair ran it.
+    try_number: int = 0
+    repair: int = 0
+    # The newest checkpoint in the task's AIRO_CHECKPOINT_DIR: "step 70 (/Volumes/...)".
+    checkpoint: str = ""
 
     @property
     def url(self) -> str:
         return f"/jobs/runs/{self.task_run_id}"
+
+    @property
+    def label(self) -> str:
+        """``attempt 2 (repair 1)``: as ``airo logs`` labels the task run's lines."""
+        return f"attempt {self.try_number}" + (f" (repair {self.repair})" if self.repair else "")
 
 
 @dataclass
@@ -240,7 +254,28 @@ def attempt_view(
         view.containers.append(container)
     if with_logs and task.result_state not in (None, "SUCCESS", "CANCELED"):
         view.diagnosis = _diagnosis(view, spec)
+    if with_logs:
+        view.checkpoint = _newest_checkpoint(state, spec)
     return view
+
+
+def _newest_checkpoint(state: WorkspaceState, spec: dict[str, Any]) -> str:
+    """The newest checkpoint in the folder the task's ranks were given (its first role's
+    ``AIRO_CHECKPOINT_DIR``, as submitted next to its command), as ``airo get`` shows it."""
+    first = next(iter(roles(spec)), None)
+    if first is None:
+        return ""
+    try:
+        variables = json.loads(
+            state.workspace.read(str(PurePosixPath(first.command_path).parent / "env_vars.json"))
+        )
+        folder = next(str(v.get("value")) for v in variables if v.get("name") == ENV_CHECKPOINT_DIR)
+        if not folder.startswith("/Volumes/"):
+            return ""
+        newest = FolderContents.of(folder, state.volumes.list(folder)).newest
+    except (ApiError, StopIteration, ValueError, TypeError, AttributeError):
+        return ""
+    return f"{newest.describe()} ({newest.path})" if newest is not None else ""
 
 
 def _diagnosis(view: AttemptView, spec: dict[str, Any]) -> str:
@@ -253,24 +288,37 @@ def _diagnosis(view: AttemptView, spec: dict[str, Any]) -> str:
         attempt_number=view.attempt_number,
         max_retries=retries if isinstance(retries, int) else None,
         failed_node=failed,
+        state_message=view.state_message,
     )
     return found.headline() if found is not None else ""
 
 
 def run_view(state: WorkspaceState, run: Run, *, with_logs: bool = True) -> RunView:
+    # Every task run of each task, a repair's too (Jobs repair_history), in the order they
+    # ran: by repair, then attempt.
+    ranks = {
+        r.repair_id: n
+        for n, r in enumerate(
+            (r for r in state.runs.repairs(run.run_id) if r.kind != "ORIGINAL"), 1
+        )
+    }
     by_key: dict[str, list[AttemptView]] = {}
     for task in state.runs.tasks(run.run_id):
-        by_key.setdefault(task.task_key, []).append(
-            attempt_view(state, task, run.spec(task.task_key), run.mode, with_logs=False)
-        )
+        view = attempt_view(state, task, run.spec(task.task_key), run.mode, with_logs=False)
+        view.repair = ranks.get(task.repair_id, 0)
+        by_key.setdefault(task.task_key, []).append(view)
     tasks = []
     for attempts in by_key.values():
+        attempts.sort(key=lambda a: (a.repair, a.attempt_number))
+        for number, view in enumerate(attempts):
+            view.try_number = number
         newest = attempts[-1]
         if with_logs:
             found = state.runs.find_task(newest.task_run_id)
             assert found is not None
-            newest = attempt_view(state, found, run.spec(newest.task_key), run.mode)
-            attempts[-1] = newest
+            full = attempt_view(state, found, run.spec(newest.task_key), run.mode)
+            full.try_number, full.repair = newest.try_number, newest.repair
+            attempts[-1] = newest = full
         tasks.append(TaskView(newest, attempts, sum(a.gpu_hours for a in attempts)))
     return RunView(
         run_id=run.run_id,
@@ -293,6 +341,9 @@ def task_run_view(
     key = task.task_key
     attempt = attempt_view(state, task, run.spec(key), run.mode)
     siblings = next((t.attempts for t in parent.tasks if t.latest.task_key == key), [attempt])
+    same = next((a for a in siblings if a.task_run_id == task.task_run_id), None)
+    if same is not None:
+        attempt.try_number, attempt.repair = same.try_number, same.repair
     return parent, attempt, siblings
 
 

@@ -81,6 +81,8 @@ class RunEngine:
         self.secret_lookup = secret_lookup
         self._drivers: dict[int, asyncio.Task[None]] = {}
         self._cancel: dict[int, asyncio.Event] = {}
+        # The running attempts of each run (execute mode), for a simulated node loss.
+        self._running: dict[int, dict[int, AttemptContext]] = {}
         self.pools = PoolLedger(options.gpu_pools)
         # The address clients reach this workspace at (set by runs/submit): ranks log to
         # MLflow there. Empty until a run is submitted.
@@ -476,6 +478,27 @@ class RunEngine:
             logbook=self.logbook,
             instance_id=self.instance_id,
         )
+        attempts = self._running.setdefault(run_id, {})
+        attempts[task_run_id] = context
+        try:
+            return await self._run_tracked(context, spec, task_run_id, timeout)
+        finally:
+            attempts.pop(task_run_id, None)
+            if not attempts:
+                self._running.pop(run_id, None)
+
+    def lose_node(self, run_id: int, node: int) -> list[int]:
+        """A simulated node loss: node ``node`` of each running attempt of the run dies as
+        a lost host would (``AttemptContext.lose_node``); the task runs it hit."""
+        return [
+            task_run_id
+            for task_run_id, context in list(self._running.get(run_id, {}).items())
+            if context.lose_node(node)
+        ]
+
+    async def _run_tracked(
+        self, context: AttemptContext, spec: dict[str, Any], task_run_id: int, timeout: float | None
+    ) -> AttemptOutcome:
         if not self.tracking_host:
             return await run_attempt(context)
         context.tracking_env, token = rank_tracking_env(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import logging
@@ -24,6 +25,7 @@ import httpx
 import uvicorn
 
 from air_runtime.local._arguments import add_server_arguments, default_data_dir
+from air_runtime.local._faults import Outage
 from air_runtime.local._options import WorkspaceOptions, normalize_tokens
 from air_runtime.local._security import (
     TOKEN_ENV,
@@ -56,12 +58,73 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_config(options: WorkspaceOptions, data_dir: Path, log_level: str) -> uvicorn.Config:
-    from air_runtime.local._app import asgi_app, create_app
+class WorkspaceServer(uvicorn.Server):
+    """uvicorn's server, able to stop listening and listen again on the same address: a
+    `refuse` outage (`_faults.Outage`), where connecting is refused by the kernel as while
+    a workspace restarts, and the run engine in this process goes on."""
 
+    def __init__(self, config: uvicorn.Config, outage: Outage) -> None:
+        super().__init__(config)
+        self.outage = outage
+        outage.listener = self
+        self._addresses: list[tuple[str, int]] = []
+
+    async def stop_listening(self) -> None:
+        self._addresses = [
+            (sock.getsockname()[0], sock.getsockname()[1])
+            for server in self.servers
+            for sock in server.sockets
+        ]
+        for server in self.servers:
+            server.close()  # the listening sockets: new connections are refused
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.close()  # what the callers of a stopped process see
+
+    async def listen_again(self) -> None:
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            # As uvicorn's own startup builds it.
+            protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+            return protocol
+
+        servers = []
+        for host, port in self._addresses:
+            sock = await _bind_again(host, port)
+            servers.append(
+                await loop.create_server(create_protocol, sock=sock, backlog=config.backlog)
+            )
+        self.servers = servers
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Held requests go (closed) at once instead of holding the shutdown up.
+        await self.outage.end(listen=False)
+        await super().shutdown(sockets)
+
+
+async def _bind_again(host: str, port: int) -> socket.socket:
+    """The address given up by a `refuse` outage, bound again (a connection closing on that
+    port may hold it for a moment)."""
+    for _ in range(100):
+        try:
+            return bind_socket(host, port)
+        except OSError:
+            await asyncio.sleep(0.05)
+    return bind_socket(host, port)
+
+
+def _uvicorn_config(app: Any, log_level: str) -> uvicorn.Config:
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
     return uvicorn.Config(
-        asgi_app(create_app(options, data_dir)),
+        app,
         http="h11",
         loop="asyncio",  # uvloop lets ranks inherit the listening socket
         log_level=log_level,
@@ -70,6 +133,15 @@ def _uvicorn_config(options: WorkspaceOptions, data_dir: Path, log_level: str) -
         timeout_keep_alive=30,
         backlog=4096,
     )
+
+
+def workspace_server(options: WorkspaceOptions, data_dir: Path, log_level: str) -> WorkspaceServer:
+    """The server of one local workspace (not started)."""
+    from air_runtime.local._app import asgi_app, create_app
+
+    app = create_app(options, data_dir)
+    injector = app.state.workspace.faults
+    return WorkspaceServer(_uvicorn_config(asgi_app(app), log_level), injector.outage)
 
 
 def serve(
@@ -111,7 +183,7 @@ def serve(
             f"Run pages: http://{shown}:{actual}/jobs/runs (a browser logs in with the token)",
             flush=True,
         )
-    server = uvicorn.Server(_uvicorn_config(options, data_dir, log_level))
+    server = workspace_server(options, data_dir, log_level)
     if ready_file is not None:
 
         def write_ready_file() -> None:
@@ -190,6 +262,46 @@ class AdminClient:
         result: dict[str, Any] = self._call("PUT", "/simulate", timeline)
         return result
 
+    def outage(self, seconds: float, mode: str = "hang") -> dict[str, Any]:
+        """Take the API away for ``seconds`` (``mode``: ``hang`` holds every request without
+        an answer, ``refuse`` closes the listening socket); the ranks keep running. Answers
+        the outage's status (``outage_status``)."""
+        result: dict[str, Any] = self._call("POST", "/outage", {"seconds": seconds, "mode": mode})
+        return result
+
+    def lose_node(self, run_id: int, node: int = 0) -> list[int]:
+        """Simulate the loss of node ``node`` of the run's running attempt (its host stops
+        answering): its ranks are killed and the attempt fails with the platform's state
+        message for a lost node; the task runs it hit."""
+        result: dict[str, Any] = self._call("POST", "/node-loss", {"run_id": run_id, "node": node})
+        return [int(x) for x in result["task_run_ids"]]
+
+    def outage_status(self) -> dict[str, Any]:
+        """``active``, ``mode``, ``started_at``, ``ends_at``, ``ended_at`` (Unix times; the
+        end is when the API answers again) and ``held`` (requests held)."""
+        result: dict[str, Any] = self._call("GET", "/outage")
+        return result
+
+    def end_outage(self) -> dict[str, Any]:
+        """End a ``hang`` outage now (during ``refuse`` the admin API is refused too)."""
+        result: dict[str, Any] = self._call("DELETE", "/outage")
+        return result
+
+    def wait_outage_end(self, timeout: float = 600.0) -> float:
+        """Block until the outage is over (the workspace says so; while it refuses
+        connections, asked again every 0.1 s); answers its ``ended_at``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = self.outage_status()
+            except httpx.TransportError:  # a refuse outage: the admin API is down too
+                status = {"active": True}
+            if not status["active"] and status.get("ended_at") is not None:
+                return float(status["ended_at"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the outage of {self._workspace.host} is not over")
+            time.sleep(0.1)
+
 
 class LocalWorkspace:
     """A running local workspace. Use as a context manager, or call `stop()`."""
@@ -214,7 +326,7 @@ class LocalWorkspace:
         self.admin = AdminClient(self)
         self._owns_data_dir = owns_data_dir
         self._log_level = log_level
-        self._server: uvicorn.Server | None = None
+        self._server: WorkspaceServer | None = None
         self._thread: threading.Thread | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -249,7 +361,7 @@ class LocalWorkspace:
     def _start_thread(self, timeout: float) -> None:
         sock = bind_socket(self.bind_host, self.port)
         self.port = sock.getsockname()[1]
-        server = uvicorn.Server(_uvicorn_config(self.options, self.data_dir, self._log_level))
+        server = workspace_server(self.options, self.data_dir, self._log_level)
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="airo-local-workspace", daemon=True
         )

@@ -41,7 +41,7 @@ class WorkspaceState:
         self.tokens = Tokens(self.store.tokens, options.tokens, options.user_name)
         self.secrets = SecretStore(self.store.secrets)
         self.workspace = WorkspaceTree(data_dir / "workspace")
-        self.volumes = VolumeTree(data_dir / "volumes")
+        self.volumes = VolumeTree(data_dir / "volumes", options.volumes)
         self.logbook = LogBook(data_dir / "logs")
         self.counters = Counters()
         self.request_log = RequestLog(data_dir / "request_log.jsonl", options.request_log_size)

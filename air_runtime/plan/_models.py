@@ -64,6 +64,9 @@ class Stage:
     workload: Workload
     depends_on: tuple[str, ...] = ()
     run_if: str = "ALL_SUCCESS"
+    # The orchestrator's own task for this stage (an Airflow stage's task id), when it is
+    # not the one that submits: its ranks' AIRO_TASK.
+    orchestrator_task: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from air_runtime.workload._models import (
     SecretRef,
 )
 from air_runtime.workload._schema import workload_json_schema
+from air_runtime.workload._source import locate_problems
 from air_runtime.workload._workload import Workload, lint_workload, load_workload
 
 __all__ = [
@@ -34,5 +35,6 @@ __all__ = [
     "Workload",
     "lint_workload",
     "load_workload",
+    "locate_problems",
     "workload_json_schema",
 ]

@@ -68,11 +68,13 @@ class Report:
         self, path: str, message: str, hint: str | None = None, *, at_key: bool = False
     ) -> None:
         override = self.marks.override_for(path) if self.marks.overridden else None
-        mark = None if override is not None else self._find_mark(path, at_key)
+        mark = None if override is not None else self.mark_of(path, at_key=at_key)
         line, column = mark if mark else (None, None)
         self.problems.append(Problem(path, message, hint, line, column, override))
 
-    def _find_mark(self, path: str, at_key: bool) -> tuple[int, int] | None:
+    def mark_of(self, path: str, *, at_key: bool = False) -> tuple[int, int] | None:
+        """Line and column of ``path`` in the source (of the nearest enclosing value that
+        has one); None when no line set it."""
         if at_key and path in self.marks.keys:
             return self.marks.keys[path]
         probe = path

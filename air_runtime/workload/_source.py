@@ -174,3 +174,33 @@ def _apply_override(raw: dict[str, Any], key: str, value: Any) -> str | None:
             where = ".".join(str(p) for p in parts[:i]) or "the workload"
             return f"cannot set {key!r}: {where} is not a mapping"
     return None  # pragma: no cover
+
+
+def locate_problems(
+    source: str | os.PathLike[str],
+    problems: Sequence[Problem],
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+) -> list[Problem]:
+    """``problems`` found after loading (the workspace's own check names workload fields,
+    ``client._refusals``), each with the line and column of its field in ``source`` (a
+    workload file or YAML text), or the override that set it; unchanged when the source
+    cannot be read again or gives no line."""
+    from air_runtime.workload._check_base import Report
+
+    try:
+        _, marks, _, _, _ = _read_source(source, None)
+    except Exception:  # the workload was loaded once: nothing worse than no line
+        return list(problems)
+    for key in overrides or ():
+        marks.overridden.add(str(key).split("=", 1)[0].strip())
+    report = Report(marks)
+    located = []
+    for problem in problems:
+        if problem.line is not None or problem.override is not None or not problem.path:
+            located.append(problem)
+            continue
+        override = marks.override_for(problem.path) if marks.overridden else None
+        mark = None if override is not None else report.mark_of(problem.path)
+        line, column = mark if mark else (None, None)
+        located.append(Problem(problem.path, problem.message, problem.hint, line, column, override))
+    return located

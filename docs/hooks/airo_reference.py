@@ -5,6 +5,9 @@
   so it cannot drift from what ``airo --help`` says.
 - The ``[air]`` options of the Airflow provider are generated from its provider info
   (``airflow_air.get_provider_info``) where a page holds ``<!-- air-config-options -->``.
+- The fields of a configurable class (a Dagster resource) are a table generated from its
+  pydantic fields (name, type, default, description) where a page holds
+  ``<!-- config-fields: module.Class -->``: mkdocstrings shows no undocumented attribute.
 - The committed benchmark plots (``benchmarks/results/*.png``) are served under
   ``benchmarks/``, so the pages show the figures the results hold, never copies of them.
 """
@@ -16,7 +19,7 @@ import importlib
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from mkdocs.structure.files import File, Files
 
@@ -27,6 +30,7 @@ AIRO_MARKER = "<!-- airo-commands -->"
 # already name, so a name added to the package is in the reference without an edit here.
 MORE_NAMES = re.compile(r"<!-- more-public-names: ([\w.]+) -->")
 CONFIG_MARKER = "<!-- air-config-options -->"
+FIELDS = re.compile(r"<!-- config-fields: ([\w.]+) -->")
 
 for folder in (ROOT, ROOT / "providers"):
     if str(folder) not in sys.path:
@@ -44,7 +48,29 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         markdown = markdown.replace(AIRO_MARKER, airo_reference())
     if CONFIG_MARKER in markdown:
         markdown = markdown.replace(CONFIG_MARKER, air_config_reference())
+    markdown = FIELDS.sub(lambda match: config_fields(match.group(1)), markdown)
     return MORE_NAMES.sub(lambda match: more_public_names(match.group(1), markdown), markdown)
+
+
+def config_fields(path: str) -> str:
+    """A table of the pydantic fields of ``module.Class``, from the fields themselves."""
+    module, name = path.rsplit(".", 1)
+    model = getattr(importlib.import_module(module), name)
+    rows = ["| field | type | default | what it is |", "|---|---|---|---|"]
+    for field_name, field in model.model_fields.items():
+        annotation = field.annotation
+        plain = getattr(annotation, "__name__", None) if not get_args(annotation) else None
+        kind = plain or str(annotation)
+        kind = kind.replace("typing.", "").replace("NoneType", "None")
+        if field.default_factory is not None:
+            default = "(empty)"
+        else:
+            default = "required" if field.is_required() else repr(field.default)
+        rows.append(
+            f"| `{field_name}` | `{_cell(kind)}` | `{_cell(default)}` | "
+            f"{_cell(field.description or '')} |"
+        )
+    return "\n".join(rows)
 
 
 def more_public_names(package: str, markdown: str) -> str:

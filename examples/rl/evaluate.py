@@ -2,7 +2,8 @@
 
 Reads ``$RL_OUTPUT_DIR/metrics.json`` (written by ``trainer.py``) and ``min_reward`` from
 ``hyperparameters.yaml`` in the working directory. Exits 0 when ``mean_reward`` reaches
-the threshold, 1 when it is below, 2 when the metrics are missing or unreadable.
+the threshold, 1 when it is below, 2 when the metrics are missing or unreadable; writes
+its verdict to ``$RL_OUTPUT_DIR/evaluation.json``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from rl_common import METRICS_FILE, fail, load_hyperparameters, log, output_dir
 
 ROLE = "evaluate"
+EVALUATION_FILE = "evaluation.json"
 DEFAULT_MIN_REWARD = 0.6
 
 
@@ -34,6 +36,9 @@ def main() -> int:
         f"trained for {metrics.get('epochs', '?')} epochs; mean reward {mean_reward:.3f}, "
         f"best action {best}",
     )
+    verdict = {"mean_reward": mean_reward, "min_reward": min_reward}
+    verdict["passed"] = mean_reward >= min_reward
+    (path.parent / EVALUATION_FILE).write_text(json.dumps(verdict) + "\n", encoding="utf-8")
     if mean_reward < min_reward:
         log(ROLE, f"FAIL: mean reward {mean_reward:.3f} is below min_reward {min_reward:.3f}")
         return 1

@@ -79,6 +79,14 @@ class BanditPolicy:
                 "expected_reward": self.expected_reward(),
             }
 
+    def load(self, logits: list[float], step: int) -> dict[str, Any]:
+        """Take a checkpoint's policy (the trainer resumes a run that was cut short)."""
+        if len(logits) != len(self.logits):
+            raise ValueError(f"checkpoint has {len(logits)} logits, the policy {len(self.logits)}")
+        with self.lock:
+            self.logits, self.step = list(logits), step
+            return {"step": self.step, "probs": self.probs()}
+
 
 class PolicyServer(ThreadingHTTPServer):
     """The HTTP server plus what its handlers share: the policy and an activity flag."""
@@ -138,6 +146,10 @@ class PolicyHandler(BaseHTTPRequestHandler):
                     f"expected reward {result['expected_reward']:.3f}",
                 )
                 self._reply(200, result)
+            elif self.path == "/load":
+                loaded = policy.load([float(v) for v in body["logits"]], int(body["step"]))
+                log(ROLE, f"loaded a checkpoint's policy at update {loaded['step']}")
+                self._reply(200, loaded)
             elif self.path == "/shutdown":
                 log(ROLE, f"shutdown requested after {policy.step} updates")
                 self._reply(200, {"status": "stopping"})

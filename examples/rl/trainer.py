@@ -5,16 +5,26 @@ reads ``hyperparameters.yaml`` from its working directory (``learning_rate``, ``
 ``rollouts_per_epoch``, ``evaluation_rollouts``), then per epoch pulls a batch of rollouts, computes the
 policy gradient with a mean-reward baseline and sends it back. Writes
 ``$RL_OUTPUT_DIR/metrics.json``, tells the server to shut down and exits 0.
+
+Run from Dagster, it reports the grpo asset's blocking check ``reward_learned`` (the final
+mean reward reached ``min_train_reward``) through Dagster Pipes: the evaluation stage starts
+only once it passed.
+
+With ``AIRO_CHECKPOINT_DIR`` (a checkpoint folder that outlives failures), it saves the
+policy after every epoch as ``step-<epoch>.json`` and, when the folder holds one, starts
+from the newest: the server takes its policy back and the epochs before it are not run again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from rl_common import METRICS_FILE, fail, load_hyperparameters, log, make_private_dir, output_dir
@@ -25,6 +35,7 @@ DEFAULTS = {
     "epochs": 5,
     "rollouts_per_epoch": 16,
     "evaluation_rollouts": 256,
+    "min_train_reward": 0.3,
 }
 DEFAULT_HEALTH_TIMEOUT_SECONDS = 60.0
 
@@ -74,6 +85,50 @@ def policy_gradient(rollouts: list[dict[str, Any]], probs: list[float]) -> list[
     return gradient
 
 
+def report_reward_check(mean_reward: float, min_reward: float) -> None:
+    """The blocking check of the grpo asset, reported through Dagster Pipes when Dagster
+    started the run (nothing to report otherwise)."""
+    if not os.environ.get("DAGSTER_PIPES_CONTEXT"):
+        return
+    try:
+        from dagster_pipes import open_dagster_pipes
+    except ImportError:
+        log(ROLE, "dagster-pipes is not installed: reward_learned is not reported (it fails)")
+        return
+    with open_dagster_pipes() as pipes:
+        pipes.report_asset_check(
+            "reward_learned",
+            passed=mean_reward >= min_reward,
+            metadata={"mean_reward": mean_reward, "min_train_reward": min_reward},
+        )
+
+
+def checkpoint_dir() -> Path | None:
+    folder = os.environ.get("AIRO_CHECKPOINT_DIR")
+    return Path(folder) if folder else None
+
+
+def newest_checkpoint(folder: Path | None) -> dict[str, Any] | None:
+    """The checkpoint of the highest epoch in ``folder`` (``step-<epoch>.json``), if any."""
+    if folder is None or not folder.is_dir():
+        return None
+    epochs = [p.name[len("step-") : -len(".json")] for p in folder.glob("step-*.json")]
+    found = max((int(e) for e in epochs if e.isdigit()), default=None)
+    if found is None:
+        return None
+    saved: dict[str, Any] = json.loads((folder / f"step-{found}.json").read_text(encoding="utf-8"))
+    return saved
+
+
+def save_checkpoint(folder: Path, epoch: int, probs: list[float], history: list[Any]) -> None:
+    # The policy's logits up to a constant (a softmax does not see it); written whole, then
+    # renamed into place: a rank killed mid-write leaves no half checkpoint.
+    logits = [math.log(max(p, 1e-300)) for p in probs]
+    partial = folder / f"step-{epoch}.json.tmp"
+    partial.write_text(json.dumps({"epoch": epoch, "logits": logits, "history": history}))
+    partial.replace(folder / f"step-{epoch}.json")
+
+
 def main() -> int:
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not addr or not port:
@@ -98,9 +153,18 @@ def main() -> int:
     wait_for_server(
         base_url, float(os.environ.get("RL_HEALTH_TIMEOUT_SECONDS", DEFAULT_HEALTH_TIMEOUT_SECONDS))
     )
-    history = []
+    history: list[dict[str, Any]] = []
+    first = 1
+    checkpoints = checkpoint_dir()
+    resumed = newest_checkpoint(checkpoints)
+    if resumed is not None:
+        call(base_url, "/load", {"logits": resumed["logits"], "step": resumed["epoch"]})
+        history, first = list(resumed["history"]), int(resumed["epoch"]) + 1
+        log(ROLE, f"resuming after epoch {resumed['epoch']} from {checkpoints}")
+    if checkpoints is not None:
+        make_private_dir(checkpoints)
     started = time.monotonic()
-    for epoch in range(1, epochs + 1):
+    for epoch in range(first, epochs + 1):
         batch_result = call(base_url, "/rollout", {"n": batch})
         rollouts = batch_result["rollouts"]
         mean_reward = sum(r["reward"] for r in rollouts) / len(rollouts)
@@ -124,6 +188,8 @@ def main() -> int:
             f"epoch {epoch}/{epochs}: mean reward {mean_reward:.3f}, "
             f"expected reward after update {update['expected_reward']:.3f}",
         )
+        if checkpoints is not None:
+            save_checkpoint(checkpoints, epoch, update["probs"], history)
 
     # Judge the trained policy on a larger batch than training used: less sampling noise.
     final = call(base_url, "/rollout", {"n": int(params["evaluation_rollouts"])})
@@ -148,6 +214,7 @@ def main() -> int:
         f"wrote {out / METRICS_FILE}",
     )
 
+    report_reward_check(metrics["mean_reward"], float(params["min_train_reward"]))
     try:
         call(base_url, "/shutdown", {})
     except (urllib.error.URLError, OSError) as exc:

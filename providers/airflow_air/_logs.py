@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from air_runtime import BudgetExceeded, RetriesStopped
 
 if TYPE_CHECKING:
-    from air_runtime import AirClient, AsyncAirClient, RunState
+    from air_runtime import AirClient, AsyncAirClient, FailurePolicy, RunState
 
 
 class TaskLog(Protocol):
@@ -122,13 +122,14 @@ def wait_logging(
     max_gpu_hours: float | None = None,
     on_stop: Callable[[], None] | None = None,
     on_update: Callable[[RunState], None] | None = None,
-    stop_deterministic_retries: bool = False,
+    failure_policy: FailurePolicy | None = None,
 ) -> RunState:
     """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
     change (then telling ``on_update``) and, with ``stream``, every node's lines as they come
     (``poll_interval`` None: the client's); past ``max_gpu_hours``, ``on_stop`` (which
     cancels the run: the streamer's last read waits for the run to end), then
-    ``BudgetExceeded``; the same with ``stop_deterministic_retries`` and ``RetriesStopped``."""
+    ``BudgetExceeded``; the same when ``failure_policy`` stops the platform's retries, then
+    ``RetriesStopped``. Each decision of the policy is logged as it is made."""
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     logger = StateLogger(log, run_id, task_key)
 
@@ -145,7 +146,8 @@ def wait_logging(
                 on_update=on_state,
                 task_key=task_key,
                 max_gpu_hours=max_gpu_hours,
-                stop_deterministic_retries=stop_deterministic_retries,
+                failure_policy=failure_policy,
+                on_retry=lambda decision: log.warning("%s", decision.line()),
             )
         except (BudgetExceeded, RetriesStopped):
             if on_stop is not None:
@@ -154,19 +156,27 @@ def wait_logging(
 
 
 def _stream_key(record: Any) -> str:
-    return f"{record.task_key}/{record.attempt}/{record.node_index}"
+    return str(record.stream)
 
 
 class LiveLines:
     """A deferred task's log of its run's node lines while the run runs (the shared
     watcher's ``on_lines``), stamped with the time each was printed. ``shown`` (per node
     stream, the newest time shown) travels in the trigger's event so that the copy at the
-    end adds only what was not shown."""
+    end adds only what was not shown; it starts from what an earlier trigger of the same
+    wait showed (``shown``), and ``on_shown`` hears it after each batch of lines logged."""
 
-    def __init__(self, log: TaskLog, run_id: int) -> None:
+    def __init__(
+        self,
+        log: TaskLog,
+        run_id: int,
+        shown: dict[str, int] | None = None,
+        on_shown: Callable[[dict[str, int]], None] | None = None,
+    ) -> None:
         self.log = log
         self.run_id = run_id
-        self.shown: dict[str, int] = {}
+        self.shown: dict[str, int] = dict(shown or {})
+        self.on_shown = on_shown
 
     def __call__(self, records: Any, passed_over: bool) -> None:
         if passed_over:
@@ -180,6 +190,8 @@ class LiveLines:
             _log_record(self.log, record, stamped=True)
             key = _stream_key(record)
             self.shown[key] = max(self.shown.get(key, 0), record.time_unix_nano)
+        if records and self.on_shown is not None:
+            self.on_shown(dict(self.shown))
 
 
 class _BoundedLogCopy:

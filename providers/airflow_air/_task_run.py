@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from air_runtime import (
     AirError,
     BudgetExceeded,
+    FailurePolicy,
+    MlflowLinkReader,
     RedactingLog,
     RetriesStopped,
     RunOutcome,
     Submission,
+    checkpoint_volume,
 )
 from airflow_air._deferral import (
     configuration_errors_fail_fast,
@@ -52,11 +55,12 @@ from airflow_air._secret_env import (
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import AirHook, completed_log_lines, submits_in_triggerer
 from airflow_air.links import (
+    CHECKPOINT_DIR_KEY,
+    CHECKPOINT_KEY,
     MLFLOW_URL_KEY,
     RUN_ID_KEY,
     RUN_PAGE_URL_KEY,
     LinkXComs,
-    MlflowLinkReader,
     outcome_xcoms,
     return_value,
 )
@@ -89,6 +93,38 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
             f"{task.task_id}: max_gpu_hours must be a positive number of GPU-hours, got {budget!r}"
         )
     return hours
+
+
+def failure_policy_of(task: AirRunOperator) -> FailurePolicy:
+    """The task's ``failure_policy`` (``stop_deterministic_retries`` setting its
+    deterministic action), checked: a bad class or action fails the try before submit."""
+    try:
+        return FailurePolicy.of(task.failure_policy, task.stop_deterministic_retries)
+    except (TypeError, ValueError) as error:
+        raise AirConfigurationError(f"{task.task_id}: {error}") from None
+
+
+def checkpoint_volume_of(task: BaseOperator) -> str | None:
+    """The task's ``checkpoint_volume`` (``""``: none), else its connection's; checked."""
+    volume = getattr(task, "checkpoint_volume", None)
+    if volume is None:
+        volume = AirHook(task.databricks_conn_id).checkpoint_volume()  # type: ignore[attr-defined]
+    if not volume:
+        return None
+    try:
+        return checkpoint_volume(volume)
+    except AirError as error:
+        raise AirConfigurationError(f"{task.task_id}: {error}") from None
+
+
+def checkpoint_code_version_of(task: BaseOperator, context: Context) -> str | None:
+    """The code version that names the task's checkpoint folders: the operator's
+    ``checkpoint_code_version`` (``""``: none, the folders outlive code changes), else the
+    version of its Dag (Airflow 3 makes a new one when the Dag's code changes)."""
+    version = getattr(task, "checkpoint_code_version", None)
+    if version is None:
+        version = getattr(context["ti"], "dag_version_id", None)
+    return str(version) if version else None
 
 
 class TaskRun:
@@ -128,7 +164,14 @@ class TaskRun:
 
     def open_submission(self) -> Submission:
         key = submission_key(self.context, self.submit_task_id)
-        self.submission = Submission(key, log=self.log, redact=self.redact)
+        volume = checkpoint_volume_of(self.task)
+        self.submission = Submission(
+            key,
+            log=self.log,
+            redact=self.redact,
+            checkpoint_volume=volume,
+            code_version=checkpoint_code_version_of(self.task, self.context) if volume else None,
+        )
         return self.submission
 
     def use_submission_of(
@@ -216,6 +259,18 @@ class AirTaskRun(TaskRun):
         task = self.task
         return bool(task.deferrable or not task.wait_for_termination)
 
+    def push_run_xcoms(self, run_id: int, run_page_url: str) -> None:
+        """The run's XComs and, with a checkpoint volume, where this task's checkpoints are
+        (``checkpoint_dir``, also in the log): the same folder for every try."""
+        super().push_run_xcoms(run_id, run_page_url)
+        submission = self.submission
+        # A stage's folder is its group's to tell (the submit task logs each).
+        folder = submission.checkpoint_dir() if submission and self.stage is None else None
+        if folder is None:
+            return
+        self.links.push(self.context["ti"], {CHECKPOINT_DIR_KEY: folder})
+        self.log.info("Checkpoints of this task: %s (AIRO_CHECKPOINT_DIR)", folder)
+
     def redactor(self, client: AirClient | None = None, *, check: bool = False) -> Redactor:
         """Every secret value this try may see (``_secret_env.try_redactor``), looked up on
         first use: a try about to submit checks its references (``check``); a resumed try
@@ -236,6 +291,7 @@ class AirTaskRun(TaskRun):
             AirHook(task.databricks_conn_id).get_client() as client,
         ):
             gpu_budget_of(task)  # refused before any request to the workspace
+            failure_policy_of(task)
             if self.stage is not None:
                 self._open(client)
                 record = self._stage_run(client)
@@ -418,7 +474,7 @@ class AirTaskRun(TaskRun):
                 max_gpu_hours=gpu_budget_of(self.task),
                 on_stop=lambda: notes.append(self._cancel_stopped_run(client, record)),
                 on_update=self._mlflow_link(client),
-                stop_deterministic_retries=self.task.stop_deterministic_retries,
+                failure_policy=failure_policy_of(self.task),
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             note = notes[0] if notes else self._cancel_stopped_run(client, record)
@@ -426,7 +482,7 @@ class AirTaskRun(TaskRun):
         return self._complete(self._outcome(client, state, record), client, state)
 
     def _mlflow_link(self, client: AirClient) -> Callable[[RunState], None]:
-        """The MLflow link as soon as the run has one (``links.MlflowLinkReader``), read on
+        """The MLflow link as soon as the run has one (``air_runtime.MlflowLinkReader``), read on
         the state changes this wait sees anyway; never fails the wait."""
         reader = MlflowLinkReader(self.stage)
         ti = self.context["ti"]
@@ -508,7 +564,7 @@ class AirTaskRun(TaskRun):
                 submission=submission,
                 stream_logs=task.stream_logs,
                 max_gpu_hours=gpu_budget_of(task),
-                stop_deterministic_retries=task.stop_deterministic_retries,
+                failure_policy=failure_policy_of(task).to_json(),
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -550,6 +606,8 @@ class AirTaskRun(TaskRun):
         task = self.task
         self.run_id = outcome.run_id
         result = self.push_outcome_xcoms(outcome)
+        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
+            self._show_newest_checkpoint(client)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
         if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
@@ -569,6 +627,32 @@ class AirTaskRun(TaskRun):
         if outcome.status in RunOutcome.STOPPED_STATUSES:  # a retry would spend again, for nothing
             raise AirflowFailException(outcome.message)
         raise AirflowException(outcome.message or f"waiting on run {outcome.run_id} failed")
+
+    def _show_newest_checkpoint(self, client: AirClient | None) -> None:
+        """Where the next run of this task resumes: the newest checkpoint in its folder, in
+        the log and as the ``checkpoint`` XCom (a stage's group tells its stages' folders).
+        Best effort; never fails the task."""
+        if self.stage is not None:
+            return
+        submission = self.submission or self.open_submission()
+        if submission.checkpoint_volume is None:
+            return
+        try:
+            if client is not None:
+                checkpoint = submission.newest_checkpoint(client)
+            else:
+                with AirHook(self.task.databricks_conn_id).get_client() as own:
+                    checkpoint = submission.newest_checkpoint(own)
+        except Exception as exc:
+            self.task.log.warning("Could not list this task's checkpoints: %s", exc)
+            return
+        if checkpoint is None:
+            self.task.log.info("No checkpoint in %s yet", submission.checkpoint_dir())
+            return
+        self.links.push(self.context["ti"], {CHECKPOINT_KEY: checkpoint.to_dict()})
+        self.task.log.info(
+            "Newest checkpoint of this task: %s (%s)", checkpoint.describe(), checkpoint.path
+        )
 
     def _submission_with_keys(self, run_id: int, run_page_url: str) -> Submission | None:
         """This try's submission of ``run_id`` with every scope its run's stages write secret

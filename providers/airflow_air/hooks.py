@@ -17,7 +17,7 @@ This module never builds payloads or talks HTTP itself: the core client does.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -147,6 +147,9 @@ class WorkspaceAccess:
     host: str | None
     credentials: Credentials
     source: str  # which connection fields were used, for messages (never a secret)
+    # Where the host was set (the connection's host field, or what the databricks-sdk read),
+    # for the fix of a host that cannot be reached.
+    host_source: str | None = None
 
 
 def _host_of(conn: Connection) -> str | None:
@@ -163,7 +166,21 @@ def _host_of(conn: Connection) -> str | None:
 
 def access_from_connection(conn: Connection) -> WorkspaceAccess:
     """Map a ``databricks`` connection to the core's credentials, in the order the
-    Databricks provider checks them, so both providers agree on what a connection means."""
+    Databricks provider checks them, so both providers agree on what a connection means.
+    Blocking (the databricks-sdk's configuration asks the host): from async code, in a
+    thread (``AirHook.aworkspace_access``)."""
+    access = _access_from_connection(conn)
+    if access.host_source is None:
+        host_source = (
+            f"the host field of Airflow connection {conn.conn_id!r}"
+            if _host_of(conn)
+            else getattr(access.credentials, "host_source", None)
+        )
+        access = replace(access, host_source=host_source)
+    return access
+
+
+def _access_from_connection(conn: Connection) -> WorkspaceAccess:
     from air_runtime import ConfigurationError, OAuthM2M, SdkConfigCredentials, StaticToken
 
     extra = conn.extra_dejson or {}
@@ -257,11 +274,21 @@ class AirHook(BaseHook):
                 "'databricks' connection with the workspace host and a token"
             ) from exc
 
+    def checkpoint_volume(self) -> str | None:
+        """The connection's ``checkpoint_volume`` extra (``/Volumes/<catalog>/<schema>/
+        <volume>``): where the tasks that use it keep their checkpoints; None when unset."""
+        value = (self._connection().extra_dejson or {}).get("checkpoint_volume")
+        return str(value) if value else None
+
     def workspace_access(self) -> WorkspaceAccess:
         return access_from_connection(self._connection())
 
     async def aworkspace_access(self) -> WorkspaceAccess:
-        return access_from_connection(await self._aconnection())
+        import asyncio
+
+        # In a thread: the databricks-sdk's configuration (profile, Azure and default-chain
+        # connections) probes the host, which must never hold the triggerer's event loop.
+        return await asyncio.to_thread(access_from_connection, await self._aconnection())
 
     def get_conn(self) -> AirClient:
         return self.get_client()
@@ -276,6 +303,7 @@ class AirHook(BaseHook):
             timeout=self.timeout,
             user_agent_extra=user_agent_extra(),
             poll_interval=default_poll_interval(),
+            host_source=access.host_source,
         )
 
     def _async_client(self, access: WorkspaceAccess) -> AsyncAirClient:
@@ -287,6 +315,7 @@ class AirHook(BaseHook):
             timeout=self.timeout,
             user_agent_extra=user_agent_extra(),
             poll_interval=default_poll_interval(),
+            host_source=access.host_source,
         )
 
     async def aget_client(self) -> AsyncAirClient:
@@ -306,6 +335,7 @@ class AirHook(BaseHook):
             budget_rps=request_budget(),
             lines=live_lines(),
             user_agent_extra=user_agent_extra(),
+            host_source=access.host_source,
         )
 
     def test_connection(self) -> tuple[bool, str]:

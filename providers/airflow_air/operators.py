@@ -87,12 +87,27 @@ class AirRunOperator(BaseOperator):
         the run passes it, the run is cancelled and the task fails saying so, without
         retries. Checked on the states the wait reads anyway (at most a poll late; no extra
         request), in the worker or in the triggerer.
-    :param stop_deterministic_retries: when an attempt of the run fails in a way retries
-        will not change (a deterministic diagnosis of its nodes' last lines: CUDA out of
-        memory, a missing command, ...) while the platform is about to retry it (the
-        workload's ``max_retries``), cancel the run and fail the task at once, without
-        Airflow retries, the diagnosis first in the message (default: the platform retries).
+    :param failure_policy: what an attempt that fails while the platform is about to retry
+        it (the workload's ``max_retries``) gets, by the class of its diagnosis
+        (``air_runtime.FailurePolicy``, or a mapping such as ``{"unknown": "orchestrator"}``):
+        ``platform`` lets the platform retry, ``stop`` cancels the run and fails the task
+        without Airflow retries, ``orchestrator`` cancels the run and fails the task so
+        that Airflow's retry takes over. Default: deterministic failures (CUDA out of
+        memory, a missing command or module, ...) stop, infrastructure and unknown ones are
+        retried by the platform. Each decision is the first line the task log shows of it.
         Reads the failed attempt's last lines (a few requests, only then).
+    :param checkpoint_volume: the Unity Catalog volume (``/Volumes/<catalog>/<schema>/
+        <volume>``) where the run's ranks keep checkpoints: each gets its task's folder in
+        ``AIRO_CHECKPOINT_DIR``, the same across the platform's retries and Airflow's
+        retries and clears of this task instance. Default: the connection's
+        ``checkpoint_volume`` extra; ``""``: none. A volume that is missing or not writable
+        fails the try before anything is submitted.
+    :param checkpoint_code_version: what names the code in the checkpoint folder: a new
+        value starts a new folder (another model's checkpoints would not load). Default:
+        the Dag's version, new whenever the Dag's code changes; ``""``: the folder outlives
+        code changes; any other text (templated, e.g. a model version): that.
+    :param stop_deterministic_retries: deprecated; sets ``failure_policy``'s deterministic
+        action (True: ``stop``, False: ``platform``).
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     ``pool_slots`` (Airflow's own argument) also takes ``"accelerators"``: the slots of
@@ -115,7 +130,13 @@ class AirRunOperator(BaseOperator):
     included. XComs ``run_id`` and ``run_page_url`` are pushed right after submit.
     """
 
-    template_fields: Sequence[str] = ("workload", "overrides", "secret_env", "secret_scope")
+    template_fields: Sequence[str] = (
+        "workload",
+        "overrides",
+        "secret_env",
+        "secret_scope",
+        "checkpoint_code_version",
+    )
     template_ext: Sequence[str] = WORKLOAD_EXTENSIONS
     template_fields_renderers = {"workload": "yaml", "overrides": "json", "secret_env": "json"}
     ui_color = "#ffe8d6"
@@ -136,7 +157,10 @@ class AirRunOperator(BaseOperator):
         finish_in_triggerer: bool = True,
         submit_in_triggerer: bool | None = None,
         max_gpu_hours: float | None = None,
-        stop_deterministic_retries: bool = False,
+        failure_policy: Any = None,
+        stop_deterministic_retries: bool | None = None,
+        checkpoint_volume: str | None = None,
+        checkpoint_code_version: str | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -168,7 +192,12 @@ class AirRunOperator(BaseOperator):
         self.finish_in_triggerer = finish_in_triggerer
         self.submit_in_triggerer = submit_in_triggerer  # None: [air] submit_in_triggerer
         self.max_gpu_hours = max_gpu_hours
+        # Resolved (and checked) when a try starts: the policy type lives in the core,
+        # which this module does not import.
+        self.failure_policy = failure_policy
         self.stop_deterministic_retries = stop_deterministic_retries
+        self.checkpoint_volume = checkpoint_volume
+        self.checkpoint_code_version = checkpoint_code_version
         if weigh:
             self._weigh_by_accelerators(required=pool_slots == ACCELERATORS)
         self.databricks_conn_id = databricks_conn_id

@@ -5,11 +5,13 @@ of its workspace (one per event loop), which refreshes all watched runs with a f
 requests within the ``[air] workspace_request_budget``. A triggerer holding thousands of
 deferred tasks therefore sends about as many requests as one holding ten.
 
-Cancellation. Airflow 3.3 calls ``on_kill()`` only when a user acted on the deferred task
-(mark failed / success, clear); a triggerer restart or a trigger moving to another triggerer
-only cancels the coroutine (and calls ``cleanup()``). So the remote run is cancelled in
-``on_kill()`` (when ``cancel_on_kill``) and in the trigger's own deadline handling
-(``execution_timeout``), never in ``cleanup()``: a restarted triggerer picks the wait up again.
+Cancellation. ``on_kill()`` cancels the remote run (when ``cancel_on_kill``), and so does the
+trigger's own deadline handling (``execution_timeout``), never ``cleanup()``: a triggerer
+restart only cancels the coroutine, and a restarted triggerer picks the wait up again. Airflow
+3.3 also calls ``on_kill()`` on a triggerer that comes back after missing its heartbeat, for
+each trigger another triggerer took over meanwhile (apache/airflow#73454, fixed in 3.4); so
+before 3.4 ``on_kill()`` cancels only when the task instance has left DEFERRED
+(``airflow_air._failover``).
 
 Finishing in the triggerer. When the operator allows it (``finish_in_triggerer``, see
 ``AirRunOperator``), a run that succeeded ends the task here: the trigger copies the nodes'
@@ -42,7 +44,16 @@ run has ended, the lines not shown yet (labelled with task, node and attempt, at
 completed_log_lines``) are copied: by the trigger when it finishes the task, else by the
 operator when it resumes (``AirRunOperator.execute_complete``, told what was shown by the
 event). A workflow stage's wait shows its lines at its end only. Every line is written from
-the trigger's own task, so it lands in that task instance's log and no other's.
+the trigger's own task, so it lands in that task instance's log and no other's. A trigger taken
+over by another triggerer (or a restarted one) starts after the lines already shown
+(``LINES_SHOWN_KEY``).
+
+Outages. A workspace that answered and stops answering (a restart, a dead load balancer) is
+waited out by the shared watcher: no wait ends in an error, one request asks for every trigger
+until it answers (``air_runtime.RunWatcher``), and each trigger's log says once that the
+workspace is unreachable since when and once that it is reachable again. A plan being
+submitted (``submit_in_triggerer``) is sent again once the workspace answers, with the same
+idempotency token, so it is the same run.
 
 Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
 finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
@@ -60,6 +71,7 @@ task resumes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import time
@@ -75,14 +87,25 @@ if TYPE_CHECKING:
     from air_runtime import (
         AsyncAirClient,
         Redactor,
+        RetryDecision,
         RunOutcome,
         RunState,
         RunWatcher,
         TrainingProgress,
+        WorkspaceNotice,
     )
     from airflow_air._logs import LiveLines
 
 _ON_KILL_TIMEOUT_S = 20.0
+# The node lines a trigger has shown (per stream, the newest line's time), kept while it waits
+# as an XCom of its task instance, so that a triggerer taking the wait over (a restart, a
+# failover) shows only newer lines. Not in the kwargs: they are fixed at deferral. Not read
+# back from the task log: each triggerer writes its own file on its own host (remote logging
+# uploads it only at the end), which another triggerer cannot read; XComs are in the metadata
+# database every triggerer reaches, and a new try starts without them. Written once a batch
+# is in the log, so a kill in between shows that one batch again at most; deleted when the
+# wait ends (the event carries ``shown_lines`` on).
+LINES_SHOWN_KEY = "air_lines_shown"
 
 
 def _under_in_process_runner() -> bool:
@@ -141,9 +164,10 @@ class AirRunTrigger(BaseTrigger):
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
     :param max_gpu_hours: the run's (the stage's) budget: once the watcher's states show it
         passed, the run is cancelled and the event's ``status`` is ``budget``.
-    :param stop_deterministic_retries: an attempt that failed for good while a retry follows
-        (``air_runtime.RetriesStopped``): the run is cancelled and the event's ``status`` is
-        ``retries_stopped``.
+    :param failure_policy: ``air_runtime.FailurePolicy.to_json()`` (None: the default). Each
+        decision on a failed attempt is logged; one that stops the platform's retries
+        (``air_runtime.RetriesStopped``) cancels the run, and the event's ``status`` is
+        ``retries_stopped`` (``failed`` when the orchestrator's retry takes over).
     """
 
     def __init__(
@@ -164,7 +188,7 @@ class AirRunTrigger(BaseTrigger):
         submission: dict[str, Any] | None = None,
         stream_logs: bool = True,
         max_gpu_hours: float | None = None,
-        stop_deterministic_retries: bool = False,
+        failure_policy: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         if run_id is None and not plan:
@@ -184,7 +208,7 @@ class AirRunTrigger(BaseTrigger):
         self.submission = dict(submission) if submission else None
         self.stream_logs = bool(stream_logs)
         self.max_gpu_hours = None if max_gpu_hours is None else float(max_gpu_hours)
-        self.stop_deterministic_retries = bool(stop_deterministic_retries)
+        self.failure_policy = dict(failure_policy) if failure_policy else None
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
@@ -194,6 +218,10 @@ class AirRunTrigger(BaseTrigger):
         self._links = LinkXComs()
         self._link_reads: set[asyncio.Future[None]] = set()  # MLflow link reads under way
         self._live: LiveLines | None = None  # the node lines shown while the run ran
+        self._shown_to_keep: dict[str, int] | None = None  # not yet in the LINES_SHOWN_KEY XCom
+        self._keeping: asyncio.Future[None] | None = None  # writing it
+        self._kept_lines_shown = False  # whether this trigger wrote it (or found one)
+        self._outage_told: float | None = None  # the outage the log told of (its start)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -214,7 +242,7 @@ class AirRunTrigger(BaseTrigger):
                 "submission": self.submission,
                 "stream_logs": self.stream_logs,
                 "max_gpu_hours": self.max_gpu_hours,
-                "stop_deterministic_retries": self.stop_deterministic_retries,
+                "failure_policy": self.failure_policy,
             },
         )
 
@@ -231,7 +259,14 @@ class AirRunTrigger(BaseTrigger):
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError, BudgetExceeded, RetriesStopped, RunOutcome, RunTimeout
+        from air_runtime import (
+            AirError,
+            BudgetExceeded,
+            FailurePolicy,
+            RetriesStopped,
+            RunOutcome,
+            RunTimeout,
+        )
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
         # with, so no first-poll delay; and no TaskSuccessEvent (the runner drops its XComs).
@@ -242,18 +277,26 @@ class AirRunTrigger(BaseTrigger):
             watcher = await self._hook().aget_watcher(interval=self.poll_interval)
             self._redact = await self._redactor(watcher.client)
             if not self.run_id:
-                await self._submit(watcher.client, inline)
+                await self._submit(watcher, inline)
             if not finish_here and not inline:
                 await _sleep_until(self.first_poll_at, self.deadline)
+            live = self._on_lines()
+            # No XComs from a trigger under dag.test(), nor from one run without a task.
+            if live is not None and not inline and self.task_instance is not None:
+                live.shown.update(await self._lines_shown_before())
+                live.on_shown = self._keep_lines_shown
             state = await watcher.wait(
                 self.run_id,
                 deadline=self.deadline,
                 on_update=self._on_update(None if inline else self._mlflow_link(watcher)),
                 task_key=self.task_key,
-                on_lines=self._on_lines(),
+                on_lines=live,
                 on_progress=self._on_progress(),
                 max_gpu_hours=self.max_gpu_hours,
-                stop_deterministic_retries=self.stop_deterministic_retries,
+                failure_policy=FailurePolicy.of(self.failure_policy),
+                on_retry=self._on_retry,
+                on_workspace=self._on_workspace,
+                lines_shown=live.shown if live is not None else None,
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -324,20 +367,114 @@ class AirRunTrigger(BaseTrigger):
             event["submission"] = self.submission
         if self._live is not None and self._live.shown:  # the worker copies only the rest
             event["shown_lines"] = self._live.shown
+        await self._forget_lines_shown()
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
         yield TriggerEvent(event)
 
-    async def _submit(self, client: AsyncAirClient, inline: bool) -> None:
+    async def _lines_shown_before(self) -> dict[str, int]:
+        """What an earlier trigger of this wait showed (``LINES_SHOWN_KEY``); empty for a
+        first trigger, or when it cannot be read (lines may then show twice, never fail)."""
+        from airflow.sdk.bases.xcom import BaseXCom
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import GetXCom, XComResult
+
+        ti = self.task_instance
+        if ti is None:
+            return {}
+        map_index = getattr(ti, "map_index", -1)
+        try:
+            found = await task_runner.SUPERVISOR_COMMS.asend(
+                GetXCom(
+                    key=LINES_SHOWN_KEY,
+                    dag_id=ti.dag_id,
+                    task_id=ti.task_id,
+                    run_id=ti.run_id,
+                    map_index=map_index if map_index is not None else -1,
+                )
+            )
+            value = (
+                BaseXCom.deserialize_value(found)
+                if isinstance(found, XComResult) and found.value is not None
+                else None
+            )
+        except Exception as exc:
+            self.log.info("Could not read which lines were shown: %s", self.redact(f"{exc!r}"))
+            return {}
+        if not isinstance(value, dict) or value.get("run_id") != self.run_id:
+            return {}
+        self._kept_lines_shown = True
+        streams = value.get("streams") or {}
+        return {str(k): int(v) for k, v in streams.items() if isinstance(v, int)}
+
+    def _keep_lines_shown(self, shown: dict[str, int]) -> None:
+        """After a batch of lines is in the log: write ``shown`` as ``LINES_SHOWN_KEY``, one
+        write at a time, the newest batch's winning."""
+        self._shown_to_keep = shown
+        if self._keeping is None or self._keeping.done():
+            self._keeping = asyncio.ensure_future(self._write_lines_shown())
+
+    async def _write_lines_shown(self) -> None:
+        while self._shown_to_keep is not None:
+            streams, self._shown_to_keep = self._shown_to_keep, None
+            try:
+                await self._push_xcoms(
+                    {LINES_SHOWN_KEY: {"run_id": self.run_id, "streams": streams}}
+                )
+            except Exception as exc:  # a takeover may then show some lines again
+                self.log.info(
+                    "Could not keep which lines were shown (a takeover may show them again): %s",
+                    self.redact(f"{exc!r}"),
+                )
+                if self._live is not None:
+                    self._live.on_shown = None  # once: not one line per batch
+                return
+            self._kept_lines_shown = True
+
+    async def _forget_lines_shown(self) -> None:
+        """The wait is over: no takeover will need ``LINES_SHOWN_KEY`` (and the task's XComs
+        stay those of a task that never deferred)."""
+        self._shown_to_keep = None
+        if self._keeping is not None:
+            with contextlib.suppress(Exception):
+                await self._keeping
+        if not self._kept_lines_shown or self.task_instance is None:
+            return
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import DeleteXCom
+
+        ti = self.task_instance
+        map_index = getattr(ti, "map_index", -1)
+        try:
+            await task_runner.SUPERVISOR_COMMS.asend(
+                DeleteXCom(
+                    key=LINES_SHOWN_KEY,
+                    dag_id=ti.dag_id,
+                    task_id=ti.task_id,
+                    run_id=ti.run_id,
+                    map_index=map_index if map_index is not None else -1,
+                )
+            )
+        except Exception as exc:
+            self.log.info("Could not delete the %s XCom: %s", LINES_SHOWN_KEY, exc)
+        self._kept_lines_shown = False
+
+    async def _submit(self, watcher: RunWatcher, inline: bool) -> None:
         """Submit the plan (shielded: a kill meanwhile waits for the run to cancel it), then
         write the run's XComs as a worker does after its submit (under the in-process runner
-        the resumed task writes them)."""
+        the resumed task writes them). A workspace that does not answer is waited out and
+        the plan sent again: its idempotency token makes the same run of every send."""
         from air_runtime import SubmissionPlan
 
         assert self.plan is not None
         if self._submitting is None:
+            plan = SubmissionPlan.from_json(self.plan)
             self._submitting = asyncio.ensure_future(
-                client.submit(SubmissionPlan.from_json(self.plan))
+                watcher.through_outages(
+                    lambda: watcher.client.submit(plan),
+                    on_workspace=self._on_workspace,
+                    deadline=self.deadline,
+                )
             )
         submitted = await asyncio.shield(self._submitting)
         self.run_id, self.run_page_url = submitted.run_id, submitted.run_page_url
@@ -396,6 +533,7 @@ class AirRunTrigger(BaseTrigger):
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
         log.info("%s", outcome.summary())
+        await self._forget_lines_shown()
         return TaskSuccessEvent()
 
     async def _push_xcoms(self, xcoms: Mapping[str, Any]) -> None:
@@ -441,11 +579,27 @@ class AirRunTrigger(BaseTrigger):
 
         return on_update
 
+    def _on_retry(self, decision: RetryDecision) -> None:
+        """What the failure policy made of a failed attempt, as the task log's line."""
+        self.log.warning("%s", self.redact(decision.line()))
+
+    def _on_workspace(self, notice: WorkspaceNotice) -> None:
+        """The workspace stopped answering, or answers again: once each per outage in the
+        task's log (the submit's wait and the run's may both hear one outage)."""
+        if not notice.reachable:
+            if self._outage_told != notice.since:
+                self._outage_told = notice.since
+                self.log.warning("%s", self.redact(notice.message))
+        elif self._outage_told is not None:
+            self._outage_told = None
+            self.log.info("%s", self.redact(notice.message))
+
     def _mlflow_link(self, watcher: RunWatcher) -> Callable[[RunState], None]:
-        """The MLflow link as soon as the run has one (``links.MlflowLinkReader``): its XCom
+        """The MLflow link as soon as the run has one (``air_runtime.MlflowLinkReader``): its XCom
         written from here, with no worker, each read within the shared watcher's request
         budget. Not under the in-process runner (no XCom writes from a trigger there)."""
-        from airflow_air.links import MLFLOW_URL_KEY, MlflowLinkReader
+        from air_runtime import MlflowLinkReader
+        from airflow_air.links import MLFLOW_URL_KEY
 
         reader = MlflowLinkReader(self.task_key)
 
@@ -527,6 +681,20 @@ class AirRunTrigger(BaseTrigger):
         """The user killed the deferred task (mark failed/success, clear): cancel the run
         (one still being submitted once the submit has answered)."""
         if not self.cancel_on_kill:
+            return
+        from airflow_air._failover import KillVerdict, read_kill_verdict
+
+        verdict = await read_kill_verdict(self.task_instance)
+        if verdict is not KillVerdict.KILLED:
+            self.log.warning(
+                "Run %s keeps running: %s",
+                self.run_id or "(being submitted)",
+                "the task is still deferred, so another triggerer took this trigger over "
+                "(apache/airflow#73454)"
+                if verdict is KillVerdict.MOVED
+                else "could not tell whether the task was killed or its trigger moved to "
+                "another triggerer; if the task was killed, cancel the run with `airo cancel`",
+            )
             return
         if not self.run_id and self._submitting is not None:
             try:

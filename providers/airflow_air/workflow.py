@@ -217,6 +217,8 @@ class AirWorkflowSubmitOperator(BaseOperator):
                     workload=stage.load_workload(rendered["workload"], rendered["overrides"]),
                     depends_on=depends_on,
                     run_if=run_if,
+                    # Its ranks' AIRO_TASK: the stage's own task, not the group's submit.
+                    orchestrator_task=stage.task_id,
                 ),
             )
             for stage, rendered, task_key, depends_on, run_if in planned
@@ -234,6 +236,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
 
     def _submit_run(self, context: Context, run: TaskRun) -> dict[str, Any]:
         from airflow_air._deferral import configuration_errors_fail_fast
+        from airflow_air._generations import clear_generation
         from airflow_air.hooks import AirHook
 
         group = self.workflow_group()
@@ -258,11 +261,19 @@ class AirWorkflowSubmitOperator(BaseOperator):
             # One submission for the run the stages share; each stage's values under keys
             # of its own (``stage``), in the scope that stage names.
             submission = run.open_submission()
+            # Clearing this task asks for every stage again: new checkpoint folders. The
+            # stages' own clears and repairs keep them (they read this epoch back).
+            submission.checkpoint_epoch = str(clear_generation(context, self))
+            context["ti"].xcom_push(key=CHECKPOINT_EPOCH_KEY, value=submission.checkpoint_epoch)
             record = run.own(
                 client,
                 lambda: stages_with_secrets(client, context, submission, planned),
                 run_name=group.run_name or group.group_id,
             )
+            for _, _, stage in planned:
+                folder = submission.checkpoint_dir(stage)
+                if folder is not None:
+                    self.log.info("Checkpoints of stage %s: %s", stage.task_key, folder)
             # When this run was made, on Airflow's clock: a stage try that was cleared (or
             # retried) after it re-runs its stage (``StageRerun``).
             context["ti"].xcom_push(key=SUBMITTED_AT_KEY, value=_now_ms())
@@ -318,6 +329,8 @@ def stages_with_secrets(
 # --- re-running stages ---------------------------------------------------------------------
 
 SUBMITTED_AT_KEY = "air_submitted_at"  # the submit task's: when it made its run (Airflow's clock)
+# The submit task's: its clear generation, which names its stages' checkpoint folders.
+CHECKPOINT_EPOCH_KEY = "air_checkpoint_epoch"
 RERUN_KEY = "air_rerun"  # a stage's: the stages it re-ran, where and when (``Rerun``)
 # Task-instance states that end a try; a stage in any other state is waiting to run again.
 _ENDED_TI_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -589,6 +602,11 @@ class StageRerun:
         own = TaskRun(self.task, self.attempt.context)
         own.log = self.attempt.log
         submission = own.open_submission()
+        # The stages' folders of the run before: the epoch its submit task named them by.
+        epoch = self.attempt.context["ti"].xcom_pull(
+            task_ids=self.submit.task_id, key=CHECKPOINT_EPOCH_KEY
+        )
+        submission.checkpoint_epoch = None if epoch is None else str(epoch)
         found = own.own(
             self.client,
             lambda: stages_with_secrets(self.client, self.attempt.context, submission, planned),

@@ -1,5 +1,6 @@
 """A deferred task's log shows its run's node lines while the run runs ([air] live_lines),
-each line once: the copy at the end adds only what was not shown."""
+each line once: the copy at the end (the resumed worker's, told by the trigger's event what
+was shown) adds only what was not shown."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def _held_run(workspace, release: Path) -> int:
 def test_a_deferred_task_shows_node_lines_while_its_run_runs(
     workspace, task_log, monkeypatch, tmp_path
 ):
+    from airflow_air._logs import copy_run_logs
     from airflow_air.triggers import AirRunTrigger
 
     monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
@@ -60,9 +62,30 @@ def test_a_deferred_task_shows_node_lines_while_its_run_runs(
     assert payload["status"] == "success", payload
     # The worker that resumes is told what was shown, per node stream.
     assert set(payload["shown_lines"]) == {"live_lines/0/0", "live_lines/0/1"}, payload
-    log = _text(task_log)
+    live = _text(task_log)
     for node in (0, 1):
-        assert log.count(f"rank {node} first") == 1, log
+        assert live.count(f"rank {node} first") == 1, live
+    # The copy the resumed worker makes (AirRunOperator.execute_complete) with what the event
+    # says was shown: together, every line of every node once.
+    copied = _Lines()
+    with AirClient(workspace.host, workspace.token) as client:
+        copy_run_logs(client, run_id, copied, max_lines=1000, shown=payload["shown_lines"])
+    both = live + "\n" + "\n".join(copied.lines)
+    for node in (0, 1):
+        for line in (f"rank {node} first", f"rank {node} last"):
+            assert both.count(line) == 1, both
+
+
+class _Lines:
+    """A task log that keeps its lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, event: str, *args: object) -> None:
+        self.lines.append(event % args)
+
+    warning = info
 
 
 def _text(task_log) -> str:
@@ -161,3 +184,41 @@ def test_a_deferred_task_logs_its_run_s_training_progress(
 
     assert asyncio.run(scenario())["status"] == "success"
     assert _text(task_log).count("training 10%") == 1  # logged when it changes, once
+
+
+def test_a_65_s_trial_shows_its_progress_at_least_twice_with_the_defaults(workspace, task_log):
+    """The defaults ([air] live_lines_interval 15 s, live_progress_interval 60 s): progress is
+    read as soon as the run runs, at every line read of its first minute, then every minute,
+    and shown from the first logged epoch (the CLI's step-10 rule is `airo get`'s), so a trial
+    of 12 epochs of 5 s shows it more than once. Counted in the task log, not timed."""
+    pytest.importorskip("mlflow")
+    from airflow_air.triggers import AirRunTrigger
+    from mlflow_ranks import epochs_command
+
+    workload = load_workload(
+        {
+            "experiment_name": "trial_progress",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": epochs_command(),
+        }
+    )
+    with AirClient(workspace.host, workspace.token) as client:
+        run_id = client.submit_workload(workload).run_id
+    trigger = AirRunTrigger(run_id, cancel_on_kill=False)
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        event = await anext(events)
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(scenario())["status"] == "success"
+    log = _text(task_log)
+    shown = [line for line in log.splitlines() if f"Run {run_id}: training " in line]
+    assert len(shown) >= 2, log
+    # From the first logged epochs: a percentage the CLI's rule (step 10 = epoch 10 of 12,
+    # 83%) withholds.
+    percents = [int(line.split("training ")[1].split("%")[0]) for line in shown]
+    assert min(percents) < 83, shown
+    assert percents == sorted(percents) and len(set(percents)) == len(percents), shown

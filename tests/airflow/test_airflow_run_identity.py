@@ -12,6 +12,7 @@ from airflow_runs import load_test_dag, task_states
 from sqlalchemy import select
 
 from air_runtime import AirClient
+from air_runtime._submission import short_run
 from air_runtime.cli import main as airo
 
 DAG_ID = "air_test_run_identity"
@@ -45,7 +46,10 @@ def test_a_mapped_trial_names_its_run_and_tells_its_ranks(
     assert sorted(runs) == [0, 1]
     with AirClient(workspace.host, workspace.token) as client:
         for index, run_id in runs.items():
-            assert client.get_run(run_id).run_name == f"identity_sweep--{DAG_ID}--trial--{index}"
+            night = short_run(dag_run.run_id)  # each Dag run names its runs apart
+            assert client.get_run(run_id).run_name == (
+                f"identity_sweep--{DAG_ID}--{night}--trial--{index}"
+            )
     for index in (0, 1):
         env = _env(tmp_path / f"env_{index}")
         assert env["AIRO_ORCHESTRATOR"] == "airflow"
@@ -61,7 +65,8 @@ def test_a_mapped_trial_names_its_run_and_tells_its_ranks(
     monkeypatch.setenv("DATABRICKS_TOKEN", workspace.token)
     capsys.readouterr()
     assert airo(["get", str(runs[1])]) == 0
-    assert f"Run name:      identity_sweep--{DAG_ID}--trial--1" in capsys.readouterr().out
+    night = short_run(dag_run.run_id)
+    assert f"Run name:      identity_sweep--{DAG_ID}--{night}--trial--1" in capsys.readouterr().out
     assert airo(["list", "--all-status", "--json", "--filter", "name=*--trial--1"]) == 0
     listed = json.loads(capsys.readouterr().out)["runs"]
     assert [int(r["run_id"]) for r in listed] == [runs[1]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -128,14 +129,30 @@ def test_no_credentials_fails_before_the_sdk_chain(tmp_path: Path):
     assert "no workspace credentials: looked for" in done.stderr
 
 
+def _seconds(text: str) -> int:
+    """``1h02m03s``, ``2m05s`` or ``7s`` in seconds."""
+    parts = re.findall(r"(\d+)([hms])", text)
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in parts)
+
+
 def test_get_list_cancel_and_task_run_ids(workspace_factory, tmp_path: Path, capsys):
     ws = workspace_factory()
     auth = _auth(ws, tmp_path)
     release = tmp_path / "release"
     assert airo(["run", str(_job(tmp_path, "done", "echo done")), "--wait", *auth]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     done_id = int(out.split()[1].rstrip(":"))
     assert f"run {done_id} succeeded in " in out and " GPU-hours" in out
+    # The end counts on the clock of the state lines ("(2s)"), and says how long it ran.
+    waited = [
+        _seconds(line.rsplit("(", 1)[1].rstrip(")"))
+        for line in captured.err.splitlines()
+        if line.startswith(f"run {done_id}: ")
+    ]
+    ended = re.search(rf"run {done_id} succeeded in (\S+) \(ran (\d+\.\d)s\)", out)
+    assert waited and ended, (captured.err, out)
+    assert _seconds(ended[1]) >= max(waited), (captured.err, out)
     assert (
         airo(
             [

@@ -74,12 +74,43 @@ def test_cancel_takes_several_ids(workspace_factory, tmp_path: Path, capsys):
         for run_id in ids:
             assert client.wait(run_id, poll_interval=0.1).result_state == "CANCELED"
 
-    # A task-run id among them cancels nothing and says which run it belongs to.
-    with AirClient(ws.host, ws.token) as client:
-        task_run = client.get_run(done).tasks[0].run_id
-    assert airo(["cancel", str(ids[0]), str(task_run), *auth]) == 2
-    assert f"{task_run} is task `done` of run {done}" in capsys.readouterr().err
     assert airo(["cancel", *auth]) == 2  # neither ids nor --all
+
+
+def test_cancel_cancels_every_good_id_and_names_each_bad_one(
+    workspace_factory, tmp_path: Path, capsys
+):
+    """Best effort, as cancel.go: a bad id among good ones cancels the good ones, names the
+    bad ones, and exits non-zero (a script cancelling a sweep leaves nothing burning)."""
+    ws = workspace_factory()
+    auth = _auth(ws, tmp_path)
+    release = tmp_path / "never"
+    wait = f"while [ ! -e {release} ]; do sleep 0.05; done"
+    good = [_submit(tmp_path, auth, capsys, f"hold-{i}", wait) for i in range(2)]
+    done = _submit(tmp_path, auth, capsys, "done", "echo done")
+    for run_id in good:
+        wait_for_state(ws.host, ws.token, run_id, "RUNNING")
+    with AirClient(ws.host, ws.token) as client:
+        assert client.wait(done, poll_interval=0.1).is_success
+        task_run = client.get_run(done).tasks[0].run_id
+    missing = 987654321
+
+    args = [str(good[0]), str(missing), str(task_run), str(good[1])]
+    assert airo(["cancel", *args, *auth]) == 4  # a missing run is not a usage error
+    out, err = capsys.readouterr()
+    for run_id in good:
+        assert f"cancellation of run {run_id} requested" in out
+    assert f"run {missing} could not be cancelled: Run {missing} does not exist" in err
+    assert f"{task_run} is task `done` of run {done}" in err
+    assert f"airo cancel {done}" in err
+    assert "2 run(s) could not be cancelled" in err
+    with AirClient(ws.host, ws.token) as client:
+        for run_id in good:
+            assert client.wait(run_id, poll_interval=0.1).result_state == "CANCELED"
+
+    assert airo(["cancel", str(missing), "--json", *auth]) == 4
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["cancelled"] == [] and answer["failed"][0]["run_id"] == str(missing)
 
 
 # Two nodes, two tries: the first try fails on node 1, the retry succeeds.

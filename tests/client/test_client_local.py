@@ -201,6 +201,20 @@ def test_wrong_oauth_secret_names_the_client_not_the_secret(workspace_factory):
     assert "sp-1" in str(caught.value) and "not-the-secret" not in str(caught.value)
 
 
+def test_token_service_down_is_an_outage_not_refused_credentials(workspace_factory):
+    """A 503 from the token endpoint across a renewal is retryable (a waiter waits it out),
+    never the AuthError that refused credentials are."""
+    ws = workspace_factory(oauth_clients={"sp-1": "sp-secret"})
+    ws.admin.set_faults({"oidc/v1/token": {"rate_5xx": 1.0, "status_5xx": 503}})
+    credentials = OAuthM2M(ws.host, "sp-1", "sp-secret")
+    with pytest.raises(PlatformError) as caught:
+        credentials.headers()
+    assert not isinstance(caught.value, AuthError) and caught.value.retryable
+    assert caught.value.status_code == 503 and "sp-1" in str(caught.value)
+    ws.admin.set_faults({})
+    assert credentials.headers()["Authorization"].startswith("Bearer ")
+
+
 def test_revoked_token_fails_at_once_naming_the_host(workspace_factory):
     ws = workspace_factory(token=["admin-token", "user-token"])
     ws.admin.revoke_token("user-token")

@@ -61,7 +61,7 @@ def test_the_headline_names_cause_node_task_retry_and_advice() -> None:
     )
     assert found is not None
     assert found.headline() == (
-        "CUDA out of memory on node 1 (task train, retry 3 of 3): reduce the batch size or "
+        "CUDA out of memory on node 1 (deterministic, task train, retry 3 of 3): reduce the batch size or "
         "use more accelerators; retries will not help"
     )
     assert found.line == OOM
@@ -100,7 +100,7 @@ def test_exit_codes_and_termination_reasons() -> None:
     reason = diagnose({}, termination=Termination.from_api(body))
     assert reason is not None
     assert reason.headline() == (
-        "invalid run configuration (CLIENT_ERROR): The image main.ml.trainer:2 does not exist.; "
+        "invalid run configuration (CLIENT_ERROR) (deterministic): The image main.ml.trainer:2 does not exist.; "
         "retries will not help"
     )
     restated = {
@@ -133,7 +133,7 @@ def _auth(ws, tmp_path: Path) -> list[str]:
 
 
 EXPECTED = (
-    "CUDA out of memory on node 1 (task oom-train, retry 1 of 1): reduce the batch size or use "
+    "CUDA out of memory on node 1 (deterministic, task oom-train, retry 1 of 1): reduce the batch size or use "
     "more accelerators; retries will not help"
 )
 
@@ -178,6 +178,7 @@ def test_an_oom_rank_is_named_first_everywhere(workspace_factory, tmp_path: Path
         {
             "task_key": "oom-train",
             "task_run_id": str(task_run),
+            "experiment_name": "oom-train",
             "status": "FAILED",
             "attempt_number": 1,
             "max_retries": 1,
@@ -199,3 +200,61 @@ def test_an_oom_rank_is_named_first_everywhere(workspace_factory, tmp_path: Path
         f"{ws.host}/jobs/runs/{run_id}", headers={"Authorization": f"Bearer {ws.token}"}
     ).text
     assert f"Run {run_id} failed: {EXPECTED}" in page
+
+
+@pytest.mark.parametrize(
+    ("lines", "state_message", "cause", "failure_class"),
+    [
+        ([OOM], "", "CUDA out of memory", "deterministic"),
+        (
+            ["ModuleNotFoundError: No module named 'transformerz'"],
+            "",
+            "Python import",
+            "deterministic",
+        ),
+        (["  SyntaxError: invalid syntax"], "", "Python syntax error", "deterministic"),
+        (
+            ["train.py: error: unrecognized arguments: --lr"],
+            "",
+            "bad command-line",
+            "deterministic",
+        ),
+        (["Watchdog caught collective operation timeout"], "", "NCCL collective", "infrastructure"),
+        (
+            ["NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off"],
+            "",
+            "GPU hardware",
+            "infrastructure",
+        ),
+        (["Fatal Python error: Segmentation fault"], "", "segmentation fault", "unknown"),
+        # The platform's word that a node was lost is the cause, whatever the others logged.
+        (
+            ["Watchdog caught collective operation timeout"],
+            "Node 3 was lost: its host stopped answering",
+            "node lost",
+            "infrastructure",
+        ),
+        (
+            [],
+            "The instance was preempted by the cloud provider",
+            "node preempted",
+            "infrastructure",
+        ),
+    ],
+)
+def test_every_diagnosis_has_a_failure_class(
+    lines: list[str], state_message: str, cause: str, failure_class: str
+) -> None:
+    found = diagnose({0: lines}, failed_node=0, state_message=state_message)
+    assert found is not None and found.cause.startswith(cause), found
+    assert found.failure_class.value == failure_class
+    assert found.to_dict()["failure_class"] == failure_class
+    assert found.headline().split(": ")[0].endswith(f"({failure_class})") or (
+        f"({failure_class}" in found.headline()
+    )
+
+
+def test_a_lost_node_is_named_from_the_platform_message() -> None:
+    found = diagnose({0: ["step 73"]}, failed_node=0, state_message="Node 1 was lost")
+    assert found is not None and found.node == 1
+    assert found.headline().startswith("node lost on node 1 (infrastructure): ")

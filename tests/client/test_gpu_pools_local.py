@@ -168,5 +168,5 @@ def test_a_full_pool_makes_runs_wait_for_capacity(workspace_factory, tmp_path: P
         # More than the whole pool is refused before anything runs.
         problems = client.preflight(_pooled("too-big", 8, second))
     assert [(p.path, p.hint) for p in problems] == [
-        ("deployments[0].compute.accelerator_count", "workspace validation code OUT_OF_RANGE")
+        ("compute.num_accelerators", "choose a value within the range the message gives")
     ]

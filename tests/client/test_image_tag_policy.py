@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from air_runtime import AirClient, AsyncAirClient, build_plan, load_workload
+from air_runtime import AirClient, AsyncAirClient, FailurePolicy, build_plan, load_workload
 from air_runtime._errors import ConfigurationError
 from air_runtime.client import _images as images_module
 
@@ -80,7 +80,9 @@ def test_latest_registration_is_available_before_the_submit(local_workspace, rec
     workload = _workload("order", {"url": "acme/trainer:nightly", "tag_policy": "latest"})
     with AirClient(ws.host, ws.token, transport=recorder) as client:
         run = client.submit_workload(workload)  # never registered before: latest registers it
-        state = client.wait(run.run_id, poll_interval=0.1)
+        # The order of requests is the point: the platform's retries run as they come.
+        policy = FailurePolicy.platform_only()
+        state = client.wait(run.run_id, poll_interval=0.1, failure_policy=policy)
     assert state.life_cycle_state == "TERMINATED"
     (register,) = [
         e for e in recorder.exchanges if e.method == "POST" and e.path.endswith("/images")

@@ -81,11 +81,17 @@ def test_a_workload_for_todays_cli_from_validation_to_pool_usage(tmp_path: Path)
         dry = _airo("run", str(refused), "--dry-run", *auth)
         assert dry.returncode == 1  # ...but the workspace refuses two fields: both listed
         assert "config validation failed:" in dry.stderr
+        # In the workload's names, at their lines, each with a fix (the service's answer
+        # names its wire: deployments[0].compute.accelerator_count, provisioned_capacity_id).
         assert (
-            "deployments[0].compute.accelerator_count: accelerator_count must be at most "
-            "1024, but was 1032."
-        ) in dry.stderr
-        assert "deployments[0].compute.provisioned_capacity_id:" in dry.stderr
+            "compute.num_accelerators (line 4:21): compute.num_accelerators must be at most "
+            "1024, but was 1032. Fix: choose a value within the range the message gives"
+        ) in dry.stderr, dry.stderr
+        assert (
+            "compute.pool_id (line 5:12): compute.pool_id 'pool-h100' is not a GPU pool of "
+            "this workspace. Fix: name one of this workspace's GPU pools (`airo pools list`)"
+        ) in dry.stderr, dry.stderr
+        assert "provisioned_capacity_id" not in dry.stderr and "validation code" not in dry.stderr
         assert _json("list", "--all-status", *auth) == {"runs": []}  # nothing submitted
 
         assert _json("pools", "get", "pool-a10", *auth)["idle_accelerators"] == 4

@@ -97,9 +97,7 @@ def test_an_async_follower_reads_the_end_at_once_when_the_caller_saw_it(
             async with AsyncAirClient(ws.host, ws.token) as aclient:
 
                 async def follow() -> None:
-                    async for record in aclient.iter_run_logs(
-                        run.run_id, follow=True, until=ended
-                    ):
+                    async for record in aclient.iter_run_logs(run.run_id, follow=True, until=ended):
                         read.append(record.body)
                         read_once.set()
 

@@ -76,6 +76,23 @@ def test_never_100_percent_while_running():
     assert progress is not None and progress.percent_complete == 99
 
 
+def test_live_progress_starts_from_the_first_logged_step():
+    # What a waiter logs: no step-10 wait; one point gives the percentage alone, two the
+    # time left (epoch 2 of 12 at step 2, one epoch in 5 s: 10 left -> 50 s).
+    params = {"num_train_epochs": "12"}
+    one, two = _point(0, 1, 1.0), _point(5_000, 2, 2.0)
+    assert compute_progress(params, [one]) is None  # the CLI's rules (airo get)
+    assert compute_progress(params, [one, two]) is None  # before step 10
+    assert compute_progress(params, [one], live=True) == TrainingProgress(8, None)
+    assert compute_progress(params, [one], live=True).detailed() == (
+        "8% · time left after the next logged step"
+    )
+    assert compute_progress(params, [one], live=True).compact() == "8%"
+    assert compute_progress(params, [one, two], live=True) == TrainingProgress(17, 50)
+    assert compute_progress({}, [one, two], live=True) is None  # still no total, no estimate
+    assert compute_progress(params, [_point(0, 12, 12.0)], live=True) is None  # at the total
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "<1m"), (20, "<1m"), (30, "1m"), (80, "1m"), (125, "2m"), (3600, "1h"), (8100, "2h 15m")],
@@ -145,6 +162,11 @@ def test_airo_get_and_list_show_the_progress_a_rank_logs(workspace_factory, tmp_
         ended = client.wait(run_id, poll_interval=0.1)
         assert ended.is_success, ended.describe()
         assert client.training_progress(ended) is None  # an ended run shows none
+        # The rank's MLflow client found its credentials through the SDK's default auth:
+        # no "Failed to create databricks SDK workspace client ... legacy authentication".
+        lines = [record.body for record in client.read_logs(run_id)]
+        assert "logged progress" in lines
+        assert not [line for line in lines if "WARNING" in line or "legacy auth" in line]
     assert airo(["get", str(run_id), "--json", *auth]) == 0
     assert json.loads(capsys.readouterr().out)["est_percent_complete"] is None
 

@@ -104,13 +104,14 @@ def test_dry_run_reports_every_field_the_service_refuses(workspace_factory, reco
     with AirClient(ws.host, ws.token, transport=recorder) as client:
         problems = client.preflight(too_many)
         assert client.preflight(_workload("fine", "echo hi")) == []
+    # In the workload's names (the service's: deployments[0].compute.accelerator_count).
     assert [(p.path, p.message) for p in problems] == [
         (
-            "deployments[0].compute.accelerator_count",
-            "accelerator_count must be at most 1024, but was 1032.",
+            "compute.num_accelerators",
+            "compute.num_accelerators must be at most 1024, but was 1032.",
         )
     ]
-    assert problems[0].hint == "workspace validation code OUT_OF_RANGE"
+    assert problems[0].hint == "choose a value within the range the message gives"
     # Only the identity and the check: nothing uploaded, nothing submitted.
     assert {e.path for e in recorder.exchanges} == {
         "/api/2.0/preview/scim/v2/Me",
@@ -286,3 +287,58 @@ async def test_cancel_all_active_in_the_async_client(workspace_factory, tmp_path
     assert sorted(result.cancelled) == sorted(r.run_id for r in runs) and result.failed == ()
     assert [s.result_state for s in ended] == ["CANCELED", "CANCELED"]
     assert missing.cancelled == () and "999 does not exist" in missing.failed[0][1]
+
+
+def test_the_service_s_field_errors_are_named_after_the_workload_s_fields():
+    from air_runtime.client._refusals import field_problems
+
+    # acceptance/air/run-backend-error/test.toml's answer, a pool and an image refusal, and a
+    # path no table knows (kept as the service sent it).
+    answer = {
+        "errors": [
+            {
+                "path": "deployments[0].compute.accelerator_count",
+                "message": "accelerator_count must be at most 1024, but was 1032.",
+                "code": "OUT_OF_RANGE",
+            },
+            {
+                "path": "env_variables[1INVALID]",
+                "message": "env_variables[1INVALID] contains characters that are not allowed.",
+                "code": "DISALLOWED_CHARACTERS",
+            },
+            {
+                "path": "deployments[0].compute.provisioned_capacity_id",
+                "message": "provisioned_capacity_id 'p' is not a GPU pool of this workspace.",
+                "code": "NOT_FOUND",
+            },
+            {
+                "path": "deployments[0].containers[1].unity_catalog_image_path",
+                "message": "no such image",
+                "code": "NOT_FOUND",
+            },
+            {"path": "something.new", "message": "new rule", "code": "SOMETHING_NEW"},
+        ]
+    }
+    assert [(p.path, p.message, p.hint) for p in field_problems(answer)] == [
+        (
+            "compute.num_accelerators",
+            "compute.num_accelerators must be at most 1024, but was 1032.",
+            "choose a value within the range the message gives",
+        ),
+        (
+            "env_variables.1INVALID",
+            "env_variables[1INVALID] contains characters that are not allowed.",
+            "use letters, digits and underscores, not starting with a digit",
+        ),
+        (
+            "compute.pool_id",
+            "compute.pool_id 'p' is not a GPU pool of this workspace.",
+            "name one of this workspace's GPU pools (`airo pools list`), or leave pool_id out",
+        ),
+        (
+            "containers[1].unity_catalog_image",
+            "no such image",
+            "push the image first (`airo images push`), or correct its name and tag",
+        ),
+        ("something.new", "new rule", None),
+    ]

@@ -1,4 +1,4 @@
-"""``stop_deterministic_retries``: an attempt that fails in a way retries will not change (a
+"""The failure policy's deterministic setting (``stop_deterministic_retries``): an attempt that fails in a way retries will not change (a
 deterministic diagnosis) ends the wait before the platform's retries run their course; any
 other failure is retried as the workload asked. Real runs of the local workspace."""
 
@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from air_runtime import AirClient, AsyncAirClient, RetriesStopped, RunWatcher, load_workload
+from air_runtime import (
+    AirClient,
+    AsyncAirClient,
+    FailurePolicy,
+    RetriesStopped,
+    RunWatcher,
+    load_workload,
+)
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB."
 
@@ -36,9 +43,9 @@ def _submit(client: AirClient, tmp_path: Path, name: str, failure: str, then: st
 
 def _expect_stopped(error: RetriesStopped, run_id: int, name: str) -> None:
     assert str(error) == (
-        f"CUDA out of memory on node 0 (task {name}, retry 0 of 3): reduce the batch size or "
-        f"use more accelerators; retries will not help; further retries of run {run_id} "
-        "stopped (stop_deterministic_retries)"
+        f"CUDA out of memory on node 0 (deterministic, task {name}, retry 0 of 3): reduce the "
+        f"batch size or use more accelerators; retries will not help; further retries of run "
+        f"{run_id} stopped (failure_policy: deterministic -> stop)"
     )
     assert error.run_id == run_id
 
@@ -97,17 +104,17 @@ async def test_a_deterministic_failure_stops_the_watcher_wait(
         _cancelled_after_one_failure(client, run_id)
 
 
-async def test_without_the_option_the_watcher_waits_for_every_retry(
-    workspace_factory, tmp_path: Path
-):
-    """The default: the platform's retries run (here the second attempt succeeds) and no log
-    is read while waiting."""
+async def test_a_platform_only_policy_waits_for_every_retry(workspace_factory, tmp_path: Path):
+    """``FailurePolicy.platform_only()`` (the former default): the platform's retries run
+    (here the second attempt succeeds) and no log is read while waiting."""
     ws = workspace_factory()
     with AirClient(ws.host, ws.token) as client:
         run_id = _submit(client, tmp_path, "oom-default", OOM, "exit 0")
     ws.admin.reset_counters()
     async with AsyncAirClient(ws.host, ws.token) as aclient:
-        state = await RunWatcher(aclient, interval=0.2).wait(run_id, timeout=120)
+        state = await RunWatcher(aclient, interval=0.2).wait(
+            run_id, timeout=120, failure_policy=FailurePolicy.platform_only()
+        )
     assert state.result_state == "SUCCESS" and len(state.task_attempts()) == 2
     requests = ws.admin.counters()["requests"]
     assert not any("logs" in path for path in requests), requests
@@ -128,7 +135,7 @@ def test_airo_run_stops_and_cancels(workspace_factory, tmp_path: Path, capsys):
     assert airo(["run", str(job), "--stop-deterministic-retries", *auth]) == 3
     out, err = capsys.readouterr()
     run_id = int(out.split()[1].rstrip(":"))
-    assert "error: CUDA out of memory on node 0 (task oom-airo, retry 0 of 3)" in err, err
+    assert "error: CUDA out of memory on node 0 (deterministic, task oom-airo, retry 0 of 3)" in err
     assert f"further retries of run {run_id} stopped" in err
     assert f"run {run_id} cancelled: it ended" in err and "CANCELED" in err, err
     with AirClient(ws.host, ws.token) as client:

@@ -125,9 +125,7 @@ def test_delete_sweep_and_prune(local_workspace, capsys):
             assert any(k.startswith(kept.prefix) for k in left)
 
         # A task deleting its own keys once its run ended.
-        assert (
-            client.delete_submission_secrets(other_task) == 3
-        )
+        assert client.delete_submission_secrets(other_task) == 3
 
         # Prune: nothing is old enough yet.
         host, token = local_workspace.host, local_workspace.token
@@ -149,7 +147,10 @@ def test_delete_sweep_and_prune(local_workspace, capsys):
             == 0
         )
         assert _keys(client) == left - {k for k in left if k.startswith(other_task.prefix)}
-        time.sleep(0.05)
+        # "Older than 0s" once the clock is past the newest key's write.
+        newest = max(s.last_updated_ms or 0 for s in client.list_secrets("orch"))
+        while time.time() * 1000 <= newest:
+            time.sleep(0.001)
         assert (
             main(
                 [

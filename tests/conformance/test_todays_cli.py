@@ -384,13 +384,15 @@ def test_run_backend_error_lists_every_field_error(stub: StubWorkspace, client: 
     )
     with pytest.raises(WorkloadError) as refused:
         client.submit_workload(workload)
+    # The CLI prints the service's wire paths as they come (formatConfigErrors); ours name
+    # the workload's fields (client/_refusals.py), the request being the CLI's.
     assert [(p.path, p.message) for p in refused.value.problems] == [
         (
-            "deployments[0].compute.accelerator_count",
-            "accelerator_count must be at most 1024, but was 1032.",
+            "compute.num_accelerators",
+            "compute.num_accelerators must be at most 1024, but was 1032.",
         ),
         (
-            "env_variables[1INVALID]",
+            "env_variables.1INVALID",
             "env_variables[1INVALID] contains characters that are not allowed.",
         ),
     ]

@@ -6,10 +6,14 @@
   ``python accelerator_jobs.py`` with DAGSTER_HOME set;
 - ``defs``, the code location of a deployment (tests/e2e/test_dagster_accelerator_caps.py):
   ``sweep``, whose partitions ask for 1 or 2 accelerators (6 in all), each long enough that
-  a backfill's runs overlap."""
+  a backfill's runs overlap; and ``range_sweep``, six partitions of 1 and 2 accelerators (9
+  in all) backfilled as one run (``BackfillPolicy.single_run()``), each partition's size a
+  ``partition_overrides`` entry, each rank appending its partition and world size to
+  RANKS_FILE."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +24,7 @@ from dagster_air import AirInvocation, AirStage, AirWorkspace, air_workload_asse
 
 SIZES = {"trial_a": 1, "trial_b": 2, "trial_c": 1, "trial_d": 2}
 PARTITION_SIZES = {"lr-0.1": 1, "lr-0.03": 2, "lr-0.01": 1, "lr-0.003": 2}
+RANGE_SIZES = {"lr-0.1": 1, "lr-0.05": 2, "lr-0.03": 1, "lr-0.01": 2, "lr-0.005": 1, "lr-0.001": 2}
 ACCELERATOR_POOL = "gpu-a10"
 GPU_POOL = "pool-a10"
 
@@ -45,7 +50,28 @@ def sweep(context: dg.AssetExecutionContext, air: AirInvocation) -> Iterator[Any
     yield from air.run({"compute.num_accelerators": PARTITION_SIZES[context.partition_key]})
 
 
-defs = dg.Definitions(assets=[sweep], resources={"air_workspace": _workspace()})
+range_sweep = build_air_assets(
+    AirStage(
+        key="range_sweep",
+        workload={
+            "experiment_name": "range_sweep",
+            "compute": {
+                "accelerator_type": "GPU_1xA10",
+                "num_accelerators": 1,
+                "pool_id": GPU_POOL,
+            },
+            "max_retries": 0,
+            "env_variables": {"RANKS_FILE": os.environ.get("RANKS_FILE", "/dev/null")},
+            "command": 'echo "$AIRO_PARTITION_KEY $WORLD_SIZE" >> "$RANKS_FILE"; sleep 2',
+        },
+    ),
+    partitions_def=dg.StaticPartitionsDefinition(list(RANGE_SIZES)),
+    partition_overrides={k: {"compute.num_accelerators": n} for k, n in RANGE_SIZES.items()},
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    accelerator_pool=ACCELERATOR_POOL,
+)
+
+defs = dg.Definitions(assets=[sweep, range_sweep], resources={"air_workspace": _workspace()})
 
 
 def _definitions() -> dg.Definitions:

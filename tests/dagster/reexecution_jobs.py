@@ -74,13 +74,6 @@ def held_config(count_dir: str) -> dict:
     return {"ops": {"held": {"config": {"env": {"COUNT_DIR": count_dir}}}}}
 
 
-if __name__ == "__main__":  # a run worker the test can kill: python reexecution_jobs.py DIR
-    import sys
-
-    with dg.DagsterInstance.get() as instance:
-        dg.execute_job(dg.reconstructable(held_job), instance, run_config=held_config(sys.argv[1]))
-
-
 # A two-stage workflow (one multi-task run): prep, then train, which runs out of GPU memory
 # once. Each stage appends its name to the count file.
 PREP = 'echo prep >> "$COUNT_DIR/trained"\n'
@@ -133,3 +126,75 @@ def held_job_changed() -> dg.JobDefinition:
         },
     )
     return defs.resolve_job_def("held_job")
+
+
+# A workflow split at a blocking check, over a range of two partitions: prepare's check fails
+# for "bad", so only good's evaluate is submitted, in a second run, where it holds its GPU
+# until released. Each stage appends "<stage>-<partition>" to the count file.
+CHECKED_KEYS = ["bad", "good"]
+CHECKED_RANGE = {
+    "dagster/asset_partition_range_start": CHECKED_KEYS[0],
+    "dagster/asset_partition_range_end": CHECKED_KEYS[-1],
+}
+CHECKED_PREPARE = """\
+echo "prepare-$DAGSTER_PARTITION_KEY" >> "$COUNT_DIR/trained"
+python -c 'import os
+from dagster_pipes import open_dagster_pipes
+with open_dagster_pipes() as pipes:
+    pipes.report_asset_check("data_valid", passed=pipes.partition_key != "bad")'
+"""
+HELD_EVALUATE = """\
+echo "evaluate-$DAGSTER_PARTITION_KEY" >> "$COUNT_DIR/trained"
+while [ ! -e "$COUNT_DIR/release" ]; do sleep 0.1; done
+"""
+
+
+def checked_job() -> dg.JobDefinition:
+    assets = build_air_assets(
+        [
+            AirStage(
+                key="prepare",
+                workload=workload("prepare", CHECKED_PREPARE),
+                check_specs=[{"name": "data_valid", "blocking": True}],
+            ),
+            AirStage(
+                key="evaluate", workload=workload("evaluate", HELD_EVALUATE), depends_on=["prepare"]
+            ),
+        ],
+        name="checked",
+        partitions_def=dg.StaticPartitionsDefinition(CHECKED_KEYS),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    defs = dg.Definitions(
+        assets=[assets],
+        jobs=[dg.define_asset_job("checked_job", executor_def=dg.in_process_executor)],
+        resources={
+            "air_workspace": AirWorkspace(
+                host=dg.EnvVar("AIRO_HOST"), token=dg.EnvVar("AIRO_TOKEN"), poll_interval=0.2
+            )
+        },
+    )
+    return defs.resolve_job_def("checked_job")
+
+
+def checked_config(count_dir: str) -> dict:
+    return {"ops": {"checked": {"config": {"env": {"COUNT_DIR": count_dir}}}}}
+
+
+if (
+    __name__ == "__main__"
+):  # a run worker the test can kill: python reexecution_jobs.py DIR [checked]
+    import sys
+
+    with dg.DagsterInstance.get() as instance:
+        if sys.argv[2:] == ["checked"]:
+            dg.execute_job(
+                dg.reconstructable(checked_job),
+                instance,
+                run_config=checked_config(sys.argv[1]),
+                tags=CHECKED_RANGE,
+            )
+        else:
+            dg.execute_job(
+                dg.reconstructable(held_job), instance, run_config=held_config(sys.argv[1])
+            )

@@ -3,6 +3,7 @@ registration for `dg list components`, and the example project."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -230,6 +231,17 @@ def _run_the_example_rl_pipeline(local_workspace, instance, monkeypatch, tmp_pat
     output_dir = Path(mats["grpo"].metadata["dagster/uri"].value)
     assert output_dir == tmp_path / "rl" / result.run_id
     assert (output_dir / "metrics.json").is_file()
+    # The trainer's blocking check passed, and only then did the evaluation start: a run of
+    # its own after grpo's.
+    (check,) = [
+        e.asset_check_evaluation_data
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ]
+    assert check.check_name == "reward_learned" and check.passed and check.blocking
+    assert json.loads((output_dir / "evaluation.json").read_text())["passed"] is True
+    grpo_run = mats["grpo"].metadata["dagster-air/run_id"].value
+    assert mats["evaluate"].metadata["dagster-air/run_id"].value > grpo_run
     containers = mats["grpo"].metadata["dagster-air/containers"].value.records
     assert [(r.data["name"], r.data["ranks"]) for r in containers] == [
         ("inference", "0"),

@@ -1,7 +1,8 @@
 """Each step's logs (its compute log and its event-log messages) hold its own remote run's
-lines only: two steps in one run, concurrent in two step processes (multiprocess executor)
-and one after the other in one process sharing its background loop and run watcher
-(in-process executor)."""
+lines only: two steps in one run, concurrent in two step processes (multiprocess executor:
+each run prints its lines only once the other has started, so the two overlap, and the
+runs' times show it) and one after the other in one process sharing its background loop and
+run watcher (in-process executor)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from routing_jobs import NAMES
+
+from air_runtime import AirClient
 
 RUN_MENTION = re.compile(r"\b[Rr]un (\d+)\b")
 
@@ -44,10 +47,12 @@ def _step_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["multiprocess", "in_process"])
 def test_each_step_logs_only_its_own_run(
-    executor, local_workspace, instance, dagster_home, monkeypatch
+    executor, local_workspace, instance, dagster_home, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("ROUTING_HOST", local_workspace.host)
     monkeypatch.setenv("ROUTING_TOKEN", local_workspace.token)
+    if executor == "multiprocess":
+        monkeypatch.setenv("ROUTING_MEET", str(tmp_path))
     result = dg.execute_job(
         # The step processes of the multiprocess executor import the job by module and folder.
         dg.build_reconstructable_job(
@@ -58,13 +63,20 @@ def test_each_step_logs_only_its_own_run(
         instance=instance,
         run_config={"execution": {"config": {executor: {}}}},
     )
-    assert result.success
+    failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
+    assert result.success, failures  # under multiprocess, a run that never met the other fails
 
     remote = {}
     for name in NAMES:
         (materialization,) = result.asset_materializations_for_node(name)
         remote[name] = materialization.metadata["dagster-air/run_id"].value
     assert len(set(remote.values())) == 2, remote
+    if executor == "multiprocess":  # the two runs, so the two steps waiting on them, overlap
+        with AirClient(local_workspace.host, local_workspace.token) as client:
+            spans = [client.get_run(run_id) for run_id in remote.values()]
+        starts = [run.start_time or 0 for run in spans]
+        ends = [run.end_time or 0 for run in spans]
+        assert all(starts) and max(starts) < min(ends), (starts, ends)
 
     step_keys = {e.step_key for e in result.all_events if e.step_key}
     for name in NAMES:

@@ -231,63 +231,72 @@ def test_range_runs_refuse_what_they_cannot_do_when_the_definitions_load():
     )
 
 
-BLOCKED_TRAINER = """\
+CHECKED_PREPARE = """\
 python - <<'PY'
+import os
 from dagster_pipes import open_dagster_pipes
 
 with open_dagster_pipes() as pipes:
-    pipes.report_asset_check("data_valid", passed=False, metadata={"bad_rows": 12})
+    pipes.report_asset_check("data_valid", passed=os.path.exists("PASS_FILE"), metadata={"bad_rows": 12})
 PY
 """
 
 
-@pytest.mark.timeout(900)  # above the downstream stage's own bound (300 s)
-def test_a_failing_blocking_check_keeps_the_downstream_stage_of_the_step_unmaterialized(
+def test_a_stage_after_a_failing_blocking_check_never_starts_and_one_after_a_passing_one_does(
     air_workspace, instance, local_workspace, tmp_path
 ):
-    marker = tmp_path / "evaluated"
+    """The stages after a blocking check are a run of their own, submitted once the check
+    passed: after a failed one the downstream rank never executes, not even for a moment."""
+    ranks, passes = tmp_path / "evaluate_ranks", tmp_path / "data_is_valid"
     assets = build_air_assets(
         [
             AirStage(
                 key="prepare",
-                workload=workload("prepare", BLOCKED_TRAINER),
+                workload=workload("prepare", CHECKED_PREPARE.replace("PASS_FILE", str(passes))),
                 check_specs=[{"name": "data_valid", "blocking": True}],
             ),
             AirStage(
                 key="evaluate",
-                # Waits for the step's cancel (bounded so a broken cancel cannot hang the
-                # suite); writes the marker only if it was not cancelled.
-                workload=workload(
-                    "evaluate", f'for i in $(seq 600); do sleep 0.5; done\ntouch "{marker}"\n'
-                ),
+                # Every execution of the rank leaves a line, first thing.
+                workload=workload("evaluate", f'echo "$AIRO_ORCHESTRATOR_RUN_ID" >> "{ranks}"'),
                 depends_on=["prepare"],
             ),
         ],
         name="blocked",
     )
-    result = _materialize(
-        assets,
-        air_workspace,
-        instance,
-        raise_on_error=False,
-    )
+    result = _materialize(assets, air_workspace, instance, raise_on_error=False)
     assert not result.success
     materialized = {m.asset_key.path[-1] for m in result.get_asset_materialization_events()}
     assert materialized == {"prepare"}
     (check,) = _checks(result)
     assert check.check_name == "data_valid" and not check.passed and check.blocking
     message = failure_data(result).user_failure_data.description
+    assert "never started" in message
     assert "evaluate: not materialized, blocking check data_valid of prepare failed" in message
-    assert "cancelled" in message
     run_id = (
         next(iter(result.get_asset_materialization_events()))
         .materialization.metadata["dagster-air/run_id"]
         .value
     )
-    tasks = _tasks(local_workspace, run_id)
-    assert tasks["prepare"].is_success
-    assert tasks["evaluate"].result_state == "CANCELED"
-    assert not marker.exists()
+    # One run, of the checked stage alone; the downstream one was never submitted.
+    assert set(_tasks(local_workspace, run_id)) == {"prepare"}
+    assert counters(local_workspace)["runs_created"] == 1
+    assert not ranks.exists()
+
+    passes.touch()
+    result = _materialize(assets, air_workspace, instance)
+    materialized = {
+        m.asset_key.path[-1]: m.materialization.metadata["dagster-air/run_id"].value
+        for m in result.get_asset_materialization_events()
+    }
+    assert set(materialized) == {"prepare", "evaluate"}
+    # Two runs: the downstream one submitted after the check passed, named after it.
+    assert materialized["prepare"] != materialized["evaluate"]
+    assert set(_tasks(local_workspace, materialized["evaluate"])) == {"evaluate"}
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        name = client.get_run(materialized["evaluate"]).run_name
+    assert name.startswith("blocked_after_prepare--"), name
+    assert ranks.read_text().splitlines() == [result.run_id]  # once, for the passing run
 
 
 RETRIED_TRAINER = """\
@@ -421,4 +430,9 @@ PY
     message = failure_data(result).user_failure_data.description
     assert "evaluate partition bad" in message
     assert "blocking check data_valid of prepare partition bad failed" in message
-    assert counters(local_workspace)["runs_created"] == 1
+    # The range's prepare tasks in one run, then the evaluate tasks the checks let through
+    # (only the good partition's) in a second: the bad one's never started.
+    evaluated = _materializations(instance, "evaluate")["good"]
+    tasks = _tasks(local_workspace, evaluated.metadata["dagster-air/run_id"].value)
+    assert list(tasks) == [k for k in tasks if k.startswith("evaluate__good_")] and len(tasks) == 1
+    assert counters(local_workspace)["runs_created"] == 2

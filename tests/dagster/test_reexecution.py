@@ -16,6 +16,7 @@ import pytest
 import reexecution_jobs
 from dagster_checks import counters, failure_data
 from reexecution_jobs import (
+    CHECKED_RANGE,
     KEYS,
     held_config,
     held_job,
@@ -197,29 +198,93 @@ def test_a_run_retry_after_its_worker_was_killed_adopts_the_running_gpu_run(
         assert client.list_runs(active_only=True)[0] == []  # none left running
 
 
-def _kill_worker_while_it_waits(count_dir: Path, instance: dg.DagsterInstance) -> dg.DagsterRun:
-    """Start held_job in a run worker of its own and SIGKILL it once its step waits on the
-    GPU run (the rank started, the launch recorded); the Dagster run it leaves."""
+def _kill_worker_while_it_waits(
+    count_dir: Path, instance: dg.DagsterInstance, job: str = "held", waits_for: str = "started"
+) -> dg.DagsterRun:
+    """Start held_job (or ``checked``: checked_job) in a run worker of its own and SIGKILL it
+    once its step waits on the GPU run whose rank wrote ``waits_for`` (the rank started,
+    its launch recorded); the Dagster run it leaves."""
     worker = subprocess.Popen(
-        [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)],
+        [sys.executable, str(Path(reexecution_jobs.__file__)), str(count_dir)]
+        + ([job] if job != "held" else []),
         cwd=Path(reexecution_jobs.__file__).parent,
         env={**os.environ, "PYTHONPATH": str(Path(reexecution_jobs.__file__).parent)},
     )
     try:
-        trained = count_dir / "trained"
         # The event meant: the rank started (the worker is then waiting on its run).
         deadline = time.monotonic() + 120
-        while not trained.exists():
+        while waits_for not in _trained(count_dir):
             assert worker.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         (parent,) = instance.get_runs()
-        while not _launched(instance, parent.run_id):
+        while _launched(instance, parent.run_id) < (2 if job == "checked" else 1):
             assert time.monotonic() < deadline
             time.sleep(0.1)
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
     return parent
+
+
+def test_a_run_retry_adopts_the_run_after_a_blocking_check_and_still_skips_the_blocked(
+    count_dir, instance, local_workspace
+):
+    """A workflow split at a blocking check: the worker is killed while the second run (the
+    stage after the check, for the one partition whose check passed) holds its GPU; the
+    retry gets both runs back (the first ended, the second still going), lets through the
+    same rows and starts nothing more: the blocked partition's rank never executes."""
+    parent = _kill_worker_while_it_waits(count_dir, instance, "checked", "evaluate-good")
+    instance.report_run_failed(instance.get_run_by_id(parent.run_id))
+    (count_dir / "release").touch()
+    options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+    with dg.execute_job(
+        dg.reconstructable(reexecution_jobs.checked_job),
+        instance,
+        tags={"dagster/retry_number": "1", "dagster/is_resume_retry": "true", **CHECKED_RANGE},
+        run_config=reexecution_jobs.checked_config(str(count_dir)),
+        reexecution_options=options,
+    ) as retry:
+        assert not retry.success  # the bad partition stays blocked
+    assert sorted(_trained(count_dir)) == ["evaluate-good", "prepare-bad", "prepare-good"]
+    assert counters(local_workspace)["runs_created"] == 2  # no run submitted again
+    log = _step_log(instance, retry.run_id)
+    assert "continued: started by Dagster run " + parent.run_id in log
+    assert "cannot adopt" not in log
+    materialized = {
+        (str(r.asset_key.path[-1]), r.partition_key)
+        for key in ("prepare", "evaluate")
+        for r in instance.fetch_materializations(dg.AssetKey(key), limit=10).records
+    }
+    assert materialized == {("prepare", "bad"), ("prepare", "good"), ("evaluate", "good")}
+
+
+def test_a_reexecution_trains_again_what_a_blocking_check_refused_and_never_runs_after_it(
+    count_dir, instance, local_workspace
+):
+    """Re-executed from failure, a row whose blocking check failed is not kept (the check
+    runs again): its downstream stage never runs on what the check refused."""
+    (count_dir / "release").touch()
+    job = dg.reconstructable(reexecution_jobs.checked_job)
+    config = reexecution_jobs.checked_config(str(count_dir))
+    with dg.execute_job(job, instance, run_config=config, tags=CHECKED_RANGE) as first:
+        assert not first.success
+    assert sorted(_trained(count_dir)) == ["evaluate-good", "prepare-bad", "prepare-good"]
+    options = dg.ReexecutionOptions.from_failure(first.run_id, instance)
+    with dg.execute_job(
+        job,
+        instance,
+        run_config=config,
+        tags={**CHECKED_RANGE, "dagster/is_resume_retry": "true"},
+        reexecution_options=options,
+    ) as again:
+        assert not again.success  # bad's check fails again
+    # bad's prepare trained again (and refused again); good's rows kept; bad's evaluate never.
+    assert sorted(_trained(count_dir)) == [
+        "evaluate-good",
+        "prepare-bad",
+        "prepare-bad",
+        "prepare-good",
+    ]
 
 
 def test_a_retry_that_cannot_adopt_its_parent_s_gpu_run_cancels_it_before_submitting(
@@ -255,8 +320,8 @@ def test_a_retry_that_cannot_adopt_its_parent_s_gpu_run_cancels_it_before_submit
     assert old.end_time <= new.start_time  # the old run had ended before the new one began
 
 
-def _launched(instance: dg.DagsterInstance, run_id: str) -> bool:
-    return any("dagster-air/launch" in str(e.dagster_event) for e in instance.all_logs(run_id))
+def _launched(instance: dg.DagsterInstance, run_id: str) -> int:
+    return sum("dagster-air/launch" in str(e.dagster_event) for e in instance.all_logs(run_id))
 
 
 def test_a_row_is_kept_only_if_materialized_with_the_same_code_version(instance):

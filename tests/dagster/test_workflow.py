@@ -83,8 +83,8 @@ def test_a_subset_of_stages_runs_with_dependencies_among_the_selected(
     assert counters(local_workspace)["runs_created"] == 1
 
     body = _raw_run(local_workspace, run_id)
-    # The workflow's name, then whose run it is: the job and the step.
-    assert body["run_name"] == "rl_pipeline--ephemeral_asset_job--rl_pipeline"
+    # The workflow's name, then whose run it is: the job, the Dagster run and the step.
+    assert body["run_name"] == f"rl_pipeline--ephemeral_asset_job--{result.run_id[:8]}--rl_pipeline"
     depends = {
         t["task_key"]: [d["task_key"] for d in t.get("depends_on", [])] for t in body["tasks"]
     }
@@ -168,15 +168,30 @@ def test_every_node_and_attempt_reaches_the_compute_logs_and_each_attempt_end_is
     for label in ("train node 0 attempt 0", "train node 1 attempt 0", "train node 1 attempt 1"):
         assert f"{label}] rank {label.split()[2]} try" in stdout, label
     assert "prepare node 0 attempt 0] prepared" in stdout
-    ends = [
-        (
-            e.asset_observation_data.asset_observation.asset_key.path[-1],
-            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt_number"].value,
-            e.asset_observation_data.asset_observation.metadata["dagster-air/attempt_state"].value,
-        )
+    observations = [
+        e.asset_observation_data.asset_observation
         for e in result.all_events
         if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
     ]
+    # The other observations are the MLflow link, recorded once while train runs.
+    ends = [
+        (
+            o.asset_key.path[-1],
+            o.metadata["dagster-air/attempt_number"].value,
+            o.metadata["dagster-air/attempt_state"].value,
+        )
+        for o in observations
+        if "dagster-air/attempt_state" in o.metadata
+    ]
+    links = [
+        o.asset_key.path[-1] for o in observations if "dagster-air/attempt_state" not in o.metadata
+    ]
+    assert all(
+        "dagster-air/mlflow_run" in o.metadata
+        for o in observations
+        if "dagster-air/attempt_state" not in o.metadata
+    )
+    assert set(links) <= {"prepare", "train"}, links
     assert sorted(ends) == [
         ("prepare", 0, "SUCCESS"),
         ("train", 0, "FAILED"),

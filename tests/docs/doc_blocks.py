@@ -13,6 +13,10 @@ A block is a fenced block with an info string. What the tests do with it:
   being loaded, each Dag it defines runs with ``dag.test()`` against the local workspace.
 - ``<!-- docs-test: materialize -->`` before a python block: the block defines Dagster
   ``defs``; after it runs, every asset of ``defs`` is materialized against the local workspace.
+- ``<!-- docs-test: backfill -->`` before a python block: the block defines Dagster ``defs``
+  whose assets share one partitioning; after it runs, all their partitions are materialized
+  as one range run (what a ``BackfillPolicy.single_run()`` backfill launches), on a Dagster
+  instance with storage (``DAGSTER_HOME``), against the local workspace.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ DOCS_HOST = "http://127.0.0.1:8765"
 
 _FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
 _MARKER = re.compile(
-    r"<!--\s*docs-test:\s*(?P<kind>skip|script|dag-test|materialize)\s*(?P<detail>.*?)\s*-->\s*$"
+    r"<!--\s*docs-test:\s*(?P<kind>skip|script|dag-test|materialize|backfill)\s*(?P<detail>.*?)\s*-->\s*$"
 )
 
 
@@ -40,7 +44,7 @@ class Block:
     line: int
     language: str
     body: str
-    marker: str | None  # None, "skip", "script", "dag-test" or "materialize"
+    marker: str | None  # None, "skip", "script", "dag-test", "materialize" or "backfill"
     detail: str  # the reason (skip) or the test file that runs it (script)
 
     @property

@@ -11,7 +11,8 @@ blocks are found and marked).
   airflow_air.pools`) with a migrated metadata database and its connections.
 - A python block runs as a program with the same HOME and workspace; a Dag block marked
   `dag-test` also runs each of its Dags with `dag.test()`, a Dagster block marked
-  `materialize` materializes every asset of its `defs`.
+  `materialize` materializes every asset of its `defs`, one marked `backfill` every partition
+  of its `defs` as one range run, as a `BackfillPolicy.single_run()` backfill does.
 - Every block runs in a folder where `examples/` and `dags/` are the repository's, so relative
   paths work as they do from a clone and nothing is written into the repository.
 """
@@ -46,7 +47,7 @@ GPU_POOLS = [
 # Shell commands that need an Airflow deployment's metadata database and connection.
 AIRFLOW_COMMANDS = ("airflow ", "python -m airflow_air.pools")
 # Markers of blocks that run (the others are parsed or loaded only).
-RUNS = (None, "dag-test", "materialize")
+RUNS = (None, "dag-test", "materialize", "backfill")
 SHELL_SYNTAX = (">", "|", "$(", "&&", ";", "`")
 # Blocks that start Airflow or Dagster (imports of seconds, DagBags, definitions) or a
 # process per command are slow by the rule of tests/conftest.py.
@@ -54,7 +55,7 @@ SLOW_WORDS = ("airflow", "dagster", "python -m")
 
 
 def _is_slow(block: Block) -> bool:
-    if block.marker in ("dag-test", "materialize"):
+    if block.marker in ("dag-test", "materialize", "backfill"):
         return True
     if block.marker is not None or block.language not in EXECUTED:
         return False
@@ -188,6 +189,30 @@ print("materialized", materialized)
 """
 
 
+# Appended to a block marked `backfill`: every partition of its `defs` as one range run (the
+# run a BackfillPolicy.single_run() backfill launches: the range tags), on the instance of
+# DAGSTER_HOME (an accelerator pool needs its concurrency slots).
+BACKFILL = """
+
+import dagster as _dg
+
+_job = defs.resolve_implicit_global_asset_job_def()
+_keys = _job.partitions_def.get_partition_keys()
+with _dg.DagsterInstance.get() as _instance:
+    result = _job.execute_in_process(
+        instance=_instance,
+        tags={
+            "dagster/asset_partition_range_start": _keys[0],
+            "dagster/asset_partition_range_end": _keys[-1],
+        },
+    )
+assert result.success
+_done = {e.partition for e in result.get_asset_materialization_events()}
+assert _done == set(_keys), (_done, _keys)
+print("backfilled", sorted(_done))
+"""
+
+
 @pytest.mark.parametrize(
     "block",
     [_param(b) for b in BLOCKS if b.marker in RUNS and b.language == "python"],
@@ -196,11 +221,16 @@ def test_python_blocks_run(block: Block, home: Path, docs_workspace: LocalWorksp
     env = _environment(home)
     program = Path.cwd() / "block.py"
     code = block.body.replace(DOCS_HOST, docs_workspace.host)
-    if block.marker == "materialize":
+    if block.marker in ("materialize", "backfill"):
         _store_example_secrets(docs_workspace)
-        code += MATERIALIZE
+        code += MATERIALIZE if block.marker == "materialize" else BACKFILL
         # What AirWorkspace() and the pages' EnvVar read: the workspace to run on.
         env.update(DATABRICKS_HOST=docs_workspace.host, DATABRICKS_TOKEN=docs_workspace.token)
+    if block.marker == "backfill":
+        dagster_home = home / "dagster_home"
+        dagster_home.mkdir(exist_ok=True)
+        (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        env["DAGSTER_HOME"] = str(dagster_home)
     program.write_text(code)
     out = subprocess.run(
         [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=900
@@ -208,6 +238,8 @@ def test_python_blocks_run(block: Block, home: Path, docs_workspace: LocalWorksp
     assert out.returncode == 0, f"{block.id}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     if block.marker == "materialize":
         assert "materialized [" in out.stdout, out.stdout[-2000:]
+    if block.marker == "backfill":
+        assert "backfilled [" in out.stdout, out.stdout[-2000:]
 
 
 def _store_example_secrets(workspace: LocalWorkspace) -> None:

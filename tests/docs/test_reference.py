@@ -6,6 +6,7 @@ package without a line in its page fails here, not silently in the site."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import re
 import subprocess
@@ -22,14 +23,28 @@ def _documented(page: str) -> set[str]:
     return set(re.findall(r"^::: ([\w.]+)", (REFERENCE / page).read_text(), flags=re.M))
 
 
+def _rendered(page: str) -> set[str]:
+    """The objects the page names once the site's hooks have filled it in (the
+    more-public-names marker becomes one `::: package.Name` per name the page lacks)."""
+    spec = importlib.util.spec_from_file_location(
+        "airo_reference_hooks", ROOT / "docs" / "hooks" / "airo_reference.py"
+    )
+    assert spec and spec.loader
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    markdown = hooks.on_page_markdown((REFERENCE / page).read_text(), None, None, None)
+    return set(re.findall(r"^::: ([\w.]+)", markdown, flags=re.M))
+
+
 def _covered(name: str, documented: set[str]) -> bool:
     return any(path.rsplit(".", 1)[-1] == name for path in documented)
 
 
 def test_every_public_name_of_the_core_is_in_its_reference() -> None:
-    """`air_runtime` and `air_runtime.images` are rendered from their `__all__` (the page's
-    more-public-names marker, the package rendered whole): the local workspace's names are
-    named one by one."""
+    """Every name of `air_runtime.__all__` is in the page as the site renders it (named, or
+    added by the page's more-public-names marker); `air_runtime.images` is rendered whole;
+    the local workspace's names are named one by one."""
+    import air_runtime
     import air_runtime.local
 
     page = (REFERENCE / "air_runtime.md").read_text()
@@ -37,11 +52,12 @@ def test_every_public_name_of_the_core_is_in_its_reference() -> None:
     assert re.search(
         r"^::: air_runtime\.images\n\s+options:\n(\s+\S.*\n)*\s+filters: public", page, re.M
     )
-    documented = _documented("air_runtime.md")
-    missing = [
-        name
+    rendered = _rendered("air_runtime.md")
+    missing = [name for name in air_runtime.__all__ if not _covered(name, rendered)]
+    missing += [
+        f"air_runtime.local.{name}"
         for name in air_runtime.local.__all__
-        if not _covered(name, documented)
+        if not _covered(name, _documented("air_runtime.md"))
         # The local workspace's building blocks for tests and benchmarks, not for users.
         and name not in ("create_app", "endpoint_key", "registry_program", "serve")
     ]
@@ -49,12 +65,15 @@ def test_every_public_name_of_the_core_is_in_its_reference() -> None:
 
 
 def test_every_dagster_name_is_in_its_reference() -> None:
-    """Named in the page, or rendered by the page's more-public-names marker."""
+    """Every name of `dagster_air.__all__`: named in the page, or rendered by the page's
+    more-public-names marker."""
     import dagster_air
 
     page = (REFERENCE / "dagster.md").read_text()
     assert "<!-- more-public-names: dagster_air -->" in page
-    assert _documented("dagster.md") & {f"dagster_air.{name}" for name in dagster_air.__all__}
+    rendered = _rendered("dagster.md")
+    missing = [name for name in dagster_air.__all__ if f"dagster_air.{name}" not in rendered]
+    assert not missing, missing
 
 
 def test_every_operator_trigger_hook_link_and_group_is_in_its_reference() -> None:
@@ -120,3 +139,18 @@ def test_the_site_builds_strict_with_every_airo_command(tmp_path: Path) -> None:
         assert f"<code>{option}</code>" in config_page, option
     for page in (site / "reference").glob("*.html"):
         assert "::: " not in page.read_text(), f"{page.name}: a reference was not rendered"
+
+
+def test_the_dagster_reference_lists_every_field_of_the_resource() -> None:
+    import dagster_air
+
+    spec = importlib.util.spec_from_file_location(
+        "airo_reference_fields", ROOT / "docs" / "hooks" / "airo_reference.py"
+    )
+    assert spec and spec.loader
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    markdown = hooks.on_page_markdown((REFERENCE / "dagster.md").read_text(), None, None, None)
+    for name, field in dagster_air.AirWorkspace.model_fields.items():
+        assert f"| `{name}` |" in markdown, name
+        assert field.description, f"AirWorkspace.{name} has no description"

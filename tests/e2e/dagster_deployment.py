@@ -8,6 +8,7 @@ the UI.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,16 @@ query Backfill($id: String!) {
     __typename
     ... on PartitionBackfill { status runs { runId status tags { key value } } }
     ... on PythonError { message }
+  }
+}
+"""
+REEXECUTE_BACKFILL = """
+mutation ReexecuteBackfill($params: ReexecutionParams!) {
+  reexecutePartitionBackfill(reexecutionParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on Error { message }
   }
 }
 """
@@ -177,6 +188,16 @@ class DagsterDeployment:
 
     def start(self) -> None:
         reset_postgres_database(self.database_dsn)
+        # The schema is created once before the services start: a webserver and a daemon
+        # creating it at the same time collide ("type instigators already exists").
+        subprocess.run(
+            [str(BIN / "dagster"), "instance", "migrate"],
+            env=self.env,
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         workspace = ["-w", str(self.workspace_file)]
         self.processes = [
             ManagedProcess(
@@ -263,22 +284,35 @@ class DagsterDeployment:
 
     def backfill(self, asset: str, partitions: Sequence[str], *, timeout: float) -> dict[str, Any]:
         """Launch a backfill of ``partitions`` of ``asset`` (as from the UI: the daemon starts
-        its runs) and wait until it ended: its status and runs (id, status, tags)."""
+        its runs) and wait until it ended: its id, status and runs (id, status, tags)."""
         launched = self.graphql(
             LAUNCH_BACKFILL,
             {"params": {"partitionNames": list(partitions), "assetSelection": [{"path": [asset]}]}},
         )["launchPartitionBackfill"]
         if launched["__typename"] != "LaunchBackfillSuccess":
             pytest.fail(f"launchPartitionBackfill returned {launched}")
+        return self._wait_for_backfill(launched["backfillId"], timeout)
+
+    def reexecute_backfill(
+        self, backfill_id: str, strategy: str, *, timeout: float
+    ) -> dict[str, Any]:
+        """Re-execute an ended backfill (the backfill page's buttons: ``FROM_FAILURE`` or
+        ``ALL_STEPS``) and wait until the new backfill ended: its id, status and runs."""
+        launched = self.graphql(
+            REEXECUTE_BACKFILL, {"params": {"parentRunId": backfill_id, "strategy": strategy}}
+        )["reexecutePartitionBackfill"]
+        if launched["__typename"] != "LaunchBackfillSuccess":
+            pytest.fail(f"reexecutePartitionBackfill returned {launched}")
+        return self._wait_for_backfill(launched["backfillId"], timeout)
+
+    def _wait_for_backfill(self, backfill_id: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            backfill = self.graphql(BACKFILL, {"id": launched["backfillId"]})[
-                "partitionBackfillOrError"
-            ]
+            backfill = self.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
             if backfill["__typename"] != "PartitionBackfill":
                 pytest.fail(f"the backfill could not be read: {backfill}")
             if backfill["status"] in BACKFILL_ENDED:
-                return dict(backfill)
+                return {**backfill, "id": backfill_id}
             if not all(p.alive for p in self.processes) or time.monotonic() > deadline:
                 pytest.fail(f"the backfill did not end: {backfill}\n{self.logs()}")
             time.sleep(1)

@@ -4,7 +4,12 @@ partitions of ``sweep`` ask for 1 or 2 accelerators (6 in all) of a GPU pool of 
 the accelerator pool ``gpu-a10``. The workspace's pool ledger shows the GPU pool was never
 asked for more than 4 accelerators at once and no attempt waited for capacity at the
 platform; the steps waited for their accelerators in Dagster, before submitting. Each
-remote run is named after its asset and partition."""
+remote run is named after its asset and partition.
+
+Then, in the same deployment, ``range_sweep``: six partitions of 1 and 2 accelerators (9 in
+all) backfilled as one run (``BackfillPolicy.single_run()``) on the same pool of 4: queued
+within that run, never asking for more than 4, each partition trained once at its size
+(counted by what its ranks wrote)."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import pytest
 from dagster_deployment import DagsterDeployment
 from managed_process import own_database
 
-from air_runtime import AirClient
+from air_runtime import AirClient, decode_name_part
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -22,6 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 DEFINITIONS = Path(__file__).parents[1] / "dagster" / "accelerator_jobs.py"
 LOCATION = "air_accelerator_caps"
 PARTITIONS = {"lr-0.1": 1, "lr-0.03": 2, "lr-0.01": 1, "lr-0.003": 2}
+RANGE = {"lr-0.1": 1, "lr-0.05": 2, "lr-0.03": 1, "lr-0.01": 2, "lr-0.005": 1, "lr-0.001": 2}
 
 
 def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
@@ -31,6 +37,7 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
 
     gpu_pool = {"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}
     workspace = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[gpu_pool])
+    ranks = tmp_path / "ranks"
     deployment = DagsterDeployment(
         tmp_path,
         database_dsn=own_database(postgres, "airo_dagster_accelerator_caps"),
@@ -41,7 +48,11 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
                 "location_name": LOCATION,
             }
         },
-        extra_env={"AIRO_HOST": workspace.host, "AIRO_TOKEN": workspace.token},
+        extra_env={
+            "AIRO_HOST": workspace.host,
+            "AIRO_TOKEN": workspace.token,
+            "RANKS_FILE": str(ranks),
+        },
         # Every partition's run at once: only the accelerator pool holds them back.
         instance_settings={
             "run_coordinator": {
@@ -76,9 +87,26 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
             names = sorted(r.run_name or "" for r in remote)
         assert len(names) == len(PARTITIONS), names
         assert all(n.startswith("mixed_sweep--") for n in names), names
-        assert sorted(n.rsplit("--", 1)[1] for n in names) == sorted(
-            k.replace(".", "_") for k in PARTITIONS
+        # Each name ends with its partition key, encoded reversibly.
+        assert sorted(decode_name_part(n.rsplit("--", 1)[1]) for n in names) == sorted(
+            PARTITIONS
         ), names
+
+        # One backfill of six partitions as one run, larger than the pool.
+        backfill = deployment.backfill("range_sweep", list(RANGE), timeout=300)
+        (run,) = backfill["runs"]
+        messages = deployment.run_messages(run["runId"], last=300)
+        assert run["status"] == "SUCCESS", messages
+        lanes = "ask for more accelerators at once than the 4 slots of accelerator pool gpu-a10"
+        assert lanes in messages, messages
+        assert "holding 4 of the 4 slots of accelerator pool gpu-a10" in messages, messages
+        # Each rank wrote its partition and world size: every partition once, at its size.
+        written = sorted(ranks.read_text().splitlines())
+        assert written == sorted(f"{k} {n}" for k, n in RANGE.items() for _ in range(n))
+        ledger = workspace.admin.pool_ledger()["pool-a10"]
+        assert ledger["peak_asked"] <= 4, ledger  # 9 had every partition started at once
+        assert ledger["waits"] == 0, ledger
+        assert workspace.admin.counters()["runs_created"] == len(PARTITIONS) + 1
     finally:
         deployment.stop()
         workspace.stop()

@@ -1,5 +1,6 @@
 """Dagster webserver and daemon on PostgreSQL: the RL assets of examples/dagster launched
-through GraphQL, queued, started by the daemon, and materialized from a local workspace."""
+through GraphQL, queued, started by the daemon, and materialized from a local workspace; the
+evaluation starts only after grpo's blocking check passed, and never after it failed."""
 
 from __future__ import annotations
 
@@ -79,19 +80,47 @@ def _launch_the_rl_assets(
         materialized = deployment.materializations(run_id)
         assert set(materialized) == {(key,) for key in DAGSTER_ASSETS}, materialized
         grpo, evaluate = materialized[("grpo",)], materialized[("evaluate",)]
-        # Both stages ran as one multi-task run on the workspace.
+        # grpo's blocking check split the stages: grpo's run, then evaluate's once it passed.
         remote_id = grpo["dagster-air/run_id"]
-        assert isinstance(remote_id, int) and evaluate["dagster-air/run_id"] == remote_id
+        assert isinstance(remote_id, int) and evaluate["dagster-air/run_id"] > remote_id
         assert grpo["dagster-air/run_url"] == f"{local_workspace.host}/jobs/runs/{remote_id}"
         remote = workspace_client.get_run(remote_id)
         assert remote.is_success, remote
-        assert {t.task_key: t.result_state for t in remote.tasks} == {
-            "grpo": "SUCCESS",
-            "evaluate": "SUCCESS",
-        }
-        assert grpo["dagster-air/task_run_id"] != evaluate["dagster-air/task_run_id"]
-        # The trainer wrote its metrics where this run's metadata says.
-        metrics = json.loads((Path(grpo["dagster/uri"]) / "metrics.json").read_text())
+        assert {t.task_key: t.result_state for t in remote.tasks} == {"grpo": "SUCCESS"}
+        evaluated = workspace_client.get_run(evaluate["dagster-air/run_id"])
+        assert {t.task_key: t.result_state for t in evaluated.tasks} == {"evaluate": "SUCCESS"}
+        assert evaluated.start_time >= remote.end_time
+        # Each run is named after the Dagster run (its first 8 characters).
+        assert f"--{run_id[:8]}--" in remote.run_name and f"--{run_id[:8]}--" in evaluated.run_name
+        # The trainer wrote its metrics where this run's metadata says; evaluate its verdict.
+        output = Path(grpo["dagster/uri"])
+        metrics = json.loads((output / "metrics.json").read_text())
         assert metrics["epochs"] >= 1 and 0.0 <= metrics["mean_reward"] <= 1.0
+        assert (output / "evaluation.json").is_file()
+
+        # A reward no policy reaches: the blocking check fails, so evaluate's rank never
+        # executes (no verdict in the run's folder) and only grpo's run is submitted.
+        before = len(workspace_client.list_runs(active_only=False, limit=25)[0])
+        failing = deployment.launch(
+            location=LOCATION,
+            job=asset_job,
+            asset_selection=[["grpo"], ["evaluate"]],
+            run_config={
+                "execution": {"config": {"in_process": {}}},
+                "ops": {
+                    "rl_pipeline": {
+                        "config": {"stage_overrides": {"grpo": ["parameters.min_train_reward=2"]}}
+                    }
+                },
+            },
+        )
+        status, _ = deployment.wait_for_run(failing, timeout=240)
+        messages = deployment.run_messages(failing, last=80)
+        assert status == "FAILURE", messages
+        assert "blocking check reward_learned of grpo failed" in messages, messages
+        assert set(deployment.materializations(failing)) == {("grpo",)}
+        assert not (tmp_path / "rl_output" / failing / "evaluation.json").exists()
+        assert (tmp_path / "rl_output" / failing / "metrics.json").is_file()
+        assert len(workspace_client.list_runs(active_only=False, limit=25)[0]) == before + 1
     finally:
         deployment.stop()

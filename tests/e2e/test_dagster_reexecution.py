@@ -1,8 +1,10 @@
 """A 4-partition sweep backfilled as one run through the daemon (webserver and daemon on
 PostgreSQL), partition ``c`` out of GPU memory once, re-executed from failure the way the
 UI does it (GraphQL ``launchRunReexecution``, FROM_FAILURE): exactly the failed partition is
-trained again, and all four are materialized after. Trainings are counted by what the ranks
-wrote."""
+trained again, and all four are materialized after. Then the failed backfill itself is
+re-executed from failure (the backfill page's button): it asks for the failed partition
+again, which the run's re-execution already trained, so it is recorded as done and not
+trained a third time. Trainings are counted by what the ranks wrote."""
 
 from __future__ import annotations
 
@@ -83,5 +85,13 @@ def test_a_backfill_run_reexecuted_from_failure_trains_only_the_failed_partition
         stats = deployment.graphql(MATERIALIZED)["assetOrError"]["definition"]["partitionStats"]
         assert stats["numMaterialized"] == 4
         assert f"already materialized by run {parent}" in deployment.run_messages(child, 300)
+
+        # The other button: the failed backfill re-executed from failure asks for c again.
+        again = deployment.reexecute_backfill(backfill["id"], "FROM_FAILURE", timeout=180)
+        (rerun,) = again["runs"]
+        assert rerun["status"] == "SUCCESS", deployment.run_messages(rerun["runId"])
+        assert f"already materialized by run {child}" in deployment.run_messages(rerun["runId"])
+        assert sorted(swept.read_text().split()) == sorted([*KEYS, "c"])  # not trained again
+        assert local_workspace.admin.counters()["runs_created"] == 2
     finally:
         deployment.stop()

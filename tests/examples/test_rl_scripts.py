@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -85,20 +86,29 @@ HYPERPARAMETERS = {
 
 
 def train(
-    tmp_path: Path, trainer_first: bool = False, hyperparameters: dict[str, object] | None = None
+    tmp_path: Path,
+    trainer_first: bool = False,
+    hyperparameters: dict[str, object] | None = None,
+    checkpoints: Path | None = None,
 ) -> tuple[dict[str, object], str, str]:
     port = free_port()
+    extra = {"AIRO_CHECKPOINT_DIR": str(checkpoints)} if checkpoints is not None else {}
     out_dir = tmp_path / "output"
     hyperparameters = hyperparameters or HYPERPARAMETERS
     server_cwd = container_dir(tmp_path, "inference", hyperparameters)
     trainer_cwd = container_dir(tmp_path, "trainer", hyperparameters)
     if trainer_first:  # ranks start in any order: the trainer must wait for the server
-        trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir))
-        time.sleep(0.7)
+        # The port answers nothing until the trainer has asked once: the server starts only
+        # after the trainer found no server there.
+        with socket.create_server(("127.0.0.1", port)) as nothing_yet:
+            nothing_yet.settimeout(30)
+            trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir, **extra))
+            first_ask, _ = nothing_yet.accept()
+            first_ask.close()
         server = start("policy_server.py", server_cwd, platform_env(0, port, out_dir))
     else:
         server = start("policy_server.py", server_cwd, platform_env(0, port, out_dir))
-        trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir))
+        trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir, **extra))
     trainer_rc, trainer_log = finish(trainer)
     server_rc, server_log = finish(server)
     assert (trainer_rc, server_rc) == (0, 0), f"trainer:\n{trainer_log}\nserver:\n{server_log}"
@@ -127,7 +137,29 @@ def test_training_is_deterministic_for_a_seed_and_tolerates_start_order(tmp_path
     for metrics in (first, second):
         metrics.pop("train_seconds")
     assert first == second
-    assert "is healthy" in trainer_log
+    # Found no server at first, asked again and found it.
+    attempt = re.search(r"is healthy \(attempt (\d+)\)", trainer_log)
+    assert attempt and int(attempt.group(1)) >= 2, trainer_log
+
+
+def test_the_trainer_resumes_from_the_newest_checkpoint(tmp_path: Path) -> None:
+    """With AIRO_CHECKPOINT_DIR, every epoch is saved; a run cut short after epoch 6 (its
+    later checkpoints gone) resumes at epoch 7 with the saved policy and history."""
+    folder = tmp_path / "checkpoints"
+    whole, _, _ = train(tmp_path / "a", checkpoints=folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        f"step-{n}.json" for n in range(1, 13)
+    )
+    for epoch in range(7, 13):  # as if the node had been lost during epoch 7
+        (folder / f"step-{epoch}.json").unlink()
+    resumed, trainer_log, server_log = train(tmp_path / "b", checkpoints=folder)
+    assert f"resuming after epoch 6 from {folder}" in trainer_log
+    assert "epoch 6/12" not in trainer_log and "epoch 7/12" in trainer_log
+    assert "loaded a checkpoint's policy at update 6" in server_log
+    assert "shutdown requested after 12 updates" in server_log
+    assert [h["epoch"] for h in resumed["history"]] == list(range(1, 13))
+    assert resumed["history"][:6] == whole["history"][:6]  # the saved epochs, not re-run
+    assert resumed["final_policy"]["best_action"] == 2
 
 
 def test_the_example_pipeline_parameters_learn_and_pass_the_gate(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_airo_looks_the_image_up_in_the_registry_it_is_given(
     given = ["run", str(workload), "--dry-run", "--registry-host", host, *options]
     assert airo(given) == EXIT_INVALID_WORKLOAD
     err = capsys.readouterr().err
-    assert f"environment.unity_catalog_image: Unity Catalog image main.research.lookedup:2.0 is not in the Artifact Registry {host}" in err  # fmt: skip
+    assert f"environment.unity_catalog_image (line 4:24): Unity Catalog image main.research.lookedup:2.0 is not in the Artifact Registry {host}" in err  # fmt: skip
     assert (
         "push it first: airo images push SOURCE --catalog main --schema research "
         f"--artifact lookedup:2.0 --registry-host {host}" in err

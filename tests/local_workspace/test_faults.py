@@ -68,8 +68,9 @@ def test_caller_hanging_up_mid_request_is_no_server_error(
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
     with caplog.at_level(logging.ERROR), socket.create_connection((host, int(port))) as sock:
+        # The head and part of the body, then the hang-up: the server reads them in that
+        # order (TCP), waiting for the rest of the body when the caller goes.
         sock.sendall(head.encode() + b'{"run_id": 1')
-        time.sleep(0.05)
     deadline = time.monotonic() + 60
     while "499" not in local_workspace.admin.counters()["responses"].get("jobs/runs/get", {}):
         assert time.monotonic() < deadline, local_workspace.admin.counters()["responses"]

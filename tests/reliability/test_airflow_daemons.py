@@ -13,6 +13,12 @@ processes are killed for real, driven only through Airflow's REST API.
 - R5 ``deployment_leaks``: a secret from an Airflow connection and the workspace token flow
   through a deferred run; neither appears in any file of the deployment (every service's
   and task's log), its PostgreSQL metadata database, or the workspace's request log and data.
+- R6 ``triggerer_failover``: the triggers of a deferred task and of a deferred workflow stage
+  are handed to another triggerer (its job row and the triggers' owner written in the metadata
+  database, as Airflow's own reassignment writes them) while they wait. On Airflow 3.3 the
+  triggerer that held them calls ``on_kill`` for each (apache/airflow#73454); the runs must
+  keep going, and when the other triggerer stops heart-beating the first takes them back and
+  the tasks end with their runs' results: no cancel, no second submit.
 - R6 ``triggerer_daemon_restart``: the ``airflow triggerer`` process is SIGKILLed or stopped
   with SIGTERM while the task waits in it, and a new triggerer is started. The new one must
   take the wait over and the task end with the run's true result; the run is never
@@ -50,7 +56,7 @@ from air_runtime.local import LocalWorkspace, start_local_workspace
 
 # The deployment harness of the end-to-end tests.
 sys.path.insert(0, str(HERE.parent / "e2e"))
-from airflow_deployment import AirflowDeployment, airflow_connection_env
+from airflow_deployment import AirflowDeployment, airflow_connection_env, task_log_holding
 from deployment_services import POSTGRES_URL, POSTGRESQL, require_services
 from managed_process import wait_for
 
@@ -59,6 +65,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 DAGS = HERE / "deployment_dags"
 SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG = "daemon_task_sigkill", "daemon_deferred", "daemon_sync"
 SECRETS_DAG = "daemon_secrets"
+FAILOVER_DAG = "daemon_failover"
 HF_SECRET = "af-secret-" + secrets.token_hex(16)
 TASK = "run"
 # How long the workspace holds its answer to the first try's submit (the run already made),
@@ -103,7 +110,7 @@ def deployment(
     try:
         airflow.migrate()
         airflow.start()
-        airflow.wait_for_dags([SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG, SECRETS_DAG])
+        airflow.wait_for_dags([SIGKILL_DAG, DEFERRED_DAG, SYNC_DAG, SECRETS_DAG, FAILOVER_DAG])
         yield airflow
     finally:
         airflow.stop()
@@ -372,3 +379,123 @@ def test_triggerer_daemon_restart(
 
     _campaign(tally, trials(1, 4), trial)
     tally.notes.update(restarts=restarts, new_triggerer_seen_claiming=handovers)
+
+
+# --- R6: failover ---------------------------------------------------------------------------
+
+FAILOVER_TASKS = ("run", "flow.train")
+
+
+class _OtherTriggerer:
+    """A triggerer job row that heart-beats once: what a second triggerer that took triggers
+    over and then stopped looks like in the metadata database."""
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg2
+
+        self.connection = psycopg2.connect(dsn)
+        self.connection.autocommit = True
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO job (state, job_type, start_date, latest_heartbeat, hostname, "
+                "unixname) VALUES ('running', 'TriggererJob', now(), now(), "
+                "'other-triggerer', 'airflow') RETURNING id"
+            )
+            self.job_id = int(cursor.fetchone()[0])
+
+    def take_over(self, trigger_ids: list[int]) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE trigger SET triggerer_id = %s WHERE id = ANY(%s)",
+                (self.job_id, trigger_ids),
+            )
+
+    def close(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE job SET state = 'failed', end_date = now() WHERE id = %s", (self.job_id,)
+            )
+        self.connection.close()
+
+
+@pytest.mark.row("R6")
+def test_triggerer_failover(
+    deployment: AirflowDeployment, daemon_workspace, tally, tmp_path: Path
+) -> None:
+    ws = daemon_workspace
+
+    def trial(n: int) -> None:
+        release = tmp_path / f"failover-release-{n}"
+        t = Trial(deployment, ws, FAILOVER_DAG)
+        t.trigger(f"while [ ! -e {release} ]; do sleep 0.2; done")
+        other = None
+        try:
+            tis = {
+                task_id: wait_for(
+                    lambda task_id=task_id: (
+                        ti
+                        if _deferred_and_claimed(
+                            ti := deployment.task_instance(t.dag_id, t.run_id, task_id)
+                        )
+                        else None
+                    ),
+                    timeout=180,
+                    what=f"{task_id} deferred and claimed",
+                    processes=deployment.processes,
+                    interval=0.2,
+                )
+                for task_id in FAILOVER_TASKS
+            }
+            first_owner = {ti["trigger"]["triggerer_id"] for ti in tis.values()}
+            other = _OtherTriggerer(f"{POSTGRES_URL}/airo_airflow_reliability")
+            other.take_over([int(ti["trigger"]["id"]) for ti in tis.values()])
+            # The first triggerer lets each trigger go (on_kill on Airflow 3.3) and says why.
+            for task_id in FAILOVER_TASKS:
+                log = task_log_holding(deployment, t.dag_id, t.run_id, task_id, "keeps running")
+                assert "another triggerer took this trigger over" in log, log[-3000:]
+
+            # The other one stops heart-beating: the first takes the triggers back.
+            def back_with_first() -> bool:
+                owners = {
+                    (
+                        deployment.task_instance(t.dag_id, t.run_id, task_id).get("trigger") or {}
+                    ).get("triggerer_id")
+                    for task_id in FAILOVER_TASKS
+                }
+                return owners == first_owner
+
+            wait_for(
+                back_with_first,
+                timeout=TRIGGERER_TAKEOVER_S * 10,
+                what="the triggers back with the first triggerer",
+                processes=deployment.processes,
+                interval=0.5,
+            )
+            other.close()
+            other = None
+            with client_for(ws) as client:
+                for task_id in FAILOVER_TASKS:
+                    remote_id = int(deployment.xcom(t.dag_id, t.run_id, task_id, "run_id"))
+                    state = client.get_run(remote_id)
+                    assert not state.is_terminal, f"{task_id}: run {remote_id} {state.describe()}"
+        finally:
+            release.touch()
+            if other is not None:
+                other.close()
+        state = t.finish()
+        delta = t.delta()
+        with client_for(ws) as client:
+            results = {
+                task_id: client.get_run(
+                    int(deployment.xcom(t.dag_id, t.run_id, task_id, "run_id"))
+                ).result_state
+                for task_id in FAILOVER_TASKS
+            }
+        tally.orphans += sum(result == "CANCELED" for result in results.values())
+        if state != "success" or set(results.values()) != {"SUCCESS"}:
+            raise AssertionError(f"Dag run {state}, runs {results}\n{t.describe()}")
+        # One run for the task, one for the workflow; never cancelled, never submitted again.
+        if delta["runs_created"] != 2 or delta["cancels"]:
+            raise AssertionError(f"{delta} across a failover")
+
+    _campaign(tally, trials(1, 2), trial)

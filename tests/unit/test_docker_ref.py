@@ -23,7 +23,10 @@ DIGEST = "sha256:" + "a" * 64
         (f"myorg/repo:tag@{DIGEST}", f"docker.io/myorg/repo@{DIGEST}"),
         (f"ubuntu@{DIGEST}", f"docker.io/library/ubuntu@{DIGEST}"),
         ("  myorg/repo:tag  ", "docker.io/myorg/repo:tag"),
-        ("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime", "docker.io/pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"),
+        (
+            "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime",
+            "docker.io/pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime",
+        ),
     ],
 )
 def test_normal_form(reference: str, normal: str) -> None:
@@ -52,7 +55,17 @@ def test_other_registries_are_rejected(reference: str, registry: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "reference", ["", "   ", "https://docker.io/a/b", "My/Repo:1", "a/b:bad tag", "a/b@sha256:xyz", "a//b", "a/b:"]
+    "reference",
+    [
+        "",
+        "   ",
+        "https://docker.io/a/b",
+        "My/Repo:1",
+        "a/b:bad tag",
+        "a/b@sha256:xyz",
+        "a//b",
+        "a/b:",
+    ],
 )
 def test_malformed_references(reference: str) -> None:
     with pytest.raises(DockerRefError):
@@ -63,3 +76,32 @@ def test_parsed_parts() -> None:
     ref = parse_docker_ref("myorg/repo:1.0")
     assert (ref.repository, ref.tag, ref.digest) == ("myorg/repo", "1.0", None)
     assert str(ref) == "docker.io/myorg/repo:1.0"
+
+
+@pytest.mark.parametrize(
+    ("digest", "valid"),
+    [
+        (DIGEST, True),
+        ("sha512:" + "b" * 128, True),
+        ("sha256:" + "A" * 64, False),  # the OCI grammar's hex is lower case
+        ("sha256:" + "a" * 32, False),
+        ("md5:" + "a" * 32, False),
+        ("sha256:xyz", False),
+    ],
+)
+def test_docker_hub_images_and_push_sources_read_digests_by_one_grammar(
+    digest: str, valid: bool
+) -> None:
+    """The workload's Docker Hub image and ``airo images push``'s source share one parser."""
+    from air_runtime._errors import ConfigurationError
+    from air_runtime.images import parse_source_image
+
+    reference = f"myorg/repo@{digest}"
+    if valid:
+        assert parse_docker_ref(reference).digest == digest
+        assert parse_source_image(reference).digest == digest
+    else:
+        with pytest.raises(DockerRefError, match="malformed digest"):
+            parse_docker_ref(reference)
+        with pytest.raises(ConfigurationError, match="malformed digest"):
+            parse_source_image(reference)

@@ -44,13 +44,13 @@ def reencoded(text: str) -> str:
         ("a: >\n  x\n  y\n", "a: >\n    x y\n\n"),
         ("- |\n  x\n", "- |\n  x\n"),
         # what go-yaml's emitter cannot write in the source's style falls back to double quotes
-        ("a: \"x \\ny\"\n", "a: \"x \\ny\"\n"),
-        ("a: |\n  trailing \n  space\n", "a: \"trailing \\nspace\\n\"\n"),
-        ("a: '\ttab'\n", "a: \"\\ttab\"\n"),
-        ("a: \"\\U0001F680 \\x7f\"\n", "a: \"\\U0001F680 \\x7F\"\n"),
+        ('a: "x \\ny"\n', 'a: "x \\ny"\n'),
+        ("a: |\n  trailing \n  space\n", 'a: "trailing \\nspace\\n"\n'),
+        ("a: '\ttab'\n", 'a: "\\ttab"\n'),
+        ('a: "\\U0001F680 \\x7f"\n', 'a: "\\U0001F680 \\x7F"\n'),
         ("a: é\n", "a: é\n"),
         # explicit tags are not written: the style carries the type instead
-        ("a: !!str 5\nb: !!int \"7\"\n", "a: \"5\"\nb: 7\n"),
+        ('a: !!str 5\nb: !!int "7"\n', 'a: "5"\nb: 7\n'),
     ],
 )
 def test_layout_and_styles(source: str, written: str) -> None:
@@ -59,9 +59,9 @@ def test_layout_and_styles(source: str, written: str) -> None:
 
 
 def test_python_values_take_go_yamls_forms() -> None:
-    assert go_yaml_dump({"b": "true", "a": 1e-05, "c": [1, {"d": None}], "e": "x\ny\n", "f": ""}) == (
-        'b: "true"\na: 1e-05\nc:\n    - 1\n    - d: null\ne: |\n    x\n    y\nf: ""\n'
-    )
+    assert go_yaml_dump(
+        {"b": "true", "a": 1e-05, "c": [1, {"d": None}], "e": "x\ny\n", "f": ""}
+    ) == ('b: "true"\na: 1e-05\nc:\n    - 1\n    - d: null\ne: |\n    x\n    y\nf: ""\n')
 
 
 def test_ascii_forms_of_the_character_patterns_agree_with_the_unicode_ones() -> None:

@@ -55,33 +55,45 @@ def test_minimal_plan() -> None:
         "run_name": "exp",
         "idempotency_token": TOKEN,
         "environments": [{"environment_key": "default", "spec": {"environment_version": "6"}}],
-        "tasks": [{
-            "task_key": "exp",
-            "run_if": "ALL_SUCCESS",
-            "environment_key": "default",
-            "max_retries": 3,
-            "retry_on_timeout": True,
-            "ai_runtime_task": {
-                "experiment": "exp",
-                "deployments": [{
-                    "compute": {"accelerator_type": "GPU_1xA10", "accelerator_count": 1},
-                    "command_path": f"{launch}/command.sh",
-                }],
-            },
-        }],
+        "tasks": [
+            {
+                "task_key": "exp",
+                "run_if": "ALL_SUCCESS",
+                "environment_key": "default",
+                "max_retries": 3,
+                "retry_on_timeout": True,
+                "ai_runtime_task": {
+                    "experiment": "exp",
+                    "deployments": [
+                        {
+                            "compute": {"accelerator_type": "GPU_1xA10", "accelerator_count": 1},
+                            "command_path": f"{launch}/command.sh",
+                        }
+                    ],
+                },
+            }
+        ],
     }
-    assert plan.preflight_bodies == ({
-        "task": plan.submit_body["tasks"][0]["ai_runtime_task"],
-        "run_options": {"idempotency_token": TOKEN},  # max_retries only when set (validateconfig.go)
-        "environment": {"environment_version": "6"},
-    },)
+    assert plan.preflight_bodies == (
+        {
+            "task": plan.submit_body["tasks"][0]["ai_runtime_task"],
+            "run_options": {
+                "idempotency_token": TOKEN
+            },  # max_retries only when set (validateconfig.go)
+            "environment": {"environment_version": "6"},
+        },
+    )
     assert plan.docker_images == () and plan.permissions == () and plan.usage_policy_name is None
 
 
 def test_every_optional_field() -> None:
     data = minimal(
-        compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 16, "pool_id": "pool-1",
-                 "priority_class": "critical"},
+        compute={
+            "accelerator_type": "GPU_8xH100",
+            "num_accelerators": 16,
+            "pool_id": "pool-1",
+            "priority_class": "critical",
+        },
         environment={"docker_image": {"url": "myorg/train:2"}},
         max_retries=0,
         timeout_minutes=90,
@@ -104,10 +116,16 @@ def test_every_optional_field() -> None:
     assert task["max_retries"] == 0 and "retry_on_timeout" not in task
     assert task["ai_runtime_task"] == {
         "experiment": "exp",
-        "deployments": [{
-            "compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 16, "provisioned_capacity_id": "pool-1"},
-            "command_path": f"{launch}/command.sh",
-        }],
+        "deployments": [
+            {
+                "compute": {
+                    "accelerator_type": "GPU_8xH100",
+                    "accelerator_count": 16,
+                    "provisioned_capacity_id": "pool-1",
+                },
+                "command_path": f"{launch}/command.sh",
+            }
+        ],
         "mlflow_run": "run_a",
         "mlflow_experiment_directory": "/Workspace/Shared/exp",
         "mlflow_artifact_location": "dbfs:/Volumes/c/s/v/a",
@@ -116,7 +134,10 @@ def test_every_optional_field() -> None:
     }
     files = files_of(plan, launch)
     assert files["hyperparameters.yaml"] == "layers:\n    - 1\n    - 2\nlr: 0.1\n"
-    assert json.loads(files["env_vars.json"]) == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert json.loads(files["env_vars.json"]) == [
+        {"name": "A", "value": "1"},
+        {"name": "B", "value": "2"},
+    ]
     assert json.loads(files["secret_env_vars.json"]) == [
         {"name": "TOKEN", "secret_scope": "scope", "secret_key": "key"}
     ]
@@ -126,29 +147,47 @@ def test_every_optional_field() -> None:
     assert snapshot.root_path == "src" and snapshot.include_paths == ()
     assert snapshot.remote_volume == "/Volumes/c/s/code"
     # code_source_path names the packed archive: the client sets it (runsubmit.go)
-    assert plan.submit_body_with_code({"exp": "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"})[
-        "tasks"][0]["ai_runtime_task"]["code_source_path"] == "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"
+    assert (
+        plan.submit_body_with_code(
+            {"exp": "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"}
+        )["tasks"][0]["ai_runtime_task"]["code_source_path"]
+        == "/Volumes/c/s/code/.internal/src_0123456789abcdef.tar.gz"
+    )
     run_options = plan.preflight_bodies[0]["run_options"]
     # as the CLI builds it (validateconfig.go): max_retries because the workload sets it, the
     # usage policy fields as given
-    assert run_options == {"idempotency_token": TOKEN, "max_retries": 0, "timeout_minutes": 90,
-                           "usage_policy_id": UUID,
-                           "env_variables": {"A": "1", "B": "2"}, "secrets": {"TOKEN": "scope/key"}}
+    assert run_options == {
+        "idempotency_token": TOKEN,
+        "max_retries": 0,
+        "timeout_minutes": 90,
+        "usage_policy_id": UUID,
+        "env_variables": {"A": "1", "B": "2"},
+        "secrets": {"TOKEN": "scope/key"},
+    }
     assert "code_source_path" not in plan.preflight_bodies[0]["task"]
     assert "environment_version" in plan.preflight_bodies[0]["environment"]
 
 
 def test_environment_spec_forms() -> None:
-    base = plan_of(minimal(environment={"version": "databricks_ai_v5", "dependencies": ["torch==2.6.0"]}))
+    base = plan_of(
+        minimal(environment={"version": "databricks_ai_v5", "dependencies": ["torch==2.6.0"]})
+    )
     assert base.submit_body["environments"][0]["spec"] == {
-        "base_environment": "workspace-base-environments/databricks_ai_v5", "dependencies": ["torch==2.6.0"]}
+        "base_environment": "workspace-base-environments/databricks_ai_v5",
+        "dependencies": ["torch==2.6.0"],
+    }
     plain = plan_of(minimal(environment={"version": 7, "dependencies": []}))
     assert plain.submit_body["environments"][0]["spec"] == {"environment_version": "7"}
 
 
 def test_unity_catalog_image_and_usage_policy_name() -> None:
-    plan = plan_of(minimal(environment={"unity_catalog_image": "main.img.x:1"}, usage_policy_name="team"))
-    assert plan.submit_body["tasks"][0]["ai_runtime_task"]["unity_catalog_image_path"] == "main.img.x:1"
+    plan = plan_of(
+        minimal(environment={"unity_catalog_image": "main.img.x:1"}, usage_policy_name="team")
+    )
+    assert (
+        plan.submit_body["tasks"][0]["ai_runtime_task"]["unity_catalog_image_path"]
+        == "main.img.x:1"
+    )
     assert "budget_policy_id" not in plan.submit_body
     assert plan.usage_policy_name == "team"
 
@@ -161,44 +200,89 @@ def test_containers_plan() -> None:
         secrets={"HF": "s/hf"},
         parameters={"epochs": 5},
         containers=[
-            {"name": "inference", "ranks": [0], "unity_catalog_image": "main.rl.vllm:0.20.0", "command": "serve",
-             "environment_variables": {"variables": {"SHARED": "inf", "HF": "plain",
-                                                     "W": "{{secrets/research/wandb}}"}}},
-            {"name": "trainer", "ranks": [1], "unity_catalog_image": "main.rl.trl:0.24.0", "command": "train\n"},
+            {
+                "name": "inference",
+                "ranks": [0],
+                "unity_catalog_image": "main.rl.vllm:0.20.0",
+                "command": "serve",
+                "environment_variables": {
+                    "variables": {"SHARED": "inf", "HF": "plain", "W": "{{secrets/research/wandb}}"}
+                },
+            },
+            {
+                "name": "trainer",
+                "ranks": [1],
+                "unity_catalog_image": "main.rl.trl:0.24.0",
+                "command": "train\n",
+            },
         ],
     )
     plan = plan_of(data)
     launch = plan.launch_dirs["exp"]
-    assert plan.folders == (launch, f"{launch}/containers", f"{launch}/containers/inference",
-                            f"{launch}/containers/trainer")
+    assert plan.folders == (
+        launch,
+        f"{launch}/containers",
+        f"{launch}/containers/inference",
+        f"{launch}/containers/trainer",
+    )
     files = files_of(plan, launch)
-    assert sorted(files) == sorted([
-        "training_config.yaml", "hyperparameters.yaml", "env_vars.json", "secret_env_vars.json",
-        "containers/inference/command.sh", "containers/inference/hyperparameters.yaml",
-        "containers/inference/env_vars.json", "containers/inference/secret_env_vars.json",
-        "containers/trainer/command.sh", "containers/trainer/hyperparameters.yaml",
-        "containers/trainer/env_vars.json", "containers/trainer/secret_env_vars.json",
-    ])
+    assert sorted(files) == sorted(
+        [
+            "training_config.yaml",
+            "hyperparameters.yaml",
+            "env_vars.json",
+            "secret_env_vars.json",
+            "containers/inference/command.sh",
+            "containers/inference/hyperparameters.yaml",
+            "containers/inference/env_vars.json",
+            "containers/inference/secret_env_vars.json",
+            "containers/trainer/command.sh",
+            "containers/trainer/hyperparameters.yaml",
+            "containers/trainer/env_vars.json",
+            "containers/trainer/secret_env_vars.json",
+        ]
+    )
     assert json.loads(files["containers/inference/env_vars.json"]) == [
-        {"name": "HF", "value": "plain"}, {"name": "MODEL", "value": "m"}, {"name": "SHARED", "value": "inf"}]
+        {"name": "HF", "value": "plain"},
+        {"name": "MODEL", "value": "m"},
+        {"name": "SHARED", "value": "inf"},
+    ]
     assert json.loads(files["containers/inference/secret_env_vars.json"]) == [
-        {"name": "W", "secret_scope": "research", "secret_key": "wandb"}]
+        {"name": "W", "secret_scope": "research", "secret_key": "wandb"}
+    ]
     assert json.loads(files["containers/trainer/env_vars.json"]) == [
-        {"name": "MODEL", "value": "m"}, {"name": "SHARED", "value": "top"}]
+        {"name": "MODEL", "value": "m"},
+        {"name": "SHARED", "value": "top"},
+    ]
     assert files["containers/trainer/command.sh"] == "train\n"
-    assert files["containers/trainer/hyperparameters.yaml"] == files["hyperparameters.yaml"] == "epochs: 5\n"
+    assert (
+        files["containers/trainer/hyperparameters.yaml"]
+        == files["hyperparameters.yaml"]
+        == "epochs: 5\n"
+    )
     deployment = plan.submit_body["tasks"][0]["ai_runtime_task"]["deployments"][0]
     assert "command_path" not in deployment
     assert deployment["containers"] == [
-        {"name": "inference", "ranks": [0], "command_path": f"{launch}/containers/inference/command.sh",
-         "unity_catalog_image_path": "main.rl.vllm:0.20.0"},
-        {"name": "trainer", "ranks": [1], "command_path": f"{launch}/containers/trainer/command.sh",
-         "unity_catalog_image_path": "main.rl.trl:0.24.0"},
+        {
+            "name": "inference",
+            "ranks": [0],
+            "command_path": f"{launch}/containers/inference/command.sh",
+            "unity_catalog_image_path": "main.rl.vllm:0.20.0",
+        },
+        {
+            "name": "trainer",
+            "ranks": [1],
+            "command_path": f"{launch}/containers/trainer/command.sh",
+            "unity_catalog_image_path": "main.rl.trl:0.24.0",
+        },
     ]
 
 
 def test_code_snapshot_paths() -> None:
-    w = load_workload(minimal(code_source={"root_path": "../code", "include_paths": ["a.py"]}), base_dir="/repo/jobs")
+    w = load_workload(
+        minimal(code_source={"root_path": "../code", "include_paths": ["a.py"]}),
+        base_dir="/repo/jobs",
+    )
     plan = build_plan(w, user_name=USER, idempotency_token=TOKEN)
     (snapshot,) = plan.code_snapshots
     assert (snapshot.root_path, snapshot.base_dir) == ("../code", "/repo/jobs")
@@ -220,7 +304,9 @@ def test_tokens_and_suffixes() -> None:
     random_a = build_plan(load_workload(minimal()), user_name=USER)
     random_b = build_plan(load_workload(minimal()), user_name=USER)
     assert random_a.idempotency_token != random_b.idempotency_token
-    assert random_a.launch_dirs["exp"].endswith(hashlib.sha256(random_a.idempotency_token.encode()).hexdigest()[:16])
+    assert random_a.launch_dirs["exp"].endswith(
+        hashlib.sha256(random_a.idempotency_token.encode()).hexdigest()[:16]
+    )
     fixed = build_plan(w, user_name=USER, launch_suffix="0123456789abcdef")
     assert fixed.launch_dirs["exp"].endswith("/exp_0123456789abcdef")
     with pytest.raises(WorkloadError):
@@ -270,14 +356,21 @@ def test_json_round_trip_and_redacted() -> None:
     data = json.loads(json.dumps(plan.to_json()))
     assert SubmissionPlan.from_json(data) == plan
     shown = plan.redacted()
-    assert {f["path"].rsplit("/", 1)[1] for f in shown["files"]} >= {"command.sh", "secret_env_vars.json"}
+    assert {f["path"].rsplit("/", 1)[1] for f in shown["files"]} >= {
+        "command.sh",
+        "secret_env_vars.json",
+    }
     assert all("content" in f for f in shown["files"])
     json.dumps(shown)
 
 
 def test_image_requirements_carry_tag_policy_and_credentials() -> None:
-    image = {"url": "myorg/train:2", "tag_policy": "latest",
-             "credentials_scope": "docker-creds", "credentials_key": "hub"}
+    image = {
+        "url": "myorg/train:2",
+        "tag_policy": "latest",
+        "credentials_scope": "docker-creds",
+        "credentials_key": "hub",
+    }
     plan = plan_of(minimal(environment={"docker_image": image}))
     assert plan.docker_images == ("docker.io/myorg/train:2",)
     wanted = ImageRequirement("docker.io/myorg/train:2", "latest", "docker-creds", "hub")
@@ -288,8 +381,14 @@ def test_image_requirements_carry_tag_policy_and_credentials() -> None:
     assert "docker.io/myorg/train:2" in body
     assert "tag_policy" not in body and "docker-creds" not in body
     data = json.loads(json.dumps(plan.to_json()))
-    assert data["image_requirements"] == [{"url": "docker.io/myorg/train:2", "tag_policy": "latest",
-                                           "credentials_scope": "docker-creds", "credentials_key": "hub"}]
+    assert data["image_requirements"] == [
+        {
+            "url": "docker.io/myorg/train:2",
+            "tag_policy": "latest",
+            "credentials_scope": "docker-creds",
+            "credentials_key": "hub",
+        }
+    ]
     assert SubmissionPlan.from_json(data) == plan
 
     auto = plan_of(minimal(environment={"docker_image": {"url": "myorg/train:2"}}))
@@ -311,9 +410,18 @@ def test_plans_without_image_requirements_treat_images_as_auto() -> None:
 def test_workflow_image_requirements_merge_per_image() -> None:
     stages = [
         _stage("a", environment={"docker_image": {"url": "myorg/train:2"}}),
-        _stage("b", depends_on=["a"], environment={"docker_image": {
-            "url": "docker.io/myorg/train:2", "tag_policy": "latest",
-            "credentials_scope": "s", "credentials_key": "k"}}),
+        _stage(
+            "b",
+            depends_on=["a"],
+            environment={
+                "docker_image": {
+                    "url": "docker.io/myorg/train:2",
+                    "tag_policy": "latest",
+                    "credentials_scope": "s",
+                    "credentials_key": "k",
+                }
+            },
+        ),
         _stage("c", depends_on=["b"], environment={"docker_image": {"url": "library/ubuntu"}}),
     ]
     plan = build_workflow_plan(stages, run_name="r", user_name=USER, idempotency_token=TOKEN)
@@ -339,7 +447,9 @@ def test_make_idempotency_token() -> None:
     assert a != make_idempotency_token("airflow", "dag", "run_1", "train", generation=1)
     assert a != make_idempotency_token("airflow", "dag", "run_1", "train", map_index=0)
     assert a != make_idempotency_token("dagster", "dag", "run_1", "train")
-    assert make_idempotency_token("a", "b", "c", "d", 3, 2) == make_idempotency_token("a", "b", "c", "d", "3", "2")
+    assert make_idempotency_token("a", "b", "c", "d", 3, 2) == make_idempotency_token(
+        "a", "b", "c", "d", "3", "2"
+    )
     assert len(make_idempotency_token("x" * 500, "y" * 500, "z", "w")) <= 64
 
 
@@ -349,7 +459,9 @@ def test_make_idempotency_token() -> None:
 def _stage(key: str, **changes: Any) -> Stage:
     depends = changes.pop("depends_on", ())
     run_if = changes.pop("run_if", "ALL_SUCCESS")
-    return Stage(key, load_workload(minimal(experiment_name=key, **changes)), tuple(depends), run_if)
+    return Stage(
+        key, load_workload(minimal(experiment_name=key, **changes)), tuple(depends), run_if
+    )
 
 
 def test_workflow_plan() -> None:
@@ -362,7 +474,9 @@ def test_workflow_plan() -> None:
     body = plan.submit_body
     assert body["run_name"] == "pipeline" and body["idempotency_token"] == TOKEN
     assert "timeout_seconds" not in body
-    assert body["environments"] == [{"environment_key": "default", "spec": {"environment_version": "6"}}]
+    assert body["environments"] == [
+        {"environment_key": "default", "spec": {"environment_version": "6"}}
+    ]
     tasks = body["tasks"]
     assert [t["task_key"] for t in tasks] == ["generate", "train", "evaluate"]
     assert "depends_on" not in tasks[0]
@@ -376,14 +490,18 @@ def test_workflow_plan() -> None:
     for key, folder in plan.launch_dirs.items():
         assert folder.startswith(f"{HOME}/.air/cli_launch/{key}/{key}_")
         assert any(f.path == f"{folder}/command.sh" for f in plan.files)
-    again = build_workflow_plan(stages, run_name="pipeline", user_name=USER, idempotency_token=TOKEN)
+    again = build_workflow_plan(
+        stages, run_name="pipeline", user_name=USER, idempotency_token=TOKEN
+    )
     assert again == plan
     assert SubmissionPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
 
 def test_workflow_distinct_environments() -> None:
     stages = [_stage("a"), _stage("b", environment={"dependencies": ["x"]}, depends_on=["a"])]
-    body = build_workflow_plan(stages, run_name="r", user_name=USER, idempotency_token=TOKEN).submit_body
+    body = build_workflow_plan(
+        stages, run_name="r", user_name=USER, idempotency_token=TOKEN
+    ).submit_body
     assert body["environments"] == [
         {"environment_key": "env_a", "spec": {"environment_version": "6"}},
         {"environment_key": "env_b", "spec": {"environment_version": "6", "dependencies": ["x"]}},
@@ -393,7 +511,9 @@ def test_workflow_distinct_environments() -> None:
 
 def test_same_experiment_stages_get_distinct_dirs() -> None:
     w = load_workload(minimal())
-    plan = build_workflow_plan([Stage("a", w), Stage("b", w)], run_name="r", user_name=USER, idempotency_token=TOKEN)
+    plan = build_workflow_plan(
+        [Stage("a", w), Stage("b", w)], run_name="r", user_name=USER, idempotency_token=TOKEN
+    )
     assert plan.launch_dirs["a"] != plan.launch_dirs["b"]
 
 
@@ -417,7 +537,12 @@ def test_workflow_dag_errors(stages: list[tuple[str, tuple[str, ...]]], text: st
 
 @pytest.mark.parametrize(
     "name, key",
-    [("train", "train"), ("rl.grpo", "rl_grpo"), ("trainé v2", "train__v2"), ("a" * 120, "a" * 100)],
+    [
+        ("train", "train"),
+        ("rl.grpo", "rl_grpo"),
+        ("trainé v2", "train__v2"),
+        ("a" * 120, "a" * 100),
+    ],
 )
 def test_task_key_for_makes_keys_the_rule_accepts(name: str, key: str) -> None:
     assert task_key_for(name) == key

@@ -12,8 +12,12 @@ import pytest
 from air_runtime.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "examples" / "rl").glob("*.yaml"))
-BAD = "experiment_name: x\ncompute: {accelerator_type: GPU_8xH100, num_accelerators: 12}\ncomand: x\n"
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted(
+    (REPO / "examples" / "rl").glob("*.yaml")
+)
+BAD = (
+    "experiment_name: x\ncompute: {accelerator_type: GPU_8xH100, num_accelerators: 12}\ncomand: x\n"
+)
 
 
 def test_validate_examples(capsys: pytest.CaptureFixture[str]) -> None:
@@ -28,7 +32,10 @@ def test_validate_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["validate", str(bad), str(EXAMPLES[0])]) == 1
     out = capsys.readouterr().out
     assert "bad.yaml: 3 problem(s)" in out
-    assert "compute.num_accelerators (line 2:59): compute.num_accelerators for GPU_8xH100 must be a multiple of 8, got 12" in out
+    assert (
+        "compute.num_accelerators (line 2:59): compute.num_accelerators for GPU_8xH100 must be a multiple of 8, got 12"
+        in out
+    )
     assert "did you mean 'command'?" in out
 
 
@@ -53,7 +60,10 @@ def test_plan_text(capsys: pytest.CaptureFixture[str]) -> None:
     path = REPO / "examples" / "rl" / "grpo_two_containers.yaml"
     assert main(["plan", str(path), "--user", "me@example.com", "--idempotency-token", "t1"]) == 0
     out = capsys.readouterr().out
-    assert "/Workspace/Users/me@example.com/.air/cli_launch/grpo_two_containers/grpo_two_containers_" in out
+    assert (
+        "/Workspace/Users/me@example.com/.air/cli_launch/grpo_two_containers/grpo_two_containers_"
+        in out
+    )
     assert "containers/inference/command.sh" in out
     assert "POST /api/2.2/jobs/runs/submit" in out
     assert '"secret_scope":"research"' in out
@@ -61,8 +71,19 @@ def test_plan_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_plan_json_with_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     path = REPO / "examples" / "single_node.yaml"
-    code = main(["plan", str(path), "--json", "--override", "compute.num_accelerators=2",
-                 "--override", "env_variables.EXTRA=1.50", "--idempotency-token", "t1"])
+    code = main(
+        [
+            "plan",
+            str(path),
+            "--json",
+            "--override",
+            "compute.num_accelerators=2",
+            "--override",
+            "env_variables.EXTRA=1.50",
+            "--idempotency-token",
+            "t1",
+        ]
+    )
     assert code == 0
     plan = json.loads(capsys.readouterr().out)
     task = plan["submit_body"]["tasks"][0]
@@ -87,8 +108,13 @@ def test_schema(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_validates_examples() -> None:
     airo = Path(sys.executable).parent / "airo"
-    result = subprocess.run([str(airo), "validate", *map(str, EXAMPLES)], capture_output=True, text=True,
-                            cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [str(airo), "validate", *map(str, EXAMPLES)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(": OK") == len(EXAMPLES)
 
@@ -105,7 +131,9 @@ command: echo {{ ds }} {{ macros.ds_add(ds, 1) }} {{ var.value.missing }}
 """
 
 
-def test_validate_renders_jinja_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_renders_jinja_workloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The repository's Dag workload renders with the sample context.
     assert main(["validate", str(REPO / "dags" / "workloads" / "nightly_torchrun.yaml")]) == 0
     templated = tmp_path / "templated.yaml"
@@ -118,7 +146,19 @@ def test_validate_renders_jinja_workloads(tmp_path: Path, capsys: pytest.Capture
     assert "compute.num_accelerators (line 4:21)" in out and "--context KEY=VALUE" in out
     assert main(["validate", str(templated), "--context", "params.gpus=16"]) == 0
     # An override's problem names the override, not a line of the file.
-    assert main(["validate", str(templated), "--context", "params.gpus=16", "--override", "compute.num_accelerators=12"]) == 1
+    assert (
+        main(
+            [
+                "validate",
+                str(templated),
+                "--context",
+                "params.gpus=16",
+                "--override",
+                "compute.num_accelerators=12",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "compute.num_accelerators (set by override 'compute.num_accelerators')" in out
     broken = tmp_path / "broken.yaml"

@@ -38,4 +38,3 @@ def only_problem(source: Any, overrides: Any = None) -> Problem:
     problems = problems_of(source, overrides)
     assert len(problems) == 1, [str(p) for p in problems]
     return problems[0]
-

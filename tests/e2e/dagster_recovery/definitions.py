@@ -2,7 +2,8 @@
 its GPU until the test lets it go, in a job whose runs are retried (``dagster/max_retries``)
 and failed by run monitoring once they outlive ``dagster/max_runtime``: a run worker killed
 while it waits is failed (by the code server that started it, or by run monitoring) and
-retried by the retries daemon. And a
+retried by the retries daemon. Its step runs in a subprocess of the run worker (Dagster's
+default multiprocess executor), which outlives a run worker killed with SIGKILL. And a
 4-partition sweep backfilled as one run, whose partition ``c`` runs out of GPU memory once."""
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import dagster as dg
 
 from dagster_air import AirStage, AirWorkspace, build_air_assets
 
-# Every training appends to a file the test reads: trainings are counted by what ranks did.
+# Every training appends to a file the test reads: trainings are counted by what ranks did,
+# per Dagster run they belong to (a run retry's ranks name the run it continues).
 HELD_TRAINER = """\
-echo started >> "$COUNT_DIR/trained"
+echo started >> "$COUNT_DIR/trained_$AIRO_ORCHESTRATOR_RUN_ID"
 while [ ! -e "$COUNT_DIR/release" ]; do sleep 0.2; done
 """
 
@@ -62,8 +64,6 @@ defs = dg.Definitions(
         dg.define_asset_job(
             "held_job",
             selection=[held],
-            # The steps run in the run worker: killing it kills the step that waits.
-            executor_def=dg.in_process_executor,
             tags={"dagster/max_retries": "1", "dagster/max_runtime": os.environ["MAX_RUNTIME"]},
         )
     ],

@@ -38,3 +38,28 @@ secrets_dag = single_dag(
     secret_env={"HF_TOKEN": "conn:hf_default:password"},
     secret_scope="daemon",
 )
+
+
+def failover_dag(dag_id: str) -> DAG:
+    """A deferred task and a deferred workflow stage, each waiting on a run of its own."""
+    from airflow_air.workflow import AirWorkflowTaskGroup
+
+    def workload(name: str) -> dict:
+        return {
+            "experiment_name": f"{dag_id}_{name}",
+            "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1},
+            "max_retries": 0,
+            "command": "{{ params.command }}",
+        }
+
+    with DAG(dag_id, schedule=None, start_date=START, params={"command": "echo ok"}) as dag:
+        AirRunOperator(task_id="run", workload=workload("run"), poll_interval=1, deferrable=True)
+        with AirWorkflowTaskGroup("flow", run_name=f"{dag_id}_flow"):
+            AirRunOperator(
+                task_id="train", workload=workload("train"), poll_interval=1, deferrable=True
+            )
+    return dag
+
+
+# Its triggers are handed to another triggerer while they wait; nothing may be cancelled.
+failover = failover_dag("daemon_failover")

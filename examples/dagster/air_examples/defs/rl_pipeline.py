@@ -1,6 +1,11 @@
 """The RL pipeline: copy the images into Unity Catalog, then GRPO training on the copies
-(policy server on node 0, trainer on node 1) and evaluation as one multi-task run; plus a
-sweep over dynamic partitions.
+(policy server on node 0, trainer on node 1) and its evaluation; plus a sweep over dynamic
+partitions.
+
+The trainer reports the blocking check ``reward_learned`` through Dagster Pipes (the final
+mean reward reached the ``min_train_reward`` parameter, 0.3 unless a run's config sets
+``parameters.min_train_reward``): the evaluation is a run of its own, submitted only once the
+check passed (a failed check keeps it from starting at all).
 
 The images are copied from Docker Hub (``RL_SOURCE_REGISTRY`` names another registry) to
 the workspace's Artifact Registry (``AIRO_ARTIFACT_REGISTRY`` names its host; by default it
@@ -46,6 +51,13 @@ air_images = build_unity_catalog_image_asset(
             workload=RL_EXAMPLES / "grpo_two_containers.yaml",
             deps=[air_images],
             asset_attributes={"group_name": "rl"},
+            check_specs=[
+                {
+                    "name": "reward_learned",
+                    "blocking": True,
+                    "description": "The trained policy's mean reward reached min_train_reward.",
+                }
+            ],
         ),
         AirStage(
             key="evaluate",
@@ -61,7 +73,7 @@ air_images = build_unity_catalog_image_asset(
     output_env="RL_OUTPUT_DIR",
 )
 def rl_pipeline(context: dg.AssetExecutionContext, air: AirInvocation):
-    """GRPO training and its evaluation, as one multi-task run."""
+    """GRPO training, then its evaluation once the blocking check passed."""
     yield from air.run()
 
 
