@@ -9,6 +9,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from air_runtime import BudgetExceeded, RetriesStopped
@@ -272,3 +273,56 @@ async def acopy_run_logs(
                 return
     except Exception as exc:  # logs are a convenience: never fail the task for them
         log.info("Could not copy the logs of run %s: %s", run_id, exc)
+
+
+# How long a trigger waits for its last line to reach its log file before it ends: the
+# triggerer drains trigger lines 4 KiB per loop and closes a trigger's file as soon as the
+# trigger ends, so under a burst of lines the last ones would land in the triggerer's own log
+# instead of the task's (apache/airflow#66158).
+LAST_LINE_WAIT_SECONDS = 30.0
+# Given up sooner when no file of this trigger shows up at all (logs not on this machine).
+NO_LOG_FILE_SECONDS = 3.0
+_TAIL_BYTES = 64 * 1024
+
+
+def trigger_log_files(task_instance: Any) -> list[Path]:
+    """The files the triggerers on this machine write this try's trigger lines to
+    (``<attempt's log>.trigger.<triggerer job>.log``); empty when they cannot be found."""
+    try:
+        from airflow.configuration import conf
+        from airflow.utils.helpers import log_filename_template_renderer
+
+        relative = log_filename_template_renderer()(ti=task_instance)
+        attempt = Path(conf.get("logging", "base_log_folder")) / relative
+    except Exception:  # an unusual log_filename_template: nothing to wait for
+        return []
+    return sorted(attempt.parent.glob(f"{attempt.name}.trigger.*.log"))
+
+
+def _holds(path: Path, needle: bytes) -> bool:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - _TAIL_BYTES))
+            return needle in f.read()
+    except OSError:
+        return False
+
+
+async def wait_until_in_trigger_log(task_instance: Any, line: str) -> bool:
+    """Wait until ``line`` (the last one the trigger logged) is in one of this try's trigger
+    log files, so that every line before it is too; False when it did not get there in
+    ``LAST_LINE_WAIT_SECONDS`` or no file of this try could be found."""
+    import asyncio
+    import json
+
+    needle = json.dumps(line, ensure_ascii=False)[1:-1].encode()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        files = trigger_log_files(task_instance)
+        if any(_holds(path, needle) for path in files):
+            return True
+        waited = loop.time() - started
+        if waited >= LAST_LINE_WAIT_SECONDS or (not files and waited >= NO_LOG_FILE_SECONDS):
+            return False
+        await asyncio.sleep(0.1)

@@ -370,7 +370,21 @@ class AirRunTrigger(BaseTrigger):
         await self._forget_lines_shown()
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
+        if not inline and self.task_instance is not None:
+            handover = f"Run {self.run_id}: the task resumes in a worker"
+            self.log.info("%s", handover)
+            await self._until_logged(handover)
         yield TriggerEvent(event)
+
+    async def _until_logged(self, line: str) -> None:
+        """Until ``line``, the last this trigger logs, is in the task's trigger log (so are
+        the lines before it): the triggerer closes that file as the trigger ends."""
+        if self.task_instance is None or _under_in_process_runner():
+            return
+        from airflow_air._logs import wait_until_in_trigger_log
+
+        if not await wait_until_in_trigger_log(self.task_instance, self.redact(line)):
+            self.log.debug("%r not seen in this try's trigger log", line)
 
     async def _lines_shown_before(self) -> dict[str, int]:
         """What an earlier trigger of this wait showed (``LINES_SHOWN_KEY``); empty for a
@@ -532,8 +546,10 @@ class AirRunTrigger(BaseTrigger):
         except Exception as exc:  # the worker pushes them instead
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
-        log.info("%s", outcome.summary())
+        summary = outcome.summary()
+        log.info("%s", summary)
         await self._forget_lines_shown()
+        await self._until_logged(summary)
         return TaskSuccessEvent()
 
     async def _push_xcoms(self, xcoms: Mapping[str, Any]) -> None:

@@ -132,8 +132,8 @@ class Sweep:
         text = self.ranks_file.read_text() if self.ranks_file.exists() else ""
         return Counter(text.split())
 
-    def task_log(self, map_index: int) -> str:
-        folder = (
+    def _log_folder(self, map_index: int) -> Path:
+        return (
             self.deployment.home
             / "logs"
             / f"dag_id={DAG_ID}"
@@ -141,6 +141,9 @@ class Sweep:
             / "task_id=trial"
             / f"map_index={map_index}"
         )
+
+    def task_log(self, map_index: int) -> str:
+        folder = self._log_folder(map_index)
         return "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.log*")))
 
     def check_one_run_and_one_rank_per_trial(self) -> None:
@@ -157,6 +160,21 @@ class Sweep:
         ended = Counter((r.life_cycle_state, r.result_state) for r in self.remote_runs())
         assert ended == Counter({("TERMINATED", "SUCCESS"): self.trials}), ended
 
+    def _complete_log(self, index: int, wanted: tuple[str, ...]) -> str:
+        """The trial's log once it holds every wanted line; otherwise fails saying which are
+        missing and what each of its files holds (the worker's and each triggerer's)."""
+        text = self.task_log(index)
+        missing = [w for w in wanted if w not in text]
+        if missing:
+            raise AssertionError(f"missing {missing} in\n{self.task_log_files(index)}")
+        return text
+
+    def task_log_files(self, map_index: int) -> str:
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self._log_folder(map_index).glob("*.log*"))
+        )
+
     def check_tasks_and_logs(self) -> None:
         tis = self.instances()
         assert len(tis) == self.trials
@@ -166,9 +184,7 @@ class Sweep:
             index = int(ti["map_index"])
             wanted = (f"trial {index}: started", f"trial {index}: released")
             log = wait_for(
-                lambda index=index, wanted=wanted: (
-                    (text := self.task_log(index)) and all(w in text for w in wanted) and text
-                ),
+                lambda index=index, wanted=wanted: self._complete_log(index, wanted),
                 timeout=60,
                 what=f"trial {index}'s log complete",
             )

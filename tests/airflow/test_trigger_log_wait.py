@@ -1,0 +1,96 @@
+"""A trigger's last line and its log file: the trigger ends only once its last line is in
+this try's trigger log (``airflow_air._logs.wait_until_in_trigger_log``), since the triggerer
+closes that file when the trigger ends and lines still queued then never reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from airflow_air import _logs
+
+TI = SimpleNamespace(dag_id="sweep", run_id="manual__1", task_id="trial", map_index=3, try_number=2)
+
+
+def _attempt_log(base: Path) -> Path:
+    return (
+        base
+        / "dag_id=sweep"
+        / "run_id=manual__1"
+        / "task_id=trial"
+        / "map_index=3"
+        / "attempt=2.log"
+    )
+
+
+@pytest.fixture
+def log_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AIRFLOW__LOGGING__BASE_LOG_FOLDER", str(tmp_path))
+    _attempt_log(tmp_path).parent.mkdir(parents=True)
+    return tmp_path
+
+
+def _json_line(event: str) -> str:
+    return json.dumps({"timestamp": "2026-12-06T00:00:00Z", "event": event}) + "\n"
+
+
+def test_the_files_of_every_triggerer_of_the_try_and_only_those(log_folder: Path) -> None:
+    attempt = _attempt_log(log_folder)
+    for name in (
+        "attempt=2.log.trigger.4.log",
+        "attempt=2.log.trigger.5.log",
+        "attempt=1.log.trigger.4.log",
+        "attempt=2.log",
+    ):
+        (attempt.parent / name).write_text("")
+    assert [p.name for p in _logs.trigger_log_files(TI)] == [
+        "attempt=2.log.trigger.4.log",
+        "attempt=2.log.trigger.5.log",
+    ]
+
+
+def test_waits_for_the_line_to_be_written(log_folder: Path) -> None:
+    """The wait ends when the line lands, written only after the wait has looked once."""
+    trigger_log = _attempt_log(log_folder).with_name("attempt=2.log.trigger.7.log")
+    trigger_log.write_text(_json_line("Run 12: RUNNING"))
+    line = 'Run 12 succeeded: http://127.0.0.1/jobs/runs/12 "quoted" é'
+    looked = threading.Event()
+    real_holds = _logs._holds
+
+    def holds(path: Path, needle: bytes) -> bool:
+        looked.set()
+        return real_holds(path, needle)
+
+    def write_after_a_look() -> None:
+        looked.wait()
+        with trigger_log.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"event": line}, ensure_ascii=False) + "\n")
+
+    writer = threading.Thread(target=write_after_a_look)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_logs, "_holds", holds)
+        writer.start()
+        assert asyncio.run(_logs.wait_until_in_trigger_log(TI, line)) is True
+    writer.join()
+
+
+def test_gives_up_on_a_line_that_never_comes(
+    log_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _attempt_log(log_folder).with_name("attempt=2.log.trigger.7.log").write_text(
+        _json_line("Run 12: RUNNING")
+    )
+    monkeypatch.setattr(_logs, "LAST_LINE_WAIT_SECONDS", 0.0)
+    assert asyncio.run(_logs.wait_until_in_trigger_log(TI, "Run 12 succeeded")) is False
+
+
+def test_gives_up_where_the_logs_are_not_on_this_machine(
+    log_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_logs, "NO_LOG_FILE_SECONDS", 0.0)
+    monkeypatch.setattr(_logs, "LAST_LINE_WAIT_SECONDS", 3600.0)
+    assert asyncio.run(_logs.wait_until_in_trigger_log(TI, "Run 12 succeeded")) is False
