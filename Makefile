@@ -52,7 +52,8 @@ services:
 	@bash .ci/services.sh >/dev/null 2>&1 || true
 
 # Two workers: most tests wait on runs and processes rather than compute (tests/conftest.py
-# schedules whole files, the Airflow tests together, the deployments one at a time).
+# schedules whole files, the Airflow tests together, the deployments in two halves that each
+# run one at a time, the longest first).
 test: venv lint docs-build services test-lowest
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deployment_services import summary_line
@@ -31,26 +32,57 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under ``pytest -n N`` (make test) each worker takes whole scopes: a test file, or all
     the Airflow tests (they share one process's Airflow configuration and Dag runs, in file
-    order), or all the deployments (whole Airflow or Dagster installations with their
-    daemons: one at a time)."""
+    order), or one of two halves of the deployments (whole Airflow or Dagster installations
+    with their daemons: one at a time per half). The longest scopes go first, so that no
+    worker starts one when the others are done."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ScopeScheduling(LoadScopeScheduling):
+        _longest_first = False
+
         def _split_scope(self, nodeid: str) -> str:
             return scheduling_scope(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._longest_first:
+                for scope in reversed(LONGEST_SCOPES):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+                self._longest_first = True
+            super()._assign_work_unit(node)
+
     return ScopeScheduling(config, log)
+
+
+# The deployments in two halves of about the same length (about 14 minutes each on two
+# shared cores): the Airflow deployments with several schedulers, executors or repairs, and
+# the rest. Each half runs its deployments one after another.
+_FIRST_HALF = frozenset(
+    f"tests/e2e/test_airflow_{name}.py"
+    for name in (
+        "ha",
+        "trigger_ends",
+        "log_routing",
+        "repair_logs",
+        "local_executor",
+        "celery_executor",
+        "repair",
+    )
+)
+LONGEST_SCOPES = ("deployments 1", "deployments 2", "airflow")
 
 
 def scheduling_scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path.startswith("tests/airflow/"):
         return "airflow"
+    if path in _FIRST_HALF:
+        return "deployments 1"
     if path.startswith("tests/e2e/") or path in (
         "tests/reliability/test_airflow_daemons.py",
         "tests/dagster/test_deployments.py",
     ):
-        return "deployments"
+        return "deployments 2"
     return path
 
 

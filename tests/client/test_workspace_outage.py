@@ -99,7 +99,15 @@ async def test_waiters_wait_out_an_outage_and_see_every_end(workspace_factory, t
             return state
 
         waits = [asyncio.create_task(wait(run_id)) for run_id in run_ids]
-        await _until(lambda: sum(s == "RUNNING" for s in seen.values()) == RUNS, "RUNNING runs")
+        try:
+            await _until(lambda: sum(s == "RUNNING" for s in seen.values()) == RUNS, "RUNNING runs")
+        except AssertionError:
+            lagging = [r for r in run_ids if seen.get(r) != "RUNNING"]
+            truth = {r: (await client.get_run(r)).life_cycle_state for r in lagging}
+            raise AssertionError(
+                f"seen {dict((r, seen.get(r)) for r in lagging)}; the workspace: {truth}; "
+                f"watcher requests {watcher.requests}"
+            ) from None
 
         await asyncio.to_thread(ws.admin.reset_counters)
         before = watcher.requests

@@ -262,9 +262,12 @@ def test_failover_never_cancels(ha: HA) -> None:
         processes=deployment.processes,
         interval=2,
     )
-    assert set(spread) == {"triggerer1", "triggerer2"}, f"not spread over both: {spread}"
+    # Usually both hold some. On a busy machine the spreading freeze can pass the health
+    # threshold and hand everything to one of them: the failover below is the same then
+    # (the frozen one loses all it holds), so only the holder of most is required.
     frozen = max(spread, key=lambda name: spread[name] or 0)
     other = "triggerer2" if frozen == "triggerer1" else "triggerer1"
+    assert spread[frozen], f"no trial claimed: {spread}"
     # Frozen until its triggers have moved, i.e. past the health threshold since its last
     # heartbeat ([triggerer] triggerer_health_check_threshold).
     deployment.freeze(frozen)
