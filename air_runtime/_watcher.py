@@ -11,7 +11,9 @@ watched run at most once per interval and picks the cheaper of two ways each cyc
   runs are cut into start-time blocks of about a page, each block is listed from whichever
   side is smaller there, and neighbouring blocks of one side are listed as one range. The
   completed side: the entries (tasks included) are the final states, so a run ending
-  between two sweeps is found in the next one, however long ago it started. The active
+  between two sweeps is found in the next one, however long ago it started; it tells
+  nothing of a run still going, so a block with a run not seen running yet is listed from
+  the active side (each waiter hears its run start). The active
   side: a watched run missing from it has ended and is looked up among the completed runs
   of its range (or with ``runs/get`` when fewer). A run whose start time is not known yet is
   learnt with ``runs/get`` when few, else from one pass over all active runs. A sweep costs
@@ -271,6 +273,15 @@ class _Watched:
         # Failed attempts already diagnosed for the retry policy: (task, attempt).
         self.examined: set[tuple[str, int]] = set()
         self.attempts: tuple[Any, ...] = ()  # (attempt, result) of each task, last listed
+
+
+# Before a run runs (the Jobs API's states): a waiter hears when it starts running.
+_BEFORE_RUNNING = frozenset({"QUEUED", "PENDING", "BLOCKED", "WAITING_FOR_RETRY"})
+
+
+def _not_running_yet(watched: _Watched) -> bool:
+    state = watched.state
+    return state is None or state.life_cycle_state in _BEFORE_RUNNING
 
 
 @dataclass(slots=True)
@@ -1141,7 +1152,11 @@ class RunWatcher:
                 j += 1
             low = known[i].start_ms or 0
             high = (known[j].start_ms or 0) - 1 if j < len(known) else known[-1].start_ms or 0
-            completed_side = self._completed_between(low, high) < j - i
+            # The completed side tells ends only: a block with a run not running yet is
+            # listed from the active side until each has been seen running (or ended).
+            completed_side = self._completed_between(low, high) < j - i and not any(
+                _not_running_yet(w) for w in known[i:j]
+            )
             if segments and segments[-1].completed_side == completed_side:
                 segments[-1].high = high
                 segments[-1].members += known[i:j]

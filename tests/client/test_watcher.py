@@ -310,11 +310,14 @@ async def test_a_wait_taken_over_shows_only_the_lines_after_those_shown(local_wo
     """A waiter in another process (a new watcher and client) that takes a wait over with what
     the first one showed (``lines_shown``, per ``LogRecord.stream``) hears only newer lines:
     the first 'before' lines once in all, every 'after' line, none twice."""
-    release = tmp_path / "release"
+    release, end = tmp_path / "release", tmp_path / "end"
+    # The run ends only once the takeover has shown 'after 5': lines printed just before a
+    # run's end are the end copy's to show, not the live reads'.
     command = (
         'for i in 1 2 3 4 5; do echo "before $i"; done\n'
         f'while [ ! -e "{release}" ]; do sleep 0.1; done\n'
         'for i in 1 2 3 4 5; do echo "after $i"; sleep 0.2; done\n'
+        f'while [ ! -e "{end}" ]; do sleep 0.1; done\n'
     )
     first: list = []
     async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
@@ -341,13 +344,13 @@ async def test_a_wait_taken_over_shows_only_the_lines_after_those_shown(local_wo
     async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
         watcher = RunWatcher(client, interval=0.5, lines=LineBudget(interval=0.5))
 
+        def on_second(records, passed_over) -> None:
+            second.extend(records)
+            if any(r.body == "after 5" for r in records):
+                end.touch()
+
         waiting = asyncio.create_task(
-            watcher.wait(
-                run_id,
-                timeout=90,
-                on_lines=lambda records, passed_over: second.extend(records),
-                lines_shown=shown,
-            )
+            watcher.wait(run_id, timeout=90, on_lines=on_second, lines_shown=shown)
         )
         # Released once the takeover has read both nodes' streams: a reading that started
         # from the beginning would show the 'before' lines again then.
@@ -462,3 +465,62 @@ async def test_reads_waiting_aside_slow_down_as_soon_as_line_reads_fall_behind()
             await asyncio.gather(*reads)
         assert len(done) == 30
         await watcher.aclose()
+
+
+async def test_a_run_that_starts_late_is_heard_starting_while_the_watcher_lists(
+    workspace_factory, tmp_path
+):
+    """Four runs on a pool with room for three: the fourth waits for capacity while the
+    watcher lists the runs (and, none having ended, prices them on the completed side,
+    which tells only ends). Once the first ends, the fourth starts: its waiter hears it
+    RUNNING while the others still run."""
+    ws = workspace_factory(
+        gpu_pools=[{"pool_id": "pool-3", "accelerator_type": "GPU_1xA10", "accelerator_count": 3}]
+    )
+    seen: dict[int, str] = {}
+    async with AsyncAirClient(ws.host, ws.token) as client:
+        run_ids = []
+        for i in range(4):
+            workload = load_workload(
+                {
+                    "experiment_name": f"late_{i}",
+                    "compute": {
+                        "accelerator_type": "GPU_1xA10",
+                        "num_accelerators": 1,
+                        "pool_id": "pool-3",
+                    },
+                    "max_retries": 0,
+                    "command": f"while [ ! -e {tmp_path / str(i)} ]; do sleep 0.1; done",
+                }
+            )
+            run_ids.append((await client.submit_workload(workload)).run_id)
+        watcher = RunWatcher(client, interval=0.5)
+        waits = [
+            asyncio.create_task(
+                watcher.wait(
+                    run_id,
+                    timeout=120,
+                    on_update=lambda s, run_id=run_id: seen.__setitem__(run_id, s.life_cycle_state),
+                )
+            )
+            for run_id in run_ids
+        ]
+
+        async def until(what: str, predicate) -> None:
+            deadline = time.monotonic() + 60
+            while not predicate():
+                assert time.monotonic() < deadline, f"{what}: {seen}"
+                await asyncio.sleep(0.05)
+
+        late = run_ids[3]
+        await until(
+            "three running, one waiting",
+            lambda: [seen.get(r) for r in run_ids] == ["RUNNING"] * 3 + ["PENDING"],
+        )
+        (tmp_path / "0").touch()
+        await until("the first ended", lambda: seen.get(run_ids[0]) == "TERMINATED")
+        await until("the late run heard running", lambda: seen.get(late) == "RUNNING")
+        for i in range(1, 4):
+            (tmp_path / str(i)).touch()
+        states = await asyncio.wait_for(asyncio.gather(*waits), 60)
+    assert all(s.is_success for s in states), [s.describe() for s in states]
