@@ -3,7 +3,8 @@ Airflow pool is sized in accelerators from the GPU pool, a sweep of mixed sizes 
 mapped task per size whose trials weigh their accelerators, and the Dag check says when a
 mapped sweep's sizes and its pool cannot both hold. The sweep:
 dag_files/air_test_accelerator_caps.py. ``dag.test()`` runs one task at a time and does not
-admit by pool: the pool saturated and a trial held by it are shown on a real scheduler
+admit by pool: the pool saturated and a trial held by it are shown through the scheduler's
+own admission on the sweep's task instances, and on a real scheduler
 (tests/e2e/test_airflow_accelerator_caps_on_a_deployment.py)."""
 
 from __future__ import annotations
@@ -133,6 +134,79 @@ def test_a_mixed_sweeps_trials_weigh_their_accelerators_in_a_pool_sized_in_accel
         runs, _ = client.list_runs(active_only=False, limit=25)
         sizes = sorted(t.num_accelerators for r in runs for t in client.get_run(r.run_id).tasks)
     assert sizes == [1, 1, 2, 2]
+    _the_scheduler_saturates_the_pool_and_holds_a_trial(dag_run)
+
+
+def _admit(dag_id: str) -> list[tuple[str, int, int]]:
+    """One pass of the scheduler's own admission (pool slots, the Dag's limits, the
+    executor's room): the task instances of ``dag_id`` it queues, as (task, map index, pool
+    slots)."""
+    from airflow.executors.executor_loader import ExecutorLoader
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.utils.session import create_session
+
+    scheduler = SchedulerJobRunner(job=Job(), executors=ExecutorLoader.init_executors())
+    with create_session() as session:
+        queued = scheduler._executable_task_instances_to_queued(max_tis=32, session=session)
+        return sorted((t.task_id, t.map_index, t.pool_slots) for t in queued if t.dag_id == dag_id)
+
+
+def _set_states(dag_run, states: dict[tuple[str, int] | None, str]) -> None:
+    """Task instances of ``dag_run`` to the given states (None: every one)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        for key, state in states.items():
+            query = session.query(TaskInstance).filter(TaskInstance.run_id == dag_run.run_id)
+            if key is not None:
+                query = query.filter(
+                    TaskInstance.task_id == key[0], TaskInstance.map_index == key[1]
+                )
+            query.update({TaskInstance.state: state})
+
+
+def _the_scheduler_saturates_the_pool_and_holds_a_trial(dag_run) -> None:
+    """The sweep's trials as the scheduler finds them when its Dag run starts (all four
+    ready, 6 accelerators for a pool of 4 slots), through the scheduler's own admission:
+    it queues trials until the pool is full and holds the next; the trials it queued keep
+    their slots while deferred (waiting on their runs in the triggerer), so the held trial
+    stays held; it is queued once a trial of 2 accelerators has ended."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+
+    dag_id = dag_run.dag_id
+    with create_session() as session:
+        session.query(DagModel).filter(DagModel.dag_id == dag_id).update(
+            {DagModel.is_paused: False}
+        )
+        session.query(DagRun).filter(DagRun.id == dag_run.id).update(
+            {DagRun.state: DagRunState.RUNNING}
+        )
+    try:
+        _set_states(dag_run, {None: "scheduled"})
+        admitted = _admit(dag_id)
+        # Saturated (1 + 1 + 2 of 4 slots); the second trial of 2 accelerators is held.
+        assert admitted == [
+            ("trial_1_accelerators", 0, 1),
+            ("trial_1_accelerators", 1, 1),
+            ("trial_2_accelerators", 0, 2),
+        ]
+        _set_states(dag_run, {(task, index): "deferred" for task, index, _ in admitted})
+        assert _admit(dag_id) == []  # still held: deferred trials keep their slots
+        _set_states(dag_run, {("trial_1_accelerators", 0): "success"})
+        assert _admit(dag_id) == []  # 1 slot open: not enough for 2 accelerators
+        _set_states(dag_run, {("trial_2_accelerators", 0): "success"})
+        assert _admit(dag_id) == [("trial_2_accelerators", 1, 2)]  # 3 open: admitted
+    finally:
+        _set_states(dag_run, {None: "success"})
+        with create_session() as session:
+            session.query(DagRun).filter(DagRun.id == dag_run.id).update(
+                {DagRun.state: DagRunState.SUCCESS}
+            )
 
 
 MIXED_MAPPED = """

@@ -153,14 +153,20 @@ def test_two_deployments_same_run_id_get_their_own_runs_and_reattach_to_their_ow
     dev_run = first["result"]["run_id"]
 
     # The same Dag run id in the other deployment: a new run, not dev's (finished) one.
-    # Its worker is killed while the run is going.
-    worker = prod.start("run", dag_id, json.dumps({"command": "sleep 8; echo result-of-prod"}))
+    # Its worker is killed while the run is going (it goes on until released).
+    release = tmp_path / "release"
+    command = f'while [ ! -e "{release}" ]; do sleep 0.2; done; echo result-of-prod'
+    worker = prod.start("run", dag_id, json.dumps({"command": command}))
     try:
         _wait_until(lambda: _running_runs(workspace) != [], what="prod's run to be RUNNING")
-    finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
-    (prod_run,) = _running_runs(workspace)
+        (prod_run,) = _running_runs(workspace)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=30)
+        release.touch()
     assert prod_run != dev_run
     assert workspace.admin.counters()["runs_created"] == 2
 
@@ -220,12 +226,14 @@ def test_concurrent_runs_see_their_own_secret_and_leave_no_key(
     # two runs are going at the same time.
     barrier = tmp_path / "barrier"
     barrier.mkdir()
+    release = tmp_path / "release"
     command = (
         "python3 -c 'import os, hashlib; "
         'print("seen", hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest())\'; '
         f"touch {barrier}/$$; for i in $(seq 1500); do "
         f'[ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done; '
-        "sleep 3"  # both going: long enough for the test to see it
+        # Both going until the test has seen them.
+        f'while [ ! -e "{release}" ]; do sleep 0.2; done'
     )
     for started, (worker, value) in enumerate(zip(two_workers, HF_VALUES.values(), strict=True)):
         monkeypatch.setenv(
@@ -242,18 +250,21 @@ def test_concurrent_runs_see_their_own_secret_and_leave_no_key(
         return len(_running_runs(workspace)) == 2
 
     try:
-        _wait_until(both_running, timeout=240, what="both runs to be RUNNING")
-    except AssertionError:
-        with AirClient(workspace.host, workspace.token) as client:
-            runs, _ = client.list_runs(active_only=False)
-        details = [(r.run_id, r.life_cycle_state, r.result_state) for r in runs]
-        exits = [w.popen.poll() for w in two_workers]
-        raise AssertionError(
-            f"runs {details}, workers {exits}, keys {scope_keys(workspace, 'air-tests')}"
-        ) from None
-    keys = scope_keys(workspace, "air-tests")
-    values = [k for k in keys if k.endswith(".HF_TOKEN")]
-    assert len(values) == 2, keys  # one key per Dag run, not one per (dag, task, NAME)
+        try:
+            _wait_until(both_running, timeout=240, what="both runs to be RUNNING")
+        except AssertionError:
+            with AirClient(workspace.host, workspace.token) as client:
+                runs, _ = client.list_runs(active_only=False)
+            details = [(r.run_id, r.life_cycle_state, r.result_state) for r in runs]
+            exits = [w.popen.poll() for w in two_workers]
+            raise AssertionError(
+                f"runs {details}, workers {exits}, keys {scope_keys(workspace, 'air-tests')}"
+            ) from None
+        keys = scope_keys(workspace, "air-tests")
+        values = [k for k in keys if k.endswith(".HF_TOKEN")]
+        assert len(values) == 2, keys  # one key per Dag run, not one per (dag, task, NAME)
+    finally:
+        release.touch()
 
     for worker in two_workers:
         assert worker.popen.wait(timeout=300) == 0

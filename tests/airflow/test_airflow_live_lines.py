@@ -96,7 +96,8 @@ def test_a_deferred_workflow_stage_shows_its_own_lines_while_it_runs(
     workspace, task_log, monkeypatch, tmp_path
 ):
     """A stage's trigger (``task_key``) shows its task's lines live, and only its task's: the
-    two stages of one run run side by side, each held until released."""
+    two stages of one run run side by side, each held until released, and the other stage's
+    line is in the run's logs while this stage's trigger reads lines, yet not in its log."""
     from airflow_air.triggers import AirRunTrigger
 
     from air_runtime import Stage
@@ -128,12 +129,18 @@ def test_a_deferred_workflow_stage_shows_its_own_lines_while_it_runs(
         events = trigger.run()
         waiting = asyncio.ensure_future(anext(events))
         deadline = time.monotonic() + 120
-        while "train node 0 attempt 0] train rank 0 first" not in _text(task_log):
-            assert not waiting.done(), waiting.result()
-            assert time.monotonic() < deadline, _text(task_log)
-            await asyncio.sleep(0.1)
         with AirClient(workspace.host, workspace.token) as client:
-            assert client.get_run(run_id).task("train").life_cycle_state == "RUNNING"
+            while not (
+                "train node 0 attempt 0] train rank 0 first" in _text(task_log)
+                and "judge rank 0 first" in _judge_lines(client, run_id)
+            ):
+                assert not waiting.done(), waiting.result()
+                assert time.monotonic() < deadline, _text(task_log)
+                await asyncio.sleep(0.1)
+            # Side by side, each held: both stages run, the judge's line already printed.
+            state = client.get_run(run_id)
+            assert state.task("train").life_cycle_state == "RUNNING", state
+            assert state.task("judge").life_cycle_state == "RUNNING", state
         release.touch()
         event = await waiting
         await events.aclose()
@@ -146,16 +153,23 @@ def test_a_deferred_workflow_stage_shows_its_own_lines_while_it_runs(
     assert log.count("train rank 0 first") == 1 and "judge rank" not in log, log
 
 
+def _judge_lines(client: AirClient, run_id: int) -> str:
+    return "\n".join(r.body for r in client.iter_run_logs(run_id, task_key="judge"))
+
+
 def test_a_deferred_task_logs_its_run_s_training_progress(
     workspace, task_log, monkeypatch, tmp_path
 ):
     """With live lines on, the trigger logs the run's progress and time left once MLflow has
-    them (eta.go's rules), in its own task's log, once per change."""
+    them (eta.go's rules), in its own task's log, once per change: read twice more while it
+    stays at 10%, it is still logged once."""
     pytest.importorskip("mlflow")
     from airflow_air.triggers import AirRunTrigger
 
     monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
     monkeypatch.setenv("AIRFLOW__AIR__LIVE_PROGRESS_INTERVAL", "0.3")
+    # A share of the request budget that allows a progress read (3 requests) every 0.6 s.
+    monkeypatch.setenv("AIRFLOW__AIR__LIVE_PROGRESS_SHARE", "0.5")
     release = tmp_path / "release"
     workload = load_workload(
         {
@@ -177,6 +191,13 @@ def test_a_deferred_task_logs_its_run_s_training_progress(
             assert not waiting.done(), waiting.result()
             assert time.monotonic() < deadline, _text(task_log)
             await asyncio.sleep(0.1)
+        # Two more progress reads (each ends with the run's MLflow history) of the same 10%:
+        # the second one asked means the first one's answer was handled.
+        seen = _history_reads(workspace)
+        while _history_reads(workspace) < seen + 2:
+            assert not waiting.done(), waiting.result()
+            assert time.monotonic() < deadline, _text(task_log)
+            await asyncio.sleep(0.1)
         release.touch()
         event = await waiting
         await events.aclose()
@@ -186,11 +207,16 @@ def test_a_deferred_task_logs_its_run_s_training_progress(
     assert _text(task_log).count("training 10%") == 1  # logged when it changes, once
 
 
+def _history_reads(workspace) -> int:
+    return workspace.admin.counters()["requests"].get("mlflow/metrics/get-history", 0)
+
+
 def test_a_65_s_trial_shows_its_progress_at_least_twice_with_the_defaults(workspace, task_log):
-    """The defaults ([air] live_lines_interval 15 s, live_progress_interval 60 s): progress is
-    read as soon as the run runs, at every line read of its first minute, then every minute,
-    and shown from the first logged epoch (the CLI's step-10 rule is `airo get`'s), so a trial
-    of 12 epochs of 5 s shows it more than once. Counted in the task log, not timed."""
+    """With the defaults ([air] live_lines_interval 15 s, live_progress_interval 60 s) a trial
+    of 12 epochs of 5 s shows its progress more than once, rising, once per change, and
+    before step 10 (the CLI's step-10 rule is `airo get`'s, not the task log's): progress is
+    read with every line read of a run's first minute, then every minute. Counted in the task
+    log, not timed."""
     pytest.importorskip("mlflow")
     from airflow_air.triggers import AirRunTrigger
     from mlflow_ranks import epochs_command

@@ -54,16 +54,22 @@ def _running_run(workspace) -> int | None:
     return running[0] if running else None
 
 
-def test_worker_crash_retry_reattaches_to_the_same_run(workspace, task_log, dag_test_worker):
+def test_worker_crash_retry_reattaches_to_the_same_run(
+    workspace, task_log, dag_test_worker, tmp_path
+):
     dag = load_test_dag("air_test_crash")
     earlier = _run_records(dag.dag_id)  # other tests' Dag runs of this Dag
-    dag_test_worker.start(dag.dag_id, {"command": "sleep 6; echo finished"})
+    # The run goes on until the worker is dead, however long the kill takes to come.
+    release = tmp_path / "release"
+    command = f'while [ ! -e "{release}" ]; do sleep 0.2; done; echo finished'
+    dag_test_worker.start(dag.dag_id, {"command": command})
     worker = dag_test_worker.popen
     try:
         _wait_until(lambda: _run_records(dag.dag_id) > earlier, what="the run record")
     finally:
         worker.send_signal(signal.SIGKILL)  # the worker dies between submit and the end
         worker.wait(timeout=30)
+        release.touch()
     dag_run = latest_dag_run(dag.dag_id)
     assert str(task_instance(dag.dag_id, dag_run.run_id, "run").state) == "running"
     # What the scheduler does when the worker's heartbeat stops: the try failed, retry it.

@@ -188,7 +188,11 @@ async def test_sweep_finds_each_end_once_from_completed_listings(workspace_facto
         # Two waves of ends, each between sweeps: the first wave while the rest still run.
         first, rest = waiting[:30], waiting[30:]
         for wave in (first, rest):
-            await asyncio.sleep(0.5)
+            # The watcher has swept again since the last wave (or its start), not a fixed pause.
+            swept = watcher.requests
+            async with asyncio.timeout(60):
+                while watcher.requests == swept:
+                    await asyncio.sleep(0.05)
             for run_id in wave:
                 await client.cancel(run_id)
             states = await asyncio.gather(*(waits[r] for r in wave))

@@ -104,12 +104,14 @@ def test_two_instances_same_run_id_get_their_own_runs_and_reattach_to_their_own(
     _finish(_start(local_workspace, dev, "echo result-of-dev\n", AIR_TEST_RUN_ID=run_id))
     dev_run = _materialized_run(dev, run_id)
 
-    # The other instance: a run of its own, whose step process is killed while it waits;
-    # Dagster retries the step, which reattaches to prod's run (not dev's).
+    # The other instance: a run of its own, whose step process is killed while it waits
+    # (the run goes on until then); Dagster retries the step, which reattaches to prod's
+    # run (not dev's).
+    release = tmp_path / "release"
     proc = _start(
         local_workspace,
         prod,
-        "echo started\nsleep 6\necho result-of-prod\n",
+        f'echo started\nwhile [ ! -e "{release}" ]; do sleep 0.2; done\necho result-of-prod\n',
         AIR_TEST_RUN_ID=run_id,
         AIR_TEST_RETRIES="1",
     )
@@ -117,8 +119,10 @@ def test_two_instances_same_run_id_get_their_own_runs_and_reattach_to_their_own(
         (prod_run,) = _wait_for(lambda: _running(local_workspace), 120, "prod's run")
         pid = _wait_for(lambda: _step_pid(proc), 30, "the step process id")
         os.kill(pid, signal.SIGKILL)
+        release.touch()
         _finish(proc)
     finally:
+        release.touch()
         if proc.poll() is None:
             proc.kill()
     assert prod_run != dev_run
@@ -146,11 +150,13 @@ def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
     values = {"p1": "hf_ValueOfPartitionOne_51c0", "p2": "hf_ValueOfPartitionTwo_93ab"}
     barrier = tmp_path / "barrier"
     barrier.mkdir()
+    release = tmp_path / "release"
     command = (
         'echo "seen $(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)"\n'
         f"touch {barrier}/$$\n"
         f'for i in $(seq 1500); do [ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.2; done\n'
-        "sleep 3\n"  # both going: long enough for the test to see it
+        # Both going until the test has seen them.
+        f'while [ ! -e "{release}" ]; do sleep 0.2; done\n'
     )
     procs = [
         _start(
@@ -175,9 +181,11 @@ def test_concurrent_partitions_see_their_own_secret_and_leave_no_key(
             raise AssertionError("\n----\n".join(outputs)) from None
         keys = _scope_keys(local_workspace)
         assert len([k for k in keys if k.endswith(".HF_TOKEN")]) == 2, keys
+        release.touch()
         for proc in procs:
             _finish(proc)
     finally:
+        release.touch()
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()

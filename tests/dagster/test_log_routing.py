@@ -1,7 +1,7 @@
 """Each step's logs (its compute log and its event-log messages) hold its own remote run's
 lines only: two steps in one run, concurrent in two step processes (multiprocess executor:
-each run prints its lines only once the other has started, so the two overlap, and the
-runs' times show it) and one after the other in one process sharing its background loop and
+each run prints its lines only once the other has started, so the two overlap; the runs'
+times and the steps' start and success events show it) and one after the other in one process sharing its background loop and
 run watcher (in-process executor)."""
 
 from __future__ import annotations
@@ -44,6 +44,21 @@ def _step_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> 
     )
 
 
+def _step_spans(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple[float, float, int]]:
+    """Each step's start, end (its success) and process, from the run's event log."""
+    starts, ends, pids = {}, {}, {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None or entry.step_key is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            starts[entry.step_key] = entry.timestamp
+            pids[entry.step_key] = event.pid
+        elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            ends[entry.step_key] = entry.timestamp
+    return {key: (starts[key], ends.get(key, 0.0), pids[key]) for key in starts}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["multiprocess", "in_process"])
 def test_each_step_logs_only_its_own_run(
@@ -77,6 +92,12 @@ def test_each_step_logs_only_its_own_run(
         starts = [run.start_time or 0 for run in spans]
         ends = [run.end_time or 0 for run in spans]
         assert all(starts) and max(starts) < min(ends), (starts, ends)
+        # And the steps, as Dagster recorded them: each started before the other ended, each
+        # in its own process.
+        steps = _step_spans(instance, result.run_id)
+        assert len(steps) == 2, steps
+        assert max(s for s, _, _ in steps.values()) < min(e for _, e, _ in steps.values()), steps
+        assert len({pid for *_, pid in steps.values()}) == 2, steps
 
     step_keys = {e.step_key for e in result.all_events if e.step_key}
     for name in NAMES:

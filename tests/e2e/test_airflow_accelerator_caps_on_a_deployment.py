@@ -2,12 +2,14 @@
 PostgreSQL): 1- and 2-accelerator trials (6 in all) on a GPU pool of 4, the Airflow pool
 sized in accelerators by the documented command, one mapped task per size. The workspace's
 pool ledger shows the GPU pool saturated (asked for its 4 accelerators at once, never more)
-and no attempt waiting for capacity at the platform; the runs' times show a trial held back by
-the Airflow pool: submitted only once another trial's run had ended (every trial was ready at
-the start, and the deployment runs 4 tasks at once)."""
+and no attempt waiting for capacity at the platform; the scheduler's log shows a trial held
+back by the Airflow pool (not queued for want of slots), and the runs' times show it
+submitted only once another trial's run had ended (every trial was ready at the start, and
+the deployment runs 4 tasks at once)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -63,6 +65,16 @@ def test_a_mixed_sweep_never_asks_the_gpu_pool_for_more_than_it_reserves(
             assert {(t["pool"], t["pool_slots"]) for t in tis} == {
                 ("gpu_sweep_accelerators", slots)
             }, tis
+        # Held by the Airflow pool, in the scheduler's own words: a ready trial not queued
+        # for want of the pool's slots (the pool full, or fewer open than the trial holds).
+        scheduler_log = (deployment.log_dir / "scheduler.log").read_text()
+        assert re.search(
+            r"Not scheduling since there are 0 open slots in pool gpu_sweep_accelerators"
+            r"|Not executing <TaskInstance: air_mixed_sweep\.trial_[12]_accelerators [^>]*> "
+            r"since it requires [12] slots but there are [01] open slots in the pool "
+            r"gpu_sweep_accelerators",
+            scheduler_log,
+        ), scheduler_log[-4000:]
         ledger = workspace.admin.pool_ledger()["pool-a10"]
         # Saturated: 4 at once (6 if every trial had started at once, 3 or fewer if the
         # pool had run them one size at a time).

@@ -90,13 +90,18 @@ def train(
     trainer_first: bool = False,
     hyperparameters: dict[str, object] | None = None,
     checkpoints: Path | None = None,
+    server_first: bool = False,
 ) -> tuple[dict[str, object], str, str]:
+    """Both ranks, started together; ``server_first``: the trainer only once the server
+    said it serves (so it finds it at its first ask); ``trainer_first``: the server only
+    once the trainer has asked and found nothing."""
     port = free_port()
     extra = {"AIRO_CHECKPOINT_DIR": str(checkpoints)} if checkpoints is not None else {}
     out_dir = tmp_path / "output"
     hyperparameters = hyperparameters or HYPERPARAMETERS
     server_cwd = container_dir(tmp_path, "inference", hyperparameters)
     trainer_cwd = container_dir(tmp_path, "trainer", hyperparameters)
+    first_line = ""  # the server's, when read before the trainer starts
     if trainer_first:  # ranks start in any order: the trainer must wait for the server
         # The port answers nothing until the trainer has asked once: the server starts only
         # after the trainer found no server there.
@@ -108,9 +113,14 @@ def train(
         server = start("policy_server.py", server_cwd, platform_env(0, port, out_dir))
     else:
         server = start("policy_server.py", server_cwd, platform_env(0, port, out_dir))
+        if server_first:  # its port listens before it says so
+            assert server.stdout is not None
+            first_line = server.stdout.readline()
+            assert "serving a 4-armed bandit policy" in first_line, first_line
         trainer = start("trainer.py", trainer_cwd, platform_env(1, port, out_dir, **extra))
     trainer_rc, trainer_log = finish(trainer)
     server_rc, server_log = finish(server)
+    server_log = first_line + server_log
     assert (trainer_rc, server_rc) == (0, 0), f"trainer:\n{trainer_log}\nserver:\n{server_log}"
     metrics = json.loads((out_dir / "metrics.json").read_text())
     return metrics, trainer_log, server_log
@@ -131,12 +141,14 @@ def test_trainer_learns_the_best_arm_and_shuts_the_server_down(tmp_path: Path) -
 
 
 def test_training_is_deterministic_for_a_seed_and_tolerates_start_order(tmp_path: Path) -> None:
-    first, _, _ = train(tmp_path / "a")
+    first, first_log, _ = train(tmp_path / "a", server_first=True)
     second, trainer_log, _ = train(tmp_path / "b", trainer_first=True)
 
     for metrics in (first, second):
         metrics.pop("train_seconds")
     assert first == second
+    # The server already serving: found at the first ask.
+    assert "is healthy (attempt 1)" in first_log, first_log
     # Found no server at first, asked again and found it.
     attempt = re.search(r"is healthy \(attempt (\d+)\)", trainer_log)
     assert attempt and int(attempt.group(1)) >= 2, trainer_log
