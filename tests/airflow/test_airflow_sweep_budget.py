@@ -6,6 +6,7 @@ dag_files/air_test_sweep_budget.py."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import threading
@@ -43,9 +44,7 @@ def _release_the_first_trials(host: str, token: str, gate: Path, done: threading
 def _states(run_id: str) -> dict[int, str]:
     with create_session() as session:
         tis = session.scalars(
-            select(TaskInstance).where(
-                TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id
-            )
+            select(TaskInstance).where(TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id)
         ).all()
         return {ti.map_index: str(getattr(ti.state, "value", ti.state)) for ti in tis}
 
@@ -54,9 +53,11 @@ def _crossing_ms(runs: list[RunState], budget: float) -> float:
     """When the runs' GPU-hours together reached ``budget`` (epoch ms), from their attempts'
     starts, ends and accelerators: they add up linearly between those moments."""
     attempts = [a for r in runs for a in r.attempts if a.start_time and a.num_accelerators]
-    moments = sorted({a.start_time for a in attempts} | {a.end_time for a in attempts if a.end_time})
+    moments = sorted(
+        {a.start_time for a in attempts} | {a.end_time for a in attempts if a.end_time}
+    )
     spent = 0.0
-    for before, after in zip(moments, moments[1:], strict=False):
+    for before, after in itertools.pairwise(moments):
         held = sum(
             a.num_accelerators or 0
             for a in attempts
@@ -74,7 +75,7 @@ def test_a_sweep_budget_stops_the_spending_and_refuses_the_trials_after_it(
 ):
     dag = load_test_dag(DAG_ID, "air_test_sweep_budget.py")
     figures = sys.modules["_air_dagfile_air_test_sweep_budget"]  # the Dag file's
-    BUDGET_GPU_HOURS, POLL_INTERVAL_S, TRIALS = (  # noqa: N806
+    BUDGET_GPU_HOURS, POLL_INTERVAL_S, TRIALS = (
         figures.BUDGET_GPU_HOURS,
         figures.POLL_INTERVAL_S,
         figures.TRIALS,
