@@ -61,6 +61,7 @@ CLOCK_SLACK_MS = 5 * 60 * 1000
 # The most members a message names; the others are summed up.
 MESSAGE_MEMBERS = 10
 _DIGEST_CHARACTERS = frozenset("0123456789abcdef")
+_SHORTENED_SLACK = 12
 
 
 def _now_ms() -> int:
@@ -272,8 +273,10 @@ class Sweep:
         if not run_name:
             return None
         parts = run_name.split(NAME_SEPARATOR)
+        # A shortened name ends with a digest of 8 hex digits and is within a few characters
+        # of the limit (a cut part loses its trailing ``_`` and ``-``).
         shortened = (
-            len(run_name) == MAX_RUN_NAME_LENGTH
+            len(run_name) > MAX_RUN_NAME_LENGTH - _SHORTENED_SLACK
             and len(parts[-1]) == 8
             and set(parts[-1]) <= _DIGEST_CHARACTERS
         )
