@@ -35,6 +35,7 @@ def _held(gate: Path, accelerators: int = 16):
             "experiment_name": "trial",
             "compute": {"accelerator_type": "GPU_8xH100", "num_accelerators": accelerators},
             "max_retries": 0,
+            "timeout_minutes": 1,
             "command": f'until [ -e "{gate}" ]; do sleep 0.05; done',
         }
     )
@@ -96,7 +97,7 @@ def test_waits_on_one_sweep_share_one_listing_per_interval(
     sweep = _sweep(budget=1000.0)
     workload = _held(gate, accelerators=1 * 8)
     with AirClient(local_workspace.host, local_workspace.token) as client:
-        runs = [_trial(i, sweep).submit(client, workload, "0.0").run_id for i in range(4)]
+        runs = [_trial(i, sweep).submit(client, workload, "0.0").run_id for i in range(8)]
 
     async def wait_all() -> tuple[int, float]:
         async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
@@ -111,7 +112,7 @@ def test_waits_on_one_sweep_share_one_listing_per_interval(
             return watcher.sweep_listings, time.monotonic() - started
 
     listings, elapsed = asyncio.run(wait_all())
-    # One listing per interval for the four waits together, not one per wait.
+    # One listing per interval for the eight waits together, not one per wait.
     assert listings <= elapsed / 0.3 + 2, (listings, elapsed)
 
 

@@ -33,6 +33,7 @@ def _assets(gate: Path, **options):
                 "experiment_name": "budget_sweep",
                 "compute": {"accelerator_type": "GPU_8xH100", "num_accelerators": 32},
                 "max_retries": 0,
+                "timeout_minutes": 1,  # a budget that stops nothing fails, never hangs
                 "command": f'until [ -e "{gate}/go_$AIRO_PARTITION_KEY" ]; do sleep 0.05; done',
             },
         ),

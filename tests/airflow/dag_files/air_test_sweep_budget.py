@@ -18,6 +18,7 @@ WORKLOAD = {
     "experiment_name": "budget_sweep",
     "compute": {"accelerator_type": "GPU_8xH100", "num_accelerators": 32},
     "max_retries": 0,
+    "timeout_minutes": 1,  # a budget that stops nothing fails the test, never hangs it
     "command": (
         'until [ -e "{{ dag_run.conf["gate"] }}/go_$AIRO_MAP_INDEX" ]; do sleep 0.05; done; '
         "echo released"
