@@ -27,20 +27,25 @@ _STATUS_STATES = {
 }
 
 
+def termination_details(record: Run | TaskRun) -> dict[str, str] | None:
+    """``status.termination_details`` as the API gives them (``code``, ``type``,
+    ``message``) once the run ended with a result this workspace knows the cause of: a
+    success, or a cancel through ``runs/cancel`` (USER_CANCELED, of type SUCCESS, whoever
+    asked: the API takes no reason)."""
+    if record.result_state == "SUCCESS":
+        return {"code": "SUCCESS", "type": "SUCCESS", "message": ""}
+    if record.result_state == "CANCELED":
+        return {"code": "USER_CANCELED", "type": "SUCCESS", "message": record.state_message}
+    return None
+
+
 def _status(record: Run | TaskRun) -> dict[str, Any]:
-    """``status``: the state, and once ended with a result this workspace knows the cause
-    of, ``termination_details`` as the API gives them (``code``, ``type``, ``message``): a
-    success, or a cancel through ``runs/cancel`` (USER_CANCELED, of type SUCCESS)."""
+    """``status``: the state (RunLifecycleStateV2State) and ``termination_details``."""
     life_cycle = record.life_cycle_state
     status: dict[str, Any] = {"state": _STATUS_STATES.get(life_cycle, life_cycle)}
-    if record.result_state == "SUCCESS":
-        status["termination_details"] = {"code": "SUCCESS", "type": "SUCCESS", "message": ""}
-    elif record.result_state == "CANCELED":
-        status["termination_details"] = {
-            "code": "USER_CANCELED",
-            "type": "SUCCESS",
-            "message": record.state_message,
-        }
+    details = termination_details(record)
+    if details is not None:
+        status["termination_details"] = details
     return status
 
 

@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from air_runtime import (
@@ -85,6 +86,11 @@ def test_a_wait_stops_at_the_spent_budget_and_airo_get_shows_why(
         and "(trial[0])" in shown
         and f"by airflow sweep/{DAG_RUN}/trial[0]" in shown
     ), shown
+    page = httpx.get(
+        f"{local_workspace.host}/jobs/runs/{runs[1]}",
+        headers={"Authorization": f"Bearer {local_workspace.token}"},
+    ).text
+    assert "<dt>Termination</dt><dd>USER_CANCELED (SUCCESS)</dd>" in page, page
     assert airo(["get", str(runs[1]), "--json", *auth]) == 0
     cause = json.loads(capsys.readouterr().out)["cause"]
     assert cause["cause"] == "budget" and cause["message"].startswith("sweep sweep/x spent")
