@@ -7,6 +7,7 @@ dag_files/air_test_sweep_budget.py."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import sys
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
-from airflow_runs import load_test_dag
+from airflow_runs import load_test_dag, xcom
 from sqlalchemy import select
 
 from air_runtime import AirClient, RunState
@@ -71,8 +72,16 @@ def _crossing_ms(runs: list[RunState], budget: float) -> float:
 
 
 def test_a_sweep_budget_stops_the_spending_and_refuses_the_trials_after_it(
-    workspace, task_log, tmp_path
+    workspace, task_log, tmp_path, monkeypatch
 ):
+    # The connection's prices put money in the messages and the results.
+    connection = {
+        "conn_type": "databricks",
+        "host": workspace.host,
+        "password": workspace.token,
+        "extra": {"gpu_hour_prices": {"GPU_8xH100": 98.0}, "currency": "USD"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_DATABRICKS_DEFAULT", json.dumps(connection))
     dag = load_test_dag(DAG_ID, "air_test_sweep_budget.py")
     figures = sys.modules["_air_dagfile_air_test_sweep_budget"]  # the Dag file's
     BUDGET_GPU_HOURS, POLL_INTERVAL_S, TRIALS = (
@@ -118,8 +127,8 @@ def test_a_sweep_budget_stops_the_spending_and_refuses_the_trials_after_it(
     held_index = _map_index(held)
     assert states[held_index] == "failed", states
     figure = re.compile(
-        rf"sweep {DAG_ID}/{re.escape(dag_run.run_id)} spent (0\.\d+) of {BUDGET_GPU_HOURS:g} GPU-hours: "
-        r"(run \d+ \(trial\[\d+\]\) [\d.e-]+(, )?)+"
+        rf"sweep {DAG_ID}/{re.escape(dag_run.run_id)} spent (0\.\d+) of {BUDGET_GPU_HOURS:g} "
+        r"GPU-hours \(USD [\d.]+\): (run \d+ \(trial\[\d+\]\) [\d.e-]+ \(USD [\d.]+\)(, )?)+"
     )
     cancelled = [m for m in figure.finditer(log) if log[m.end() :].startswith("; cancelled")]
     assert cancelled, log
@@ -130,6 +139,12 @@ def test_a_sweep_budget_stops_the_spending_and_refuses_the_trials_after_it(
 
     # Every trial after it was refused before its submit: no run, a failed task, the figure
     # naming the runs that spent it.
+    # What each trial that ended cost, at the connection's prices.
+    for index in set(by_index) - {held_index}:
+        cost = xcom(DAG_ID, dag_run.run_id, "trial", "cost", map_index=index)
+        hours = xcom(DAG_ID, dag_run.run_id, "trial", "gpu_hours", map_index=index)
+        assert cost == {"amount": round(hours * 98.0, 2), "currency": "USD"}, (cost, hours)
+
     refused = set(range(TRIALS)) - set(by_index)
     assert len(refused) == TRIALS - RELEASED - 1, (sorted(by_index), states)
     assert all(states[i] == "failed" for i in refused), states
