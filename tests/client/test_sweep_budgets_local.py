@@ -122,6 +122,29 @@ def test_waits_on_one_sweep_share_one_listing_per_interval(
     assert listings <= elapsed / 0.3 + 2, (listings, elapsed)
 
 
+def test_a_shared_wait_ends_when_the_budget_is_spent_not_an_interval_later(
+    local_workspace: LocalWorkspace, tmp_path: Path
+) -> None:
+    sweep = _sweep(budget=0.01)  # 32 accelerators spend it in about a second
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        trial = _trial(0, sweep)
+        run_id = trial.submit(client, _held(tmp_path / "never", accelerators=32), "0.0").run_id
+
+    async def wait() -> SweepBudgetSpent:
+        async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
+            watcher = RunWatcher(client, interval=5.0)
+            with pytest.raises(SweepBudgetSpent) as spent:
+                await watcher.wait(run_id, sweep=sweep)
+            return spent.value
+
+    spent = asyncio.run(wait())
+    # Listed again at the moment the last listing said the budget would be spent, not a
+    # whole interval (5 s: 0.044 GPU-hours) later.
+    assert 0.01 <= spent.spend.total <= 0.01 + 32 * 0.5 / 3600, spent.spend.total
+    with AirClient(local_workspace.host, local_workspace.token) as client:
+        trial.cancel(client, cause=trial.stop_cause(spent))
+
+
 def test_a_dry_run_with_prices_estimates_the_most_a_run_costs(
     local_workspace: LocalWorkspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
