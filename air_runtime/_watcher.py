@@ -26,6 +26,12 @@ as often as the youngest run asks when a sweep costs at most half the budget. A 
 seconds is so seen ended about a second after its end (P10, one event loop: p99 0.94 s
 alone, 1.09 s in a 50-trial sweep), not up to an interval later.
 
+Sweep budgets. Waits whose runs share a sweep's GPU-hour budget (``air_runtime._sweeps``)
+share what it spent: one listing of the sweep per interval after a cycle, for all of them, due
+sooner when the last listing says the budget is spent by then at the pace of the runs going;
+once it is spent, each of those waits ends with ``SweepBudgetSpent``. A stage's wait asks the
+same shared listing (``sweep_spend``).
+
 A workspace that stops answering. The runs exist (their ids prove the host was right) and go
 on without us, so nothing the watcher cannot hear ends a wait or drops a run: a transport
 error, a 5xx past the client's own retries, a host this process never reached
