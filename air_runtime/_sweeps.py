@@ -475,8 +475,13 @@ class SweepBudgetSpent(BudgetExceeded):
 def spent_error(
     spend: SweepSpend, run_id: int | None = None, task_key: str | None = None
 ) -> SweepBudgetSpent | None:
-    """The error that stops a wait on run ``run_id`` once its sweep's budget is spent."""
-    return SweepBudgetSpent(spend, run_id=run_id, task_key=task_key) if spend.spent else None
+    """The error that stops a wait on run ``run_id`` once its sweep's budget is spent; None
+    while it is not, or when the listing shows that run ended (its wait ends as it did)."""
+    if not spend.spent:
+        return None
+    if any(m.run_id == run_id and not m.running for m in spend.members):
+        return None
+    return SweepBudgetSpent(spend, run_id=run_id, task_key=task_key)
 
 
 __all__ = [

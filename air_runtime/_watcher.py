@@ -98,7 +98,7 @@ from ._polling import (
 )
 from ._progress import TrainingProgress
 from ._states import RunState
-from ._sweeps import MAX_LIST_PAGES, Sweep, SweepBudgetSpent, SweepSpend
+from ._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend, spent_error
 from .client import AsyncAirClient, LogRecord
 from .client._core import NO_RETRY
 from .client._live_lines import LineStream, running_streams
@@ -1409,11 +1409,10 @@ class RunWatcher:
             sweep = sharing[0][1].sweep
             assert sweep is not None
             spend = await self.sweep_spend(sweep, fresh_within=0.0)
-            if not spend.spent:
-                continue
             for watched, waiter in sharing:
-                if not waiter.future.done():
-                    waiter.future.set_exception(SweepBudgetSpent(spend, run_id=watched.run_id))
+                stopped = spent_error(spend, watched.run_id)
+                if stopped is not None and not waiter.future.done():
+                    waiter.future.set_exception(stopped)
 
     async def sweep_spend(self, sweep: Sweep, *, fresh_within: float | None = None) -> SweepSpend:
         """What ``sweep`` spent, shared by every wait of this watcher: the last listing

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from air_runtime import ConfigurationError, Prices, SubmissionKey, Sweep, sweep_budget
-from air_runtime._sweeps import MESSAGE_MEMBERS, estimate_cost
+from air_runtime._sweeps import MESSAGE_MEMBERS, estimate_cost, spent_error
 
 DAG_RUN = "manual__2026-12-05T07:00:00.123456+00:00"
 H = 3_600_000  # ms per hour
@@ -165,3 +165,17 @@ def test_a_sweep_travels_whole():
     sweep = _sweep(since_ms=123, prices=Prices.of({"GPU_1xA10": 1.5}, "USD"))
     assert Sweep.from_json(sweep.to_json()) == sweep
     assert Sweep.from_json(sweep.to_json()).key == sweep.key
+
+
+def test_a_spent_budget_stops_the_waits_on_runs_still_going_only():
+    bodies = [
+        _body(10, _name("sweep", DAG_RUN, "trial", 0), 0, H // 4),  # ended
+        _body(20, _name("sweep", DAG_RUN, "trial", 1), 0, None),  # running
+    ]
+    spend = _sweep(budget=1.0).tally(bodies, now_ms=T0 + H // 8)
+    assert spend.spent
+    assert spent_error(spend, 10) is None  # its wait ends as its run did
+    stopped = spent_error(spend, 20)
+    assert stopped is not None and stopped.run_id == 20 and stopped.used == pytest.approx(1.0)
+    assert spent_error(spend, 30) is not None  # a run too new to be listed yet
+    assert spent_error(_sweep(budget=9.0).tally(bodies, now_ms=T0 + H // 8), 20) is None
