@@ -42,6 +42,14 @@ from air_runtime._mlflow_link import MlflowLinkReader
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._run_names import PartitionRange, decode_name_part, encode_name_part
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
+from air_runtime._sweeps import (
+    Prices,
+    Sweep,
+    SweepBudgetSpent,
+    SweepMember,
+    SweepSpend,
+    sweep_budget,
+)
 from air_runtime.plan import (
     CodeSnapshot,
     Stage,
@@ -93,6 +101,7 @@ if TYPE_CHECKING:
     from air_runtime._watcher import WorkspaceNotice as WorkspaceNotice
     from air_runtime.client import AirClient as AirClient
     from air_runtime.client import AsyncAirClient as AsyncAirClient
+    from air_runtime.client import CancelCause as CancelCause
     from air_runtime.client import GpuPool as GpuPool
     from air_runtime.client import Identity as Identity
     from air_runtime.client import ImageRegistration as ImageRegistration
@@ -103,6 +112,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AirClient": "air_runtime.client",
     "AsyncAirClient": "air_runtime.client",
+    "CancelCause": "air_runtime.client",
     "GpuPool": "air_runtime.client",
     "Identity": "air_runtime.client",
     "ImageRegistration": "air_runtime.client",
@@ -158,6 +168,7 @@ __all__ = [
     "Permission",
     "PlatformError",
     "PartitionRange",
+    "Prices",
     "Problem",
     "RateLimited",
     "RedactingLog",
@@ -171,6 +182,10 @@ __all__ = [
     "SecretRef",
     "Stage",
     "SubmissionPlan",
+    "Sweep",
+    "SweepBudgetSpent",
+    "SweepMember",
+    "SweepSpend",
     "TaskState",
     "UploadFile",
     "Workload",
@@ -194,6 +209,7 @@ __all__ = [
     "lint_workload",
     "load_workload",
     "make_idempotency_token",
+    "sweep_budget",
     "workload_json_schema",
     *_LAZY,
 ]

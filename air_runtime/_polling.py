@@ -51,6 +51,7 @@ from air_runtime._errors import (
 )
 from air_runtime._failure_policy import FailurePolicy, RetryDecision
 from air_runtime._states import RunState, TaskState
+from air_runtime._sweeps import Sweep, SweepSpend, spent_error
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -231,6 +232,13 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Tally:
+    """Send what the ``sweep`` spent (a ``SweepSpend`` of a fresh listing)."""
+
+    sweep: Sweep
+
+
+@dataclass(frozen=True, slots=True)
 class Examine:
     """Send the ``Diagnosis`` of this ended attempt (None when nothing says why)."""
 
@@ -337,7 +345,8 @@ def until_ended(
     max_gpu_hours: float | None = None,
     failure_policy: FailurePolicy | None = None,
     on_retry: Callable[[RetryDecision], None] | None = None,
-) -> Generator[Pause | Examine | None, Any, RunState]:
+    sweep: Sweep | None = None,
+) -> Generator[Pause | Examine | Tally | None, Any, RunState]:
     """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
     its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
     be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
@@ -348,7 +357,10 @@ def until_ended(
     failed while a retry follows is yielded as an ``Examine`` (send its diagnosis) when the
     ``failure_policy`` (None: every class left to the platform) needs it or ``on_retry``
     listens; the policy's decision goes to ``on_retry``, and one that is not the platform's
-    retry raises ``RetriesStopped`` (the run is left alone: the caller cancels it).
+    retry raises ``RetriesStopped`` (the run is left alone: the caller cancels it). With a
+    ``sweep``, each round also asks what the sweep spent (a ``Tally``): once its budget is
+    spent, ``SweepBudgetSpent`` (the caller cancels the run and the sweep's others); the pause
+    never outlasts the moment the budget is spent at the pace of the runs going.
 
     The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
     stage wait with its request budget; neither has a loop of its own."""
@@ -390,6 +402,13 @@ def until_ended(
         exceeded = over_budget(state, max_gpu_hours, task_key)
         if exceeded is not None:
             raise exceeded
+        spend: SweepSpend | None = None
+        if sweep is not None:
+            spend = yield Tally(sweep)
+            assert spend is not None
+            spent = spent_error(spend, run_id, task_key)
+            if spent is not None:
+                raise spent
         if examines:
             for attempt in attempts_to_examine(state, task_key, examined):
                 diagnosis = yield Examine(state, attempt)
@@ -398,6 +417,8 @@ def until_ended(
                     raise stopped
         interval = next_interval(interval, poll_interval, state)
         pause = jittered(interval, rng)
+        if spend is not None:
+            pause = min(pause, max(spend.seconds_to_spent(), YOUNG_MIN_INTERVAL / 10))
         if deadline is not None:
             remaining = deadline - time.time()
             if remaining <= 0:

@@ -102,11 +102,16 @@ class PartitionRange:
         return f"{encode_name_part(self.first)}_to_{encode_name_part(self.last)}_{self.count}keys"
 
 
+def name_part(text: str) -> str:
+    """``text`` as one part of a name: characters outside the rule become ``_``."""
+    return _NOT_IN_NAME.sub("_", text).strip("_") or "_"
+
+
 def compose_run_name(parts: Sequence[str], index: str | None, identity: Sequence[str]) -> str:
-    """``parts`` (base, pipeline, run, task: characters outside the rule become ``_``) and the
-    already encoded ``index``, joined by ``--`` within the length rule; ``identity`` is what
-    the digest of a shortened name is taken over."""
-    clean = [_NOT_IN_NAME.sub("_", p).strip("_") or "_" for p in parts]
+    """``parts`` (base, pipeline, run, task: each a ``name_part``) and the already encoded
+    ``index``, joined by ``--`` within the length rule; ``identity`` is what the digest of a
+    shortened name is taken over."""
+    clean = [name_part(p) for p in parts]
     if index is not None:
         clean.append(index or "_")
     name = NAME_SEPARATOR.join(clean)

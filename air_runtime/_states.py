@@ -360,6 +360,19 @@ class RunState:
         platform held, retries included."""
         return sum(a.gpu_hours(now_ms) for a in self.task_attempts(task_key))
 
+    def gpu_hours_by_type(
+        self, task_key: str | None = None, now_ms: int | None = None
+    ) -> dict[str, float]:
+        """``gpu_hours`` by accelerator type ("" when an attempt's is not known): what a
+        price per GPU-hour of each type turns into money."""
+        hours: dict[str, float] = {}
+        for attempt in self.task_attempts(task_key):
+            used = attempt.gpu_hours(now_ms)
+            if used:
+                kind = attempt.accelerator_type or ""
+                hours[kind] = hours.get(kind, 0.0) + used
+        return hours
+
     def stage(self, task_key: str | None) -> RunState:
         """The run as one workflow stage sees it: its task's state stands for the run's, so
         failure messages and output lookups describe that stage (the run itself when

@@ -43,7 +43,9 @@ from ._errors import AirError, BudgetExceeded, RetriesStopped, RunTimeout
 from ._run_names import PartitionRange, compose_run_name, encode_name_part
 from ._run_names import short_run as short_run
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
-from .client import _checkpoint_folders, _runs, _secrets, _submit
+from ._sweeps import Prices, Sweep, SweepBudgetSpent
+from .client import _cancel_causes, _checkpoint_folders, _runs, _secrets, _submit
+from .client._cancel_causes import CancelCause
 from .client._core import ClientCore, Flow
 from .client._secrets import SubmissionSecrets
 from .plan import make_idempotency_token
@@ -145,6 +147,12 @@ class SubmissionKey:
             index = encode_name_part(self.index) if self.index is not None else None
         identity = [*parts, *([] if self.index is None else [str(self.index)])]
         return compose_run_name(parts, index, [*identity, self.orchestrator])
+
+    def describe(self) -> str:
+        """Who this submission is, for the cause of a cancel: ``airflow sweep/manual__...
+        /trial[3]``."""
+        index = "" if self.index is None else f"[{self.index}]"
+        return f"{self.orchestrator} {self.pipeline}/{self.run}/{self.task}{index}"
 
     def environment(self) -> dict[str, str]:
         """The orchestrator ids as variables for the run's ranks (training code can tag its
@@ -267,17 +275,34 @@ class RunOutcome:
     duration_s: float | None = None
     # The task's own run id in a multi-task run.
     task_run_id: int | None = None
+    # ``gpu_hours`` by accelerator type, and what they cost at the user's prices (``priced``).
+    gpu_hours_by_type: dict[str, float] | None = None
+    cost: float | None = None
+    currency: str | None = None
+    # Why our code cancelled the run, when it did (``CancelCause.describe``).
+    cancel_cause: str | None = None
 
     @property
     def succeeded(self) -> bool:
         return self.status == "success"
 
+    def priced(self, prices: Prices | None) -> RunOutcome:
+        """The outcome with what its GPU-hours cost at ``prices`` (unchanged without prices,
+        or when a type it used has none)."""
+        if prices is None or self.gpu_hours_by_type is None:
+            return self
+        cost = prices.cost(self.gpu_hours_by_type)
+        if cost is None:
+            return self
+        return dataclasses.replace(self, cost=cost, currency=prices.currency)
+
     def summary(self) -> str:
-        """One line for a log: a success with its GPU-hours and run page; otherwise the
-        message (which says how the run failed)."""
+        """One line for a log: a success with its GPU-hours (and cost) and run page;
+        otherwise the message (which says how the run failed)."""
         if not self.succeeded:
             return self.message or f"Run {self.run_id} ended: {self.status}"
-        used = f" ({self.gpu_hours:g} GPU-hours)" if self.gpu_hours is not None else ""
+        money = f", {self.currency} {self.cost:,.2f}" if self.cost is not None else ""
+        used = f" ({self.gpu_hours:g} GPU-hours{money})" if self.gpu_hours is not None else ""
         what = (
             f"Stage {self.task_key} of run {self.run_id}" if self.task_key else f"Run {self.run_id}"
         )
@@ -329,7 +354,14 @@ class RunOutcome:
         over, retries = cls.STOPPED_STATUSES
         if isinstance(stopped, BudgetExceeded):
             outcome = cls(over, run_id, run_page_url, None, f"{stopped}{note}", task_key)
-            return dataclasses.replace(outcome, gpu_hours=round(stopped.used, 6))
+            by_type = None
+            if isinstance(stopped, SweepBudgetSpent):
+                member = next((m for m in stopped.spend.members if m.run_id == run_id), None)
+                if member is not None:
+                    by_type = member.state.gpu_hours_by_type(now_ms=stopped.spend.now_ms)
+            return dataclasses.replace(
+                outcome, gpu_hours=round(stopped.used, 6), gpu_hours_by_type=by_type
+            )
         status = "failed" if stopped.retryable else retries
         return cls(status, run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
@@ -352,12 +384,24 @@ def outcome_flow(
     result = yield from _runs.run_result(core, view)
     experiment, mlflow_run = mlflow_ids(result.output)
     task = view.tasks[0] if len(view.tasks) == 1 else None
+    status = "success" if result.failure is None else "failed"
+    message = "" if result.failure is None else str(result.failure)
+    cause = None
+    if view.result_state == "CANCELED" or state.result_state == "CANCELED":
+        # Cancelled by our code (this process's or another's: a spent sweep cancels all of
+        # its runs): why, as the canceller kept it. A budget's cancel is no failure a retry
+        # could mend.
+        cause = yield from _cancel_causes.read_cause(core, state)
+        if cause is not None:
+            message = f"{message}\nCause: {cause.describe()}" if message else cause.describe()
+            if cause.kind == "budget":
+                status = RunOutcome.STOPPED_STATUSES[0]
     return RunOutcome(
-        status="success" if result.failure is None else "failed",
+        status=status,
         run_id=state.run_id,
         run_page_url=state.run_page_url or run_page_url,
         result_state=view.result_state,
-        message="" if result.failure is None else str(result.failure),
+        message=message,
         task_key=task_key,
         attempt_number=task.attempt_number if task is not None else None,
         mlflow_experiment_id=experiment,
@@ -366,6 +410,8 @@ def outcome_flow(
         gpu_hours=result.gpu_hours,
         duration_s=_duration_s(state, task),
         task_run_id=task.run_id if task is not None and task_key is not None else None,
+        gpu_hours_by_type={k: round(v, 6) for k, v in view.gpu_hours_by_type().items()},
+        cancel_cause=cause.describe() if cause is not None else None,
     )
 
 
@@ -394,6 +440,9 @@ class Submission:
     checkpoint_epoch: str | None = None
     # The code's version (``CheckpointIdentity.code_version``); None: folders outlive code.
     code_version: str | None = None
+    # The sweep this submission's run belongs to: no run is submitted once its budget is
+    # spent (``SweepBudgetSpent``, refused), and the sweep's runs still going are cancelled.
+    sweep: Sweep | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_volume is not None:
@@ -460,6 +509,25 @@ class Submission:
 
     # --- 2. submit ----------------------------------------------------------------------
 
+    def refuse_if_spent_flow(self, core: ClientCore) -> Flow[None]:
+        """Before anything is uploaded: when the sweep's budget is spent, cancel its runs
+        still going (they spend past it) and refuse (``SweepBudgetSpent``, ``refused``)."""
+        if self.sweep is None:
+            return
+        spend = yield from _runs.sweep_spend(core, self.sweep)
+        if not spend.spent:
+            return
+        refused = SweepBudgetSpent(spend, refused=True)
+        cause = CancelCause("budget", spend.message(), self.key.describe())
+        for member in spend.running:
+            try:
+                yield from _cancel_causes.cancel_with_cause(
+                    core, member.run_id, cause, member.state
+                )
+            except AirError as error:
+                self._warning(f"cancel run {member.run_id} of the spent sweep", error)
+        raise refused
+
     def submit_flow(
         self,
         core: ClientCore,
@@ -467,6 +535,7 @@ class Submission:
         generation: int | str,
         run_name: str | None = None,
     ) -> Flow[SubmittedRun]:
+        yield from self.refuse_if_spent_flow(core)
         identified, name = self.key.identify(
             workload, run_name, self.checkpoint_volume, self.checkpoint_epoch, self.code_version
         )
@@ -513,6 +582,7 @@ class Submission:
         stores no secret keys (nothing would mark them with the run)."""
         if self.secrets:
             raise RuntimeError("a submission with secret keys is submitted with submit()")
+        client.run_flow(self.refuse_if_spent_flow)
         identified, name = self.key.identify(
             workload, run_name, self.checkpoint_volume, self.checkpoint_epoch, self.code_version
         )
@@ -676,10 +746,14 @@ class Submission:
         return await client.run_flow(lambda core: self.finish_flow(core, state))
 
     def cancel_flow(
-        self, core: ClientCore, wait_s: float, poll_interval: float
+        self,
+        core: ClientCore,
+        wait_s: float,
+        poll_interval: float,
+        cause: CancelCause | None = None,
     ) -> Flow[RunState | None]:
         run_id = self._run()
-        yield from _runs.cancel(core, run_id)
+        yield from _cancel_causes.cancel_with_cause(core, run_id, cause)
         if wait_s <= 0:
             return None
         try:
@@ -691,16 +765,37 @@ class Submission:
         return state
 
     def cancel(
-        self, client: AirClient, *, wait_s: float = 0.0, poll_interval: float = 1.0
+        self,
+        client: AirClient,
+        *,
+        wait_s: float = 0.0,
+        poll_interval: float = 1.0,
+        cause: CancelCause | None = None,
     ) -> RunState | None:
-        """Cancel the whole run; with ``wait_s``, wait that long for it to end and return
-        its final state (None when it is still ending)."""
-        return client.run_flow(lambda core: self.cancel_flow(core, wait_s, poll_interval))
+        """Cancel the whole run, keeping ``cause`` first (``client/_cancel_causes``: a spent
+        sweep's also cancels the sweep's other runs still going); with ``wait_s``, wait that
+        long for it to end and return its final state (None when it is still ending)."""
+        return client.run_flow(lambda core: self.cancel_flow(core, wait_s, poll_interval, cause))
 
     async def acancel(
-        self, client: AsyncAirClient, *, wait_s: float = 0.0, poll_interval: float = 1.0
+        self,
+        client: AsyncAirClient,
+        *,
+        wait_s: float = 0.0,
+        poll_interval: float = 1.0,
+        cause: CancelCause | None = None,
     ) -> RunState | None:
-        return await client.run_flow(lambda core: self.cancel_flow(core, wait_s, poll_interval))
+        return await client.run_flow(
+            lambda core: self.cancel_flow(core, wait_s, poll_interval, cause)
+        )
+
+    def cause(self, kind: str, message: str) -> CancelCause:
+        """A cause of a cancel by this submission's orchestrator task."""
+        return CancelCause(kind, message, self.key.describe())
+
+    def stop_cause(self, stopped: BudgetExceeded | RetriesStopped) -> CancelCause:
+        """The cause of cancelling a run a wait stopped (a budget passed, retries stopped)."""
+        return CancelCause.of_stop(stopped, self.key.describe())
 
     # --- carrying it elsewhere ----------------------------------------------------------
 
@@ -716,6 +811,7 @@ class Submission:
             "checkpoint_volume": self.checkpoint_volume,
             "checkpoint_epoch": self.checkpoint_epoch,
             "code_version": self.code_version,
+            "sweep": self.sweep.to_json() if self.sweep is not None else None,
         }
 
     @classmethod
@@ -740,6 +836,7 @@ class Submission:
             checkpoint_volume=raw.get("checkpoint_volume") or None,
             checkpoint_epoch=raw.get("checkpoint_epoch") or None,
             code_version=raw.get("code_version") or None,
+            sweep=Sweep.from_json(raw["sweep"]) if raw.get("sweep") else None,
         )
 
 

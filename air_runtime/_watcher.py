@@ -28,6 +28,12 @@ as often as the youngest run asks when a sweep costs at most half the budget. A 
 seconds is so seen ended about a second after its end (P10, one event loop: p99 0.94 s
 alone, 1.09 s in a 50-trial sweep), not up to an interval later.
 
+Sweep budgets. Waits whose runs share a sweep's GPU-hour budget (``air_runtime._sweeps``)
+share what it spent: one listing of the sweep per interval after a cycle, for all of them, due
+sooner when the last listing says the budget is spent by then at the pace of the runs going;
+once it is spent, each of those waits ends with ``SweepBudgetSpent``. A stage's wait asks the
+same shared listing (``sweep_spend``).
+
 A workspace that stops answering. The runs exist (their ids prove the host was right) and go
 on without us, so nothing the watcher cannot hear ends a wait or drops a run: a transport
 error, a 5xx past the client's own retries, a host this process never reached
@@ -76,6 +82,7 @@ from ._polling import (
     YOUNG_MIN_INTERVAL,
     Examine,
     Pause,
+    Tally,
     WorkspaceNotice,
     attempts_to_examine,
     jittered,
@@ -93,6 +100,7 @@ from ._polling import (
 )
 from ._progress import TrainingProgress
 from ._states import RunState
+from ._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend, spent_error
 from .client import AsyncAirClient, LogRecord
 from .client._core import NO_RETRY
 from .client._live_lines import LineStream, running_streams
@@ -177,10 +185,22 @@ class _Waiter:
     max_gpu_hours: float | None = None
     failure_policy: FailurePolicy | None = None  # None: failed attempts are not examined
     on_retry: OnRetry | None = None
+    sweep: Sweep | None = None  # the sweep whose budget the run shares
 
     @property
     def follows(self) -> bool:
         return self.on_lines is not None or self.on_progress is not None
+
+
+@dataclass(slots=True, eq=False)
+class _SweepBudget:
+    """What one sweep spent as last listed, shared by every wait on its runs."""
+
+    sweep: Sweep
+    spend: SweepSpend | None = None
+    listed_at: float = -math.inf  # loop time of the last listing
+    due: float = -math.inf  # loop time the next listing is due
+    listing: asyncio.Task[SweepSpend] | None = None
 
 
 class TokenBucket:
@@ -388,6 +408,9 @@ class RunWatcher:
         self._prober: asyncio.Task[None] | None = None
         self._confirming = asyncio.Lock()
         self._runs: dict[int, _Watched] = {}
+        # Sweeps whose budgets the waits share (``Sweep.key``), one listing per interval each.
+        self._sweeps: dict[tuple[Any, ...], _SweepBudget] = {}
+        self.sweep_listings = 0  # listings of sweeps (their pages are in ``requests``)
         self._poller: asyncio.Task[None] | None = None
         self._line_reader: asyncio.Task[None] | None = None
         self._active_estimate = 0  # runs a sweep costs, in list entries (pages x page size)
@@ -459,6 +482,7 @@ class RunWatcher:
         on_workspace: OnWorkspace | None = None,
         stop_deterministic_retries: bool | None = None,
         lines_shown: Mapping[str, int] | None = None,
+        sweep: Sweep | None = None,
     ) -> RunState:
         """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
         return the state that shows it (success or not).
@@ -476,6 +500,11 @@ class RunWatcher:
         ``max_gpu_hours``: past it (the run's, or the stage's, GPU-hours, computed from the
         states the watcher reads anyway, so at most a poll late): ``BudgetExceeded`` (the
         run itself is left alone: the caller cancels it).
+
+        ``sweep``: the sweep the run belongs to (``air_runtime._sweeps``). What its runs
+        spent is listed once per interval for every wait on it in this process (and when the
+        last listing says its budget is spent by now, at that moment); once spent:
+        ``SweepBudgetSpent`` (the caller cancels the run and the sweep's others).
 
         ``failure_policy`` (default ``FailurePolicy()``): an attempt that failed while the
         platform will retry it is diagnosed from its nodes' last lines and the platform's
@@ -508,6 +537,7 @@ class RunWatcher:
                     retry_heard,
                     None if on_lines is None else _in_waiter_context(on_lines),
                     dict(lines_shown or {}),
+                    sweep,
                 )
             return await self._wait_for_run(
                 run_id,
@@ -520,6 +550,7 @@ class RunWatcher:
                 policy,
                 retry_heard,
                 lines_shown or {},
+                sweep,
             )
         finally:
             self._ears.discard(ear)
@@ -536,6 +567,7 @@ class RunWatcher:
         failure_policy: FailurePolicy,
         on_retry: OnRetry | None,
         lines_shown: Mapping[str, int],
+        sweep: Sweep | None = None,
     ) -> RunState:
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -553,6 +585,7 @@ class RunWatcher:
             max_gpu_hours=max_gpu_hours,
             failure_policy=failure_policy if failure_policy.examines or on_retry else None,
             on_retry=on_retry,
+            sweep=sweep,
         )
         watched.waiters.append(entry)
         for name, shown in lines_shown.items():
@@ -615,6 +648,7 @@ class RunWatcher:
         on_retry: OnRetry | None,
         on_lines: OnLines | None = None,
         lines_shown: dict[str, int] | None = None,
+        sweep: Sweep | None = None,
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget; its
@@ -633,6 +667,7 @@ class RunWatcher:
             max_gpu_hours=max_gpu_hours,
             failure_policy=failure_policy,
             on_retry=on_retry,
+            sweep=sweep,
         )
         request = next(loop)
         streams: dict[tuple[str, int, int], LineStream] = {}
@@ -659,6 +694,8 @@ class RunWatcher:
                 try:
                     if isinstance(request, Examine):
                         answer = await self._diagnose(request)
+                    elif isinstance(request, Tally):
+                        answer = await self.sweep_spend(request.sweep)
                     else:
                         await self.bucket.acquire()
                         self.requests += 1
@@ -879,6 +916,7 @@ class RunWatcher:
             try:
                 await self._cycle(started)
                 await self._check_every_budget()
+                await self._check_every_sweep()
                 await self._check_every_retry()
             except _Down:
                 continue
@@ -887,7 +925,13 @@ class RunWatcher:
                 self._fail(list(self._runs.values()), error)
             except Exception:
                 logger.exception("run watcher cycle failed; retrying next interval")
-            pause = self._next_cycle_at(loop.time(), started, self.requests - sent) - loop.time()
+            pause = (
+                min(
+                    self._next_cycle_at(loop.time(), started, self.requests - sent),
+                    self._next_sweep_due(),
+                )
+                - loop.time()
+            )
             if pause > 0 and self._runs:
                 await asyncio.sleep(pause)
 
@@ -1344,6 +1388,85 @@ class RunWatcher:
                 self._finish(watched, fresh)
             else:
                 self._check_budgets(watched, fresh)
+
+    # --- sweep budgets ----------------------------------------------------------------
+
+    def _sweep_waits(self) -> dict[tuple[Any, ...], list[tuple[_Watched, _Waiter]]]:
+        """The run waits still going that share each sweep's budget."""
+        found: dict[tuple[Any, ...], list[tuple[_Watched, _Waiter]]] = {}
+        for watched in self._runs.values():
+            for waiter in watched.waiters:
+                if waiter.sweep is not None and not waiter.future.done():
+                    found.setdefault(waiter.sweep.key, []).append((watched, waiter))
+        return found
+
+    def _next_sweep_due(self) -> float:
+        """When the next listing of a sweep a run wait shares is due (loop time)."""
+        waits = self._sweep_waits()
+        dues = [e.due for key, e in self._sweeps.items() if key in waits]
+        if len(dues) < len(waits):  # a sweep never listed: now
+            return asyncio.get_running_loop().time()
+        return min(dues, default=math.inf)
+
+    async def _check_every_sweep(self) -> None:
+        """After each cycle, each sweep whose listing is due (once per interval, or when the
+        last one says its budget is spent by now): one listing for every wait on its runs;
+        once spent, each of those waits ends with ``SweepBudgetSpent``."""
+        now = asyncio.get_running_loop().time()
+        waits = self._sweep_waits()
+        for key in [k for k, e in self._sweeps.items() if k not in waits and not e.listing]:
+            if now - self._sweeps[key].listed_at > 10 * self.interval:
+                del self._sweeps[key]  # no wait left on it (a stage wait lists it again)
+        for key, sharing in waits.items():
+            entry = self._sweeps.get(key)
+            if entry is not None and entry.due > now:
+                continue
+            sweep = sharing[0][1].sweep
+            assert sweep is not None
+            spend = await self.sweep_spend(sweep, fresh_within=0.0)
+            for watched, waiter in sharing:
+                stopped = spent_error(spend, watched.run_id)
+                if stopped is not None and not waiter.future.done():
+                    waiter.future.set_exception(stopped)
+
+    async def sweep_spend(self, sweep: Sweep, *, fresh_within: float | None = None) -> SweepSpend:
+        """What ``sweep`` spent, shared by every wait of this watcher: the last listing
+        counted up to now when it is younger than ``fresh_within`` (default: the interval)
+        and its budget is not spent by now at the pace of its runs, else one new listing
+        (several callers at once share it), within the request budget."""
+        loop = asyncio.get_running_loop()
+        entry = self._sweeps.get(sweep.key)
+        if entry is None:
+            entry = self._sweeps[sweep.key] = _SweepBudget(sweep)
+        within = self.interval if fresh_within is None else fresh_within
+        if entry.listing is None and entry.spend is not None:
+            projected = entry.spend.at(int(time.time() * 1000))
+            if loop.time() - entry.listed_at < within and not projected.spent:
+                return projected
+        if entry.listing is None:
+            entry.listing = loop.create_task(
+                self._list_sweep(entry), name="air-sweep-budget", context=contextvars.Context()
+            )
+        listing = entry.listing
+        return await asyncio.shield(listing)
+
+    async def _list_sweep(self, entry: _SweepBudget) -> SweepSpend:
+        # A listing that fails is tried again an interval later, not at once.
+        entry.due = asyncio.get_running_loop().time() + self.interval
+        try:
+            listed: list[dict[str, Any]] = []
+            pages = self._list_pages(entry.sweep.list_params(), MAX_LIST_PAGES)
+            async with contextlib.aclosing(pages):
+                async for body in pages:
+                    listed.extend(r for r in body.get("runs") or [] if isinstance(r, dict))
+            self.sweep_listings += 1
+            spend = entry.sweep.tally(listed)
+            now = asyncio.get_running_loop().time()
+            entry.spend, entry.listed_at = spend, now
+            entry.due = now + min(self.interval, max(spend.seconds_to_spent(), 0.05))
+            return spend
+        finally:
+            entry.listing = None
 
     async def _check_every_retry(self) -> None:
         """After each cycle, each run one of whose waiters has a retry policy to apply: an

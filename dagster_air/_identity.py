@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from air_runtime import PartitionRange, RunState, SubmissionKey, SubmittedRun
+from air_runtime import PartitionRange, RunState, SubmissionKey, SubmittedRun, Sweep
 
 from ._translator import META_PREFIX
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._lineage import Lineage
     from ._resource import AirWorkspace
 
+BACKFILL_TAG = "dagster/backfill"  # the tag every run of a backfill carries (its id)
 NAMESPACE_KEY = "dagster_air/deployment_namespace"
 _SETTLE_S = 1.0
 GENERATION_KEY = f"{META_PREFIX}generation"
@@ -66,6 +67,40 @@ def submission_key(
         "dagster", namespace, context.job_name, lineage.head_run_id, str(context.op_handle),
         index, partitions,
     )  # fmt: skip
+
+
+def sweep_of(
+    context: dg.AssetExecutionContext, workspace: AirWorkspace, lineage: Lineage
+) -> Sweep | None:
+    """The sweep whose GPU-hour budget the step's runs share, when the resource has a
+    ``sweep_gpu_hours_budget`` (``air_runtime._sweeps``): the runs of its backfill (every
+    Dagster run with the backfill's ``dagster/backfill`` tag, whose short id the run names
+    carry, whatever their job), else the runs of its own Dagster run (its lineage head's,
+    which names its submissions). Counted from the earliest of those runs' creation. A run of
+    the backfill launched after this step began is counted by the steps that start after it
+    (whichever step sees the budget spent stops every run of the sweep)."""
+    budget = workspace.sweep_budget()
+    if budget is None:
+        return None
+    instance = context.instance
+    backfill = context.run.tags.get(BACKFILL_TAG)
+    if backfill:
+        records = instance.get_run_records(dg.RunsFilter(tags={BACKFILL_TAG: backfill}))
+        runs = {r.dagster_run.run_id for r in records} | {context.run_id, lineage.head_run_id}
+        label, pipeline = f"backfill {backfill}", None
+    else:
+        records = [r for r in [instance.get_run_record_by_id(lineage.head_run_id)] if r]
+        runs = {lineage.head_run_id}
+        label, pipeline = f"run {lineage.head_run_id[:8]}", context.job_name
+    created = [r.create_timestamp.timestamp() for r in records if r.create_timestamp]
+    return Sweep(
+        label=label,
+        pipeline=pipeline,
+        runs=tuple(sorted(runs)),
+        budget=budget,
+        since_ms=int(min(created) * 1000) if created else None,
+        prices=workspace.prices(),
+    )
 
 
 def deployment_namespace(instance: dg.DagsterInstance, configured: str | None = None) -> str:

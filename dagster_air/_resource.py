@@ -5,7 +5,16 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from air_runtime import AirClient, AsyncAirClient, Credentials, OAuthM2M, normalize_host
+from air_runtime import (
+    AirClient,
+    AirError,
+    AsyncAirClient,
+    Credentials,
+    OAuthM2M,
+    Prices,
+    normalize_host,
+    sweep_budget,
+)
 
 USER_AGENT_EXTRA = f"dagster/{dg.__version__}"
 
@@ -99,6 +108,43 @@ class AirWorkspace(dg.ConfigurableResource):
         description="Workload secret NAME -> name of an environment variable of the Dagster "
         "process holding its value, for every asset using this resource.",
     )
+
+    sweep_gpu_hours_budget: float | None = Field(
+        default=None,
+        description="GPU-hours that every run of one sweep may use together: the runs of a "
+        "backfill (all its Dagster runs, every partition and asset), or of one Dagster run "
+        "when it belongs to no backfill; counted from the workspace (the runs whose names "
+        "carry those Dagster runs). Before a submit: once spent, nothing is submitted and the "
+        "step fails without retries, saying what was spent and by which runs. While waiting "
+        "(one listing per poll interval, shared by every step of the process): once spent, "
+        "the run and the sweep's other runs still going are cancelled, the cause kept next to "
+        "them (airo get shows it), and the step fails with the figure, without retries.",
+    )
+    gpu_hour_prices: dict[str, float] = Field(
+        default_factory=dict,
+        description='What one GPU-hour of each accelerator type costs, e.g. {"GPU_1xA10": 1.2, '
+        '"GPU_8xH100": 98.0} (your figures: none are built in), in currency: materializations '
+        "get dagster-air/cost, budget messages the money beside the GPU-hours.",
+    )
+    currency: str | None = Field(default=None, description="The currency of gpu_hour_prices.")
+
+    def prices(self) -> Prices | None:
+        """The resource's prices, checked (a bad entry fails the step, naming it)."""
+        try:
+            return Prices.of(
+                self.gpu_hour_prices or None,
+                self.currency,
+                where="AirWorkspace.gpu_hour_prices",
+            )
+        except AirError as error:
+            raise dg.Failure(description=str(error), allow_retries=False) from None
+
+    def sweep_budget(self) -> float | None:
+        """``sweep_gpu_hours_budget``, checked (a bad one fails the step, naming it)."""
+        try:
+            return sweep_budget(self.sweep_gpu_hours_budget, "AirWorkspace.sweep_gpu_hours_budget")
+        except AirError as error:
+            raise dg.Failure(description=str(error), allow_retries=False) from None
 
     def credentials(self) -> Credentials | None:
         """The OAuth M2M credentials the resource was given; None: the default chain."""

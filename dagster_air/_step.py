@@ -48,13 +48,15 @@ from air_runtime import (
     Stage,
     Submission,
     SubmittedRun,
+    Sweep,
+    SweepBudgetSpent,
     Workload,
 )
 
 from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators, queue_in_lanes
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
-from ._identity import submission_key, terminal_failure_observation
+from ._identity import submission_key, sweep_of, terminal_failure_observation
 from ._interrupts import deferred_interrupts
 from ._lineage import PARTITION_METADATA, Launch, Lineage, record_launch
 from ._own_run import DagsterRunEnded, OwnRun
@@ -152,8 +154,11 @@ class AirStep:
         # task key -> the tasks of the partition it is queued behind in its lane
         self.lane_deps: dict[str, tuple[str, ...]] = {}
         self._mlflow_readers: dict[str, MlflowLinkReader] = {}
-        # run id -> why it was cancelled: it passed its (or a task's) max_gpu_hours
+        # run id -> why it was cancelled: it passed its (or a task's) max_gpu_hours, or its
+        # sweep's budget is spent
         self._over_budget: dict[int, str] = {}
+        # The sweep whose budget the step's runs share (``_identity.sweep_of``).
+        self.sweep: Sweep | None = None
         # asset -> partition -> (Dagster run, metadata) its lineage materialized
         self._materialized: dict[dg.AssetKey, dict[str | None, tuple[str, dict[str, Any]]]] = {}
         # asset -> the partitions whose blocking check the lineage saw fail
@@ -185,6 +190,8 @@ class AirStep:
             or self.lineage.backfill_since is not None
         )
         self.step_key = str(self.context.op_handle)
+        self.sweep = sweep_of(self.context, self.workspace, self.lineage)
+        self.prices = self.workspace.prices()
         self.plan = plan_step(self.context, self.workflow, self._kept)
         if not self.plan.selected:
             return
@@ -334,10 +341,15 @@ class AirStep:
             )
             key = submission_key(context, self.workspace, self.lineage, launch.index)
             try:
-                Submission(key).attach(launch.run_id).cancel(
+                earlier = Submission(key).attach(launch.run_id)
+                earlier.cancel(
                     client,
                     wait_s=self.workspace.cancel_wait,
                     poll_interval=min(1.0, self.workspace.poll_interval),
+                    cause=earlier.cause(
+                        "orchestrator",
+                        f"Dagster run {context.run_id} cannot adopt it ({why}) and never runs both",
+                    ),
                 )
             except AirError as error:
                 raise dg.Failure(  # submitting now would run both
@@ -371,6 +383,7 @@ class AirStep:
                     redact=self._redact_text,
                     checkpoint_volume=self.workspace.checkpoint_volume,
                     code_version=self._code_version(planned),
+                    sweep=self.sweep,
                 ),
             )
             self.runs.append(run)
@@ -624,6 +637,14 @@ class AirStep:
             run_name = f"{self.workflow.name}_after_{'_'.join(upstream)}"
         try:
             return run.submission.submit(client, payload, self.generation, run_name=run_name)
+        except SweepBudgetSpent as refused:
+            # Nothing submitted; the sweep's runs still going were cancelled (the core's).
+            message = self.redact(str(refused))
+            self.context.log.error(message)
+            for other in self.runs:
+                if other.submitted is not None and other.submitted.run_id not in self._over_budget:
+                    self._over_budget[other.submitted.run_id] = message
+            raise dg.Failure(description=message, allow_retries=False) from None
         except AirError as error:
             if not error.retryable:  # the workload, the setup or a refusal: a retry cannot help
                 raise config_failure(
@@ -672,6 +693,9 @@ class AirStep:
                 client,
                 wait_s=self.workspace.cancel_wait,
                 poll_interval=min(1.0, self.workspace.poll_interval),
+                cause=run.submission.cause(
+                    "orchestrator", f"Dagster run {self.context.run_id} was terminated"
+                ),
             )
         except AirError as error:
             log.error(f"could not cancel run {submitted.run_id}: {self.redact(str(error))}")
@@ -707,6 +731,7 @@ class AirStep:
             )
             if budgets
             else FailurePolicy.platform_only(),
+            sweep=self.sweep if budgets else None,
         )
         try:
             while True:
@@ -794,6 +819,7 @@ class AirStep:
                 self._client,
                 wait_s=self.workspace.cancel_wait,
                 poll_interval=min(1.0, self.workspace.poll_interval),
+                cause=run.submission.stop_cause(exceeded),
             )
         except AirError as error:
             message = (
@@ -804,6 +830,11 @@ class AirStep:
         message = f"{exceeded}; cancelled"
         self.context.log.warning(message)
         self._over_budget[submitted.run_id] = message
+        if isinstance(exceeded, SweepBudgetSpent):  # its other runs still going too
+            stopped = {m.run_id for m in exceeded.spend.running}
+            for other in self.runs:
+                if other.submitted is not None and other.submitted.run_id in stopped:
+                    self._over_budget.setdefault(other.submitted.run_id, message)
 
     def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
         while True:
@@ -982,9 +1013,15 @@ class AirStep:
         task = state.task(row.task_key)
         succeeded = task.is_success if task is not None else state.is_success
         try:
-            outcome: RunOutcome | None = RunOutcome.read(client, state, row.task_key)
+            outcome: RunOutcome | None = RunOutcome.read(client, state, row.task_key).priced(
+                self.prices
+            )
         except AirError:
             outcome = None
+        if outcome is not None and outcome.status == RunOutcome.STOPPED_STATUSES[0]:
+            # Cancelled for a budget elsewhere (a spent sweep's other wait): no retry.
+            self._over_budget[submitted.run_id] = outcome.message
+            return RowResult(row, checks=checks, failure=self.redact(outcome.message))
         if not succeeded or outcome is None:
             why = outcome.message if outcome is not None and outcome.message else None
             why = why or state.stage(row.task_key).describe()

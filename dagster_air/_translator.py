@@ -23,6 +23,7 @@ META_PREFIX = "dagster-air/"
 # ended attempt only that attempt's.
 GPU_HOURS_KEY = f"{META_PREFIX}gpu_hours"
 ATTEMPT_GPU_HOURS_KEY = f"{META_PREFIX}attempt_gpu_hours"
+COST_KEY = f"{META_PREFIX}cost"
 
 
 def container_rows(workload: Workload) -> list[dict[str, str]]:
@@ -277,6 +278,9 @@ class DagsterAirTranslator:
         # Every attempt of the stage's task: what the platform held, retries included. This
         # is the figure to sum; the per-attempt observations carry ATTEMPT_GPU_HOURS_KEY.
         metadata[GPU_HOURS_KEY] = dg.MetadataValue.float(round(outcome.gpu_hours or 0.0, 6))
+        if outcome.cost is not None:  # at the resource's gpu_hour_prices
+            metadata[COST_KEY] = dg.MetadataValue.float(outcome.cost)
+            metadata[f"{META_PREFIX}currency"] = outcome.currency or ""
         if outcome.duration_s is not None:
             metadata[f"{META_PREFIX}duration_s"] = dg.MetadataValue.float(outcome.duration_s)
         if outcome.task_run_id is not None:

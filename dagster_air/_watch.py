@@ -10,7 +10,7 @@ import queue
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from air_runtime import AirError, FailurePolicy, LineBudget, RunState, RunWatcher
+from air_runtime import AirError, FailurePolicy, LineBudget, RunState, RunWatcher, Sweep
 
 from ._loop import run_in_background
 
@@ -64,12 +64,15 @@ async def watch_run(
     follow_logs: bool = True,
     max_gpu_hours: float | None = None,
     failure_policy: FailurePolicy | None = None,
+    sweep: Sweep | None = None,
 ) -> RunState:
     """Wait for the run to end through the shared watcher, following every node's logs
     (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
     the states it reads anyway): ``BudgetExceeded``; an attempt that failed in a way the
     ``failure_policy`` does not leave to the platform: ``RetriesStopped``; either way the run
-    left going. Each retry the policy leaves to the platform is a warning in the step log."""
+    left going; once ``sweep``'s budget is spent (one listing per poll interval for every step
+    of the process): ``SweepBudgetSpent``. Each retry the policy leaves to the platform is a
+    warning in the step log."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -87,6 +90,7 @@ async def watch_run(
             max_gpu_hours=max_gpu_hours,
             failure_policy=failure_policy,
             on_retry=lambda decision: events.put(("warning", decision.line())),
+            sweep=sweep,
         )
         ended.set()
         if follower is not None:
@@ -105,6 +109,7 @@ def watch_in_background(
     follow_logs: bool,
     max_gpu_hours: float | None = None,
     failure_policy: FailurePolicy | None = None,
+    sweep: Sweep | None = None,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
@@ -119,5 +124,6 @@ def watch_in_background(
             follow_logs,
             max_gpu_hours,
             failure_policy,
+            sweep,
         )
     )

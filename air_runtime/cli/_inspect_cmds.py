@@ -181,6 +181,14 @@ def _get(args: argparse.Namespace) -> int:
         ("MLflow URL", summary.mlflow_run_url),
     ):
         write(client.redactor(f"{label + ':':<14} {_or_na(value)}"))
+    ended = summary.termination
+    if ended is not None and ended.code and ended.code != "SUCCESS":
+        # As the API gives it (status.termination_details), then why our code cancelled it.
+        kind = f" ({ended.type})" if ended.type else ""
+        text = f"{ended.code}{kind}" + (f": {ended.message}" if ended.message else "")
+        write(client.redactor(f"{'Termination:':<14} {text}"))
+    if summary.cancel_cause is not None:
+        write(client.redactor(f"{'Cause:':<14} {summary.cancel_cause.describe()}"))
     if summary.checkpoint is not None:  # where a retry, or the next run, resumes
         newest = summary.checkpoint
         write(client.redactor(f"{'Checkpoint:':<14} {newest.describe()} ({newest.path})"))

@@ -65,6 +65,16 @@ def register(subparsers: Any) -> None:
         help="with --dry-run: the Artifact Registry to look Unity Catalog images up in "
         "(default: derived from the workspace, as for `airo images push`)",
     )
+    run.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="TYPE=AMOUNT",
+        help="what one GPU-hour of an accelerator type costs (repeatable, e.g. "
+        "--price GPU_8xH100=98 --currency USD): --dry-run then estimates the most a run "
+        "costs (accelerators x timeout hours x price), a wait prints what it cost",
+    )
+    run.add_argument("--currency", default=None, help="the currency of --price")
     run.add_argument("--wait", action="store_true", help="wait until the run ends")
     run.add_argument(
         "--follow-logs", action="store_true", help="print every node's log while waiting"
@@ -290,7 +300,40 @@ def _guidance(args: argparse.Namespace, run_id: int) -> list[str]:
     ]
 
 
-def _dry_run(args: argparse.Namespace, workload: Any) -> int:
+def _prices(args: argparse.Namespace) -> Any:
+    """The prices of ``--price TYPE=AMOUNT`` and ``--currency`` (None without ``--price``);
+    ``ConfigurationError`` naming a bad one and the fix."""
+    from air_runtime._sweeps import Prices
+
+    given: dict[str, str] = {}
+    for item in args.price:
+        kind, sep, amount = item.partition("=")
+        if not sep or not kind:
+            raise ConfigurationError(
+                f"--price {item!r}: expected TYPE=AMOUNT. Fix: e.g. --price GPU_8xH100=98"
+            )
+        given[kind.strip()] = amount.strip()
+    if not given:
+        if args.currency is not None:
+            raise ConfigurationError("--currency without --price. Fix: add --price TYPE=AMOUNT")
+        return None
+    return Prices.of(given, args.currency, where="--price")
+
+
+def _estimate(workload: Any, prices: Any) -> Any:
+    from air_runtime._sweeps import estimate_cost
+
+    compute = workload.compute
+    return estimate_cost(
+        compute.accelerator_type,
+        compute.num_accelerators,
+        workload.timeout_minutes,
+        workload.max_retries,
+        prices,
+    )
+
+
+def _dry_run(args: argparse.Namespace, workload: Any, prices: Any = None) -> int:
     from air_runtime.images._presence import ImageCheck, check_unity_catalog_images
     from air_runtime.workload import locate_problems
 
@@ -319,9 +362,13 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
     if images.unchecked is not None:
         note = f"note: Unity Catalog images not looked up here: {images.unchecked}"
         print(client.redactor(note), file=sys.stderr)
+    estimate = _estimate(workload, prices) if prices is not None else None
     if args.json:
         errors = client.redactor.redact_data([p.to_dict() for p in problems])
-        print(json.dumps({"valid": not problems, "errors": errors}))
+        answer: dict[str, Any] = {"valid": not problems, "errors": errors}
+        if estimate is not None:
+            answer["estimate"] = estimate.to_json()
+        print(json.dumps(answer))
     elif problems:
         # The workspace's field errors, one per line (validateconfig.go formatConfigErrors).
         print("error: config validation failed:", file=sys.stderr)
@@ -329,6 +376,8 @@ def _dry_run(args: argparse.Namespace, workload: Any) -> int:
             print(client.redactor(f"  {problem}"), file=sys.stderr)
     else:
         print(f"{args.file}: valid (checked here and by {host}); nothing was submitted")
+    if estimate is not None and not args.json:
+        print(estimate.text())
     return EXIT_INVALID_WORKLOAD if problems else EXIT_OK
 
 
@@ -378,10 +427,11 @@ def _run(args: argparse.Namespace) -> int:
     client = None
     try:
         workload = load_workload(args.file, args.override or None)
+        prices = _prices(args)
     except AirError as error:
         return fail(error)
     if args.dry_run:
-        return _dry_run(args, workload)
+        return _dry_run(args, workload, prices)
     try:
         with open_client(args) as client:
             if workload.environment.docker_image is not None:
@@ -405,7 +455,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"run {run_id}: {submitted.run_page_url}",
                 file=sys.stderr if args.json else sys.stdout,
             )
-            return _wait_for(args, client, run_id)
+            return _wait_for(args, client, run_id, prices)
     except WorkloadError as error:  # the workspace's refusal: where its fields are
         from air_runtime.workload import locate_problems
 
@@ -415,7 +465,7 @@ def _run(args: argparse.Namespace) -> int:
         return fail(error, client)
 
 
-def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
+def _wait_for(args: argparse.Namespace, client: Any, run_id: int, prices: Any = None) -> int:
     progress = _Progress(client, run_id)
     try:
         with _InterruptGuard():
@@ -436,7 +486,9 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
             except RetriesStopped as stopped:
                 progress.stop()
                 print(client.redactor(f"error: {stopped}"), file=sys.stderr)
-                client.cancel(run_id)
+                from air_runtime.client import CancelCause
+
+                client.cancel(run_id, cause=CancelCause("retries", str(stopped), "airo run"))
                 state = client.wait(run_id)
                 if args.follow_logs:
                     printer.join(timeout=30)
@@ -458,6 +510,9 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
     if state.start_time and state.end_time:
         summary += f" (ran {_ran((state.end_time - state.start_time) / 1000)})"
     summary += f", {result.gpu_hours:.4f} GPU-hours"
+    cost = prices.cost(state.gpu_hours_by_type()) if prices is not None else None
+    if cost is not None:
+        summary += f" ({prices.text(cost)})"
     if args.json:
         print(
             json.dumps(
@@ -469,6 +524,8 @@ def _wait_for(args: argparse.Namespace, client: Any, run_id: int) -> int:
                     if state.start_time and state.end_time
                     else None,
                     "gpu_hours": result.gpu_hours,
+                    "cost": cost,
+                    "currency": prices.currency if cost is not None else None,
                     "run_page_url": state.run_page_url,
                 }
             )
@@ -489,7 +546,9 @@ def _interrupted(args: argparse.Namespace, client: Any, run_id: int, signum: int
     name = signal.Signals(signum).name
     if args.cancel_on_interrupt:
         print(f"\n{name}: cancelling run {run_id}", file=sys.stderr)
-        client.cancel(run_id)
+        client.cancel(
+            run_id, cause=_user_cause(client, f"{name} to airo run --cancel-on-interrupt")
+        )
         print(f"cancellation of run {run_id} requested", file=sys.stderr)
     else:
         lines = [
@@ -682,7 +741,7 @@ def _cancel(args: argparse.Namespace) -> int:
                         print(client.redactor(message))
                 else:
                     active.append(run_id)
-            result = client.cancel_runs(active)
+            result = client.cancel_runs(active, _user_cause(client, "airo cancel"))
         failed = refused + list(result.failed)
         if args.json:
             payload: dict[str, Any] = {"cancelled": [str(i) for i in result.cancelled]}
@@ -707,6 +766,17 @@ def _cancel(args: argparse.Namespace) -> int:
         return EXIT_USAGE if task_run_ids == len(failed) else EXIT_ERROR
     except AirError as error:
         return fail(error, client)
+
+
+def _user_cause(client: Any, how: str) -> Any:
+    """The cause kept next to each run ``airo`` cancels: the user who asked, and how."""
+    from air_runtime.client import CancelCause
+
+    try:
+        user = client.whoami().user_name
+    except AirError:
+        user = "a user"
+    return CancelCause("user", f"cancelled with {how}", f"{user} (airo)")
 
 
 def _not_found(run_id: int) -> str:
@@ -760,7 +830,9 @@ def _cancel_all(args: argparse.Namespace, client: Any) -> int:
         if not _confirm(f"\nCancel {len(runs)} run(s) in {client.host}?"):
             print("Cancellation aborted.", file=sys.stderr)
             return EXIT_USAGE
-    result = client.cancel_runs([run.run_id for run in runs])
+    result = client.cancel_runs(
+        [run.run_id for run in runs], _user_cause(client, "airo cancel --all")
+    )
     failed = [{"run_id": str(r), "error": message} for r, message in result.failed]
     if args.json:
         body: dict[str, Any] = {"cancelled": [str(r) for r in result.cancelled], "all": True}

@@ -6,6 +6,7 @@
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ._cancel_causes import CancelCause
 from ._client import AirClient, AsyncAirClient
 from ._core import Identity, ImageRegistration, LogRecord, RetryPolicy, SubmittedRun
 from ._runs import RunResult
@@ -20,6 +21,7 @@ __getattr__ = lazy_exports(globals(), {"GpuPool": "air_runtime.client._pools"})
 __all__ = [
     "AirClient",
     "AsyncAirClient",
+    "CancelCause",
     "GpuPool",
     "Identity",
     "ImageRegistration",

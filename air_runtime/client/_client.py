@@ -24,7 +24,7 @@ from .._auth import Credentials, resolve_credentials
 from .._failure_policy import FailurePolicy, RetryDecision
 from .._redaction import Redactor
 from .._states import RunState
-from . import _identity, _runs, _secrets, _submit
+from . import _cancel_causes, _identity, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
     ClientCore,
@@ -48,8 +48,10 @@ from ._secrets import PruneResult, SecretInfo, SubmissionSecrets
 
 if TYPE_CHECKING:
     from .._docker_credentials import DockerCredential
+    from .._sweeps import Sweep, SweepSpend
     from ..plan import Stage, SubmissionPlan
     from ..workload import Workload
+    from ._cancel_causes import CancelCause
     from ._live_lines import LineStream, LiveLines
 
 T = TypeVar("T")
@@ -322,6 +324,7 @@ class AirClient(_BaseClient, SyncOperations):
         failure_policy: FailurePolicy | None = None,
         on_retry: Callable[[RetryDecision], None] | None = None,
         stop_deterministic_retries: bool | None = None,
+        sweep: Sweep | None = None,
     ) -> RunState:
         """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
         with ``task_key`` until that task of it ends (a workflow stage ends before its run);
@@ -332,7 +335,8 @@ class AirClient(_BaseClient, SyncOperations):
         by ``failure_policy`` (default ``FailurePolicy()``: a deterministic failure stops), the
         decision told to ``on_retry``; one that gets no platform retry: ``RetriesStopped``,
         the run goes on until cancelled. ``stop_deterministic_retries`` (deprecated) sets the
-        policy's deterministic action."""
+        policy's deterministic action. With ``sweep``, one listing of it per poll: once its
+        budget is spent, ``SweepBudgetSpent`` (cancel with ``cancel(run_id, cause=...)``)."""
         return self._run(
             _runs.wait(
                 self._core,
@@ -345,6 +349,7 @@ class AirClient(_BaseClient, SyncOperations):
                 max_gpu_hours=max_gpu_hours,
                 failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
                 on_retry=on_retry,
+                sweep=sweep,
             )
         )
 
@@ -354,8 +359,15 @@ class AirClient(_BaseClient, SyncOperations):
     def run_result(self, state: RunState) -> RunResult:
         return self._run(_runs.run_result(self._core, state))
 
-    def cancel(self, run_id: int) -> None:
-        self._run(_runs.cancel(self._core, run_id))
+    def cancel(self, run_id: int, *, cause: CancelCause | None = None) -> None:
+        """Cancel the run; ``cause`` (why our code cancels it) is kept next to its command
+        first, where ``airo get`` reads it (``_cancel_causes``); a spent sweep's cause also
+        cancels the sweep's other runs still going."""
+        self._run(_cancel_causes.cancel_with_cause(self._core, run_id, cause))
+
+    def sweep_spend(self, sweep: Sweep) -> SweepSpend:
+        """What the sweep's runs spent, from one listing of the workspace's runs."""
+        return self._run(_runs.sweep_spend(self._core, sweep))
 
     def iter_logs(
         self,
@@ -704,6 +716,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
         failure_policy: FailurePolicy | None = None,
         on_retry: Callable[[RetryDecision], None] | None = None,
         stop_deterministic_retries: bool | None = None,
+        sweep: Sweep | None = None,
     ) -> RunState:
         return await self._run(
             _runs.wait(
@@ -717,6 +730,7 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
                 max_gpu_hours=max_gpu_hours,
                 failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
                 on_retry=on_retry,
+                sweep=sweep,
             )
         )
 
@@ -726,8 +740,11 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
     async def run_result(self, state: RunState) -> RunResult:
         return await self._run(_runs.run_result(self._core, state))
 
-    async def cancel(self, run_id: int) -> None:
-        await self._run(_runs.cancel(self._core, run_id))
+    async def cancel(self, run_id: int, *, cause: CancelCause | None = None) -> None:
+        await self._run(_cancel_causes.cancel_with_cause(self._core, run_id, cause))
+
+    async def sweep_spend(self, sweep: Sweep) -> SweepSpend:
+        return await self._run(_runs.sweep_spend(self._core, sweep))
 
     async def iter_logs(
         self,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .._states import RunState
     from ..plan import Stage
     from ..workload import Workload
+    from ._cancel_causes import CancelCause
     from ._dry_run import SecretCheck
     from ._pools import GpuPool
     from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
@@ -115,11 +116,12 @@ class SyncOperations:
 
         return self._run(_run_views.active_runs_of_current_user(self._core))
 
-    def cancel_runs(self, run_ids: list[int]) -> CancelResult:
-        """Cancel each run; the ones that could not be, with why."""
+    def cancel_runs(self, run_ids: list[int], cause: CancelCause | None = None) -> CancelResult:
+        """Cancel each run (keeping ``cause`` next to each first); the ones that could not
+        be, with why."""
         from . import _run_views
 
-        return self._run(_run_views.cancel_runs(self._core, run_ids))
+        return self._run(_run_views.cancel_runs(self._core, run_ids, cause))
 
     def cancel_all_active(self) -> CancelResult:
         """Cancel every active run of the caller (listed in full first)."""
@@ -250,10 +252,12 @@ class AsyncOperations:
 
         return await self._run(_run_views.active_runs_of_current_user(self._core))
 
-    async def cancel_runs(self, run_ids: list[int]) -> CancelResult:
+    async def cancel_runs(
+        self, run_ids: list[int], cause: CancelCause | None = None
+    ) -> CancelResult:
         from . import _run_views
 
-        return await self._run(_run_views.cancel_runs(self._core, run_ids))
+        return await self._run(_run_views.cancel_runs(self._core, run_ids, cause))
 
     async def cancel_all_active(self) -> CancelResult:
         from . import _run_views

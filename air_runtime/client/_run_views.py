@@ -14,14 +14,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._checkpoints import Checkpoint
-from .._diagnosis import Diagnosis
+from .._diagnosis import Diagnosis, Termination
 from .._errors import AirError, ConfigurationError
 from .._progress import PROGRESS_METRIC, MetricPoint, TrainingProgress, compute_progress, has_total
 from .._states import RunState, mlflow_ids, mlflow_run_url
+from ._cancel_causes import CancelCause, cancel_with_cause, read_cause
 from ._checkpoint_folders import newest_checkpoint_of_task
 from ._core import ClientCore, Flow, gather
 from ._identity import whoami
-from ._runs import RUNS_API, cancel, failure_report, get_output, get_run_body
+from ._runs import RUNS_API, failure_report, get_output, get_run_body
 
 # list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
 LIST_PAGE_LIMIT = 25
@@ -128,6 +129,10 @@ class RunSummary:
     asked_for: int | None = None
     # A one-task run with a checkpoint folder: its newest checkpoint (where a retry resumes).
     checkpoint: Checkpoint | None = None
+    # How the API says the run ended (``status.termination_details``), and, for a run our
+    # code cancelled, why (``_cancel_causes``: kept next to its command by the canceller).
+    termination: Termination | None = None
+    cancel_cause: CancelCause | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -177,6 +182,14 @@ class RunSummary:
             "last_lines": list(self.last_lines),
             "task_run_id": None if self.asked_for is None else str(self.asked_for),
             "checkpoint": None if self.checkpoint is None else self.checkpoint.to_dict(),
+            "termination": None
+            if self.termination is None
+            else {
+                "code": self.termination.code,
+                "type": self.termination.type,
+                "message": self.termination.message,
+            },
+            "cause": None if self.cancel_cause is None else self.cancel_cause.to_json(),
         }
 
 
@@ -317,6 +330,7 @@ def summarize(
         progress=progress,
         max_retries=newest.max_retries if newest else None,
         tasks=lines,
+        termination=state.termination,
     )
 
 
@@ -430,6 +444,8 @@ def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
             failed_node=report.node,
             last_lines=tuple(report.tail or ()),
         )
+    if state.result_state == "CANCELED":
+        summary = replace(summary, cancel_cause=(yield from read_cause(core, state)))
     if len(state.tasks) == 1:
         checkpoint = yield from newest_checkpoint_of_task(core, state.tasks[0])
         summary = replace(summary, checkpoint=checkpoint)
@@ -603,13 +619,16 @@ class CancelResult:
     failed: tuple[tuple[int, str], ...] = ()
 
 
-def cancel_runs(core: ClientCore, run_ids: list[int]) -> Flow[CancelResult]:
-    """Cancel each run; one that cannot be cancelled does not stop the others."""
+def cancel_runs(
+    core: ClientCore, run_ids: list[int], cause: CancelCause | None = None
+) -> Flow[CancelResult]:
+    """Cancel each run, keeping ``cause`` next to each first; one that cannot be cancelled
+    does not stop the others."""
     cancelled: list[int] = []
     failed: list[tuple[int, str]] = []
     for run_id in run_ids:
         try:
-            yield from cancel(core, run_id)
+            yield from cancel_with_cause(core, run_id, cause)
         except AirError as error:
             failed.append((run_id, core.redactor(str(error))))
             continue

@@ -12,7 +12,7 @@ from typing import Any
 from .._diagnosis import Diagnosis, Termination, diagnose
 from .._errors import AirError, NotFound, PlatformError, RunFailed
 from .._failure_policy import FailurePolicy, RetryDecision
-from .._polling import Examine, Pause, jittered, until_ended
+from .._polling import Examine, Pause, Tally, jittered, until_ended
 from .._states import (
     RunState,
     TaskState,
@@ -21,6 +21,7 @@ from .._states import (
     mlflow_ids,
     mlflow_run_url,
 )
+from .._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend
 from ._checkpoint_folders import newest_checkpoint_of_task
 from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep, gather
 
@@ -94,6 +95,26 @@ def cancel(core: ClientCore, run_id: int) -> Flow[None]:
     yield from core.call("POST", f"{RUNS_API}/cancel", json={"run_id": run_id})
 
 
+def sweep_spend(core: ClientCore, sweep: Sweep) -> Flow[SweepSpend]:
+    """What ``sweep`` spent: every page of ``runs/list`` since it began
+    (``Sweep.list_params``: submit runs with their tasks, as the CLI lists runs), counted by
+    ``Sweep.tally``. A sweep of a few dozen runs is one request."""
+    listed: list[dict[str, Any]] = []
+    token: str | None = None
+    seen: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
+        params = sweep.list_params()
+        if token:
+            params["page_token"] = token
+        page = yield from core.call("GET", f"{RUNS_API}/list", params=params)
+        listed.extend(r for r in page.get("runs") or [] if isinstance(r, dict))
+        token = page.get("next_page_token") if page.get("has_more", True) else None
+        if not token or token in seen:
+            break
+        seen.add(token)
+    return sweep.tally(listed)
+
+
 def repair_run(
     core: ClientCore, run_id: int, rerun_tasks: Sequence[str], latest_repair_id: int | None
 ) -> Flow[int]:
@@ -126,10 +147,12 @@ def wait(
     max_gpu_hours: float | None = None,
     failure_policy: FailurePolicy | None = None,
     on_retry: Callable[[RetryDecision], None] | None = None,
+    sweep: Sweep | None = None,
 ) -> Flow[RunState]:
     """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
     shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock; past
-    ``max_gpu_hours``, ``BudgetExceeded``; an attempt that failed while a retry follows is
+    ``max_gpu_hours``, ``BudgetExceeded``; once ``sweep``'s budget is spent (one listing of
+    it per poll), ``SweepBudgetSpent``; an attempt that failed while a retry follows is
     decided by ``failure_policy`` (told to ``on_retry``): one that gets no platform retry,
     ``RetriesStopped``."""
     loop = until_ended(
@@ -143,14 +166,17 @@ def wait(
         max_gpu_hours=max_gpu_hours,
         failure_policy=failure_policy,
         on_retry=on_retry,
+        sweep=sweep,
     )
     request = next(loop)
     while True:
-        answer: RunState | Diagnosis | None = None
+        answer: RunState | Diagnosis | SweepSpend | None = None
         if isinstance(request, Pause):
             yield Sleep(request.seconds)
         elif isinstance(request, Examine):
             answer = yield from attempt_diagnosis(core, request.state, request.attempt)
+        elif isinstance(request, Tally):
+            answer = yield from sweep_spend(core, request.sweep)
         else:
             answer = yield from get_run(core, run_id)
         try:

@@ -99,7 +99,9 @@ def _upload_path(path: str) -> str:
     return f"/api/2.0/workspace-files/import-file/{quote(path.lstrip('/'))}"
 
 
-def _upload(core: ClientCore, path: str, content: bytes) -> Flow[None]:
+def upload_file(core: ClientCore, path: str, content: bytes) -> Flow[None]:
+    """Write one workspace file (a volume path through the Files API), making its folder
+    when it is missing."""
     method = "PUT" if path.startswith("/Volumes/") else "POST"
     api_path = _upload_path(path)
     try:
@@ -252,7 +254,7 @@ def _stage_snapshot(
 def _upload_snapshot(core: ClientCore, packed: PackedSnapshot) -> Flow[None]:
     content = yield from offload(packed.pack)
     logger.info("uploading code snapshot %s (%d bytes)", packed.name, len(content))
-    yield from _upload(core, packed.remote_path, content)
+    yield from upload_file(core, packed.remote_path, content)
 
 
 def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
@@ -299,7 +301,7 @@ def submit(core: ClientCore, plan: SubmissionPlan) -> Flow[SubmittedRun]:
 
     # Round trip 3: every upload at once (bounded), archives only when not there yet; the
     # MLflow experiment folders made when missing.
-    uploads = [_upload(core, f.path, f.content) for f in plan.files]
+    uploads = [upload_file(core, f.path, f.content) for f in plan.files]
     uploads += [_upload_snapshot(core, packed) for packed, there in staged if not there]
     for packed, there in staged:
         if there:

@@ -31,6 +31,9 @@ from air_runtime.platform import GPUS_PER_NODE
 RANK_MARKER = "AIRO_LOCAL_TASK_RUN_ID"
 WORKSPACE_MARKER = "AIRO_LOCAL_WORKSPACE_ID"
 # What the platform says of an attempt whose node was lost (a simulated node loss).
+# What the Jobs API says of a run cancelled through runs/cancel (its state_message and its
+# status.termination_details message: USER_CANCELED).
+CANCELLED_BY_USER = "Run cancelled by user"
 NODE_LOST_MESSAGE = "Node %d was lost: its host stopped answering (simulated node loss)"
 # A rank's output is read in chunks; a line longer than this becomes several records.
 MAX_LOG_LINE = 64 * 1024
@@ -411,7 +414,7 @@ async def _supervise(
                 [*waits, cancelled], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
             if cancelled in done:
-                outcome = AttemptOutcome("CANCELED", "Run was cancelled.")
+                outcome = AttemptOutcome("CANCELED", CANCELLED_BY_USER)
                 for log in ctx.node_logs.values():
                     log.write("INFO: the run was cancelled; stopping this node")
                 break

@@ -19,7 +19,7 @@ from air_runtime._states import TaskState
 from air_runtime.local._errors import ApiError
 from air_runtime.local._execution import roles, topology
 from air_runtime.local._logs import Record
-from air_runtime.local._run_json import task_json
+from air_runtime.local._run_json import task_json, termination_details
 from air_runtime.local._store import ACTIVE_LIFE_CYCLES, Run, TaskRun, now_ms
 from air_runtime.local._workspace_state import WorkspaceState
 
@@ -57,11 +57,20 @@ class Progress:
     end: str
     duration: str
     active: bool
+    termination: str  # the API's status.termination_details: "USER_CANCELED (SUCCESS)"
+
+
+def _termination(record: Run | TaskRun) -> str:
+    details = termination_details(record)
+    if details is None or details["code"] == "SUCCESS":
+        return ""
+    return f"{details['code']} ({details['type']})"
 
 
 def _progress(record: Run | TaskRun) -> dict[str, Any]:
     """The `Progress` fields of a run or of a task run."""
     return {
+        "termination": _termination(record),
         "life_cycle_state": record.life_cycle_state,
         "result_state": record.result_state,
         "state_message": record.state_message or "",

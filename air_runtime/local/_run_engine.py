@@ -18,6 +18,7 @@ from typing import Any
 
 from air_runtime.local._errors import ApiError
 from air_runtime.local._execution import (
+    CANCELLED_BY_USER,
     RANK_MARKER,
     WORKSPACE_MARKER,
     AttemptContext,
@@ -270,7 +271,7 @@ class RunEngine:
         failed = [k for k in leaves if results[k] not in SUCCESSFUL]
         life_cycle = "TERMINATED"
         if cancelled:
-            result, message = "CANCELED", "Run was cancelled."
+            result, message = "CANCELED", CANCELLED_BY_USER
         elif not failed:
             result, message = "SUCCESS", ""
         else:
@@ -355,7 +356,7 @@ class RunEngine:
                     state_message="Run was cancelled before this retry started.",
                     end_time=now_ms(),
                 )
-                return "CANCELED", "Run was cancelled."
+                return "CANCELED", CANCELLED_BY_USER
 
     def _experiment_path(self, spec: dict[str, Any]) -> str:
         ai = spec.get("ai_runtime_task", {})
@@ -438,7 +439,7 @@ class RunEngine:
             )
             self.store.runs.update_pending_run(run_id, state_message=WAITING_FOR_CAPACITY)
         if not await self.pools.acquire(*request, cancel):
-            return AttemptOutcome("CANCELED", "Run was cancelled.")
+            return AttemptOutcome("CANCELED", CANCELLED_BY_USER)
         try:
             return await self._start_attempt(run_id, body, spec, task_run_id, cancel, timeout)
         finally:
@@ -535,11 +536,11 @@ class RunEngine:
                 f"result {result}; no process is started"
             )
             if await _wait_or_cancel(cancel, pending_s):
-                return AttemptOutcome("CANCELED", "Run was cancelled.")
+                return AttemptOutcome("CANCELED", CANCELLED_BY_USER)
             self._mark_running(run_id, task_run_id, [])
             limit = running_s if not timeout else min(running_s, float(timeout))
             if await _wait_or_cancel(cancel, limit):
-                return AttemptOutcome("CANCELED", "Run was cancelled.")
+                return AttemptOutcome("CANCELED", CANCELLED_BY_USER)
             if timeout and running_s > float(timeout):
                 return AttemptOutcome("TIMEDOUT", f"Task timed out after {int(timeout)}s.")
             if result == "SUCCESS":

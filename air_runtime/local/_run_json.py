@@ -19,6 +19,36 @@ def _state(record: Run | TaskRun | Repair) -> dict[str, Any]:
     return state
 
 
+# ``status.state`` (the Jobs API's RunLifecycleStateV2State) of each life-cycle state.
+_STATUS_STATES = {
+    "INTERNAL_ERROR": "TERMINATED",
+    "SKIPPED": "TERMINATED",
+    "WAITING_FOR_RETRY": "WAITING",
+}
+
+
+def termination_details(record: Run | TaskRun) -> dict[str, str] | None:
+    """``status.termination_details`` as the API gives them (``code``, ``type``,
+    ``message``) once the run ended with a result this workspace knows the cause of: a
+    success, or a cancel through ``runs/cancel`` (USER_CANCELED, of type SUCCESS, whoever
+    asked: the API takes no reason)."""
+    if record.result_state == "SUCCESS":
+        return {"code": "SUCCESS", "type": "SUCCESS", "message": ""}
+    if record.result_state == "CANCELED":
+        return {"code": "USER_CANCELED", "type": "SUCCESS", "message": record.state_message}
+    return None
+
+
+def _status(record: Run | TaskRun) -> dict[str, Any]:
+    """``status``: the state (RunLifecycleStateV2State) and ``termination_details``."""
+    life_cycle = record.life_cycle_state
+    status: dict[str, Any] = {"state": _STATUS_STATES.get(life_cycle, life_cycle)}
+    details = termination_details(record)
+    if details is not None:
+        status["termination_details"] = details
+    return status
+
+
 def task_json(task: TaskRun, spec: dict[str, Any], host: str) -> dict[str, Any]:
     """A task run, with the fields of its submitted task ``spec`` the API repeats."""
     item: dict[str, Any] = {
@@ -26,6 +56,7 @@ def task_json(task: TaskRun, spec: dict[str, Any], host: str) -> dict[str, Any]:
         "run_id": task.task_run_id,
         "attempt_number": task.attempt_number,
         "state": _state(task),
+        "status": _status(task),
         "start_time": task.start_time,
         "end_time": task.end_time,
         "run_page_url": f"{host}/jobs/runs/{task.task_run_id}",
@@ -65,6 +96,7 @@ def run_json(
         "run_type": "SUBMIT_RUN",
         "run_page_url": f"{host}/jobs/runs/{run_id}",
         "state": _state(run),
+        "status": _status(run),
         "start_time": run.start_time,
         "end_time": run.end_time,
         "format": "MULTI_TASK",

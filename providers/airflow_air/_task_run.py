@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from air_runtime import (
     AirError,
@@ -35,7 +35,10 @@ from air_runtime import (
     RetriesStopped,
     RunOutcome,
     Submission,
+    Sweep,
+    SweepBudgetSpent,
     checkpoint_volume,
+    sweep_budget,
 )
 from airflow_air._deferral import (
     configuration_errors_fail_fast,
@@ -68,9 +71,20 @@ from airflow_air.links import (
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
 
-    from air_runtime import AirClient, Redactor, RunState, Stage, SubmissionPlan, Workload
+    from air_runtime import (
+        AirClient,
+        Prices,
+        Redactor,
+        RunState,
+        Stage,
+        SubmissionPlan,
+        Workload,
+    )
     from airflow_air._logs import TaskLog
     from airflow_air.operators import AirRunOperator
+
+
+T = TypeVar("T")
 
 
 class StageRunner(Protocol):
@@ -93,6 +107,32 @@ def gpu_budget_of(task: AirRunOperator) -> float | None:
             f"{task.task_id}: max_gpu_hours must be a positive number of GPU-hours, got {budget!r}"
         )
     return hours
+
+
+def sweep_of(task: BaseOperator, context: Context, prices: Prices | None) -> Sweep | None:
+    """The sweep the task's runs belong to when it has a ``sweep_gpu_hours_budget``: every
+    run of its Dag run (``<dag>--<dag run>`` in their names, ``air_runtime._sweeps``),
+    counted from the Dag run's start (a cleared Dag run starts again from its clear); the
+    budget checked first (a bad one fails the try before any request)."""
+    given = getattr(task, "sweep_gpu_hours_budget", None)
+    try:
+        budget = sweep_budget(given, f"{task.task_id}: sweep_gpu_hours_budget")
+    except AirError as error:
+        raise AirConfigurationError(str(error)) from None
+    if budget is None:
+        return None
+    ti, dag_run = context["ti"], context.get("dag_run")
+    started = None
+    for name in ("start_date", "queued_at", "run_after"):
+        started = started or getattr(dag_run, name, None)
+    return Sweep(
+        label=f"{ti.dag_id}/{ti.run_id}",
+        pipeline=ti.dag_id,
+        runs=(ti.run_id,),
+        budget=budget,
+        since_ms=int(started.timestamp() * 1000) if started is not None else None,
+        prices=prices,
+    )
 
 
 def failure_policy_of(task: AirRunOperator) -> FailurePolicy:
@@ -151,9 +191,18 @@ class TaskRun:
         self.lineage: dict[str, Any] | None = None
         # No URL yet: Airflow writes none of our links (``links.LinkXComs``).
         self.links = LinkXComs()
+        # The sweep whose budget its runs share (``sweep_of``), once the try has read it.
+        self.sweep: Sweep | None = None
+        self._prices: Prices | None = None
+        self._prices_read = False
 
     def redact(self, text: str) -> str:
         return text
+
+    def submission_key_text(self) -> str:
+        """Who cancels when this try cancels its run (the cause kept next to the run)."""
+        submission = self.submission or self.open_submission()
+        return submission.key.describe()
 
     def run_to_cancel(self) -> int | None:
         """The run a kill cancels: the one this try follows, or the one its submission
@@ -161,6 +210,19 @@ class TaskRun:
         if self.run_id is not None:
             return self.run_id
         return self.submission.run_id if self.submission is not None else None
+
+    @property
+    def prices(self) -> Prices | None:
+        """The connection's prices (``AirHook.prices``), read once per try."""
+        if not self._prices_read:
+            self._prices = AirHook(self.task.databricks_conn_id).prices()  # type: ignore[attr-defined]
+            self._prices_read = True
+        return self._prices
+
+    def read_sweep(self) -> Sweep | None:
+        """The try's sweep (``sweep_of``), checked before any request to the workspace."""
+        self.sweep = sweep_of(self.task, self.context, self.prices)
+        return self.sweep
 
     def open_submission(self) -> Submission:
         key = submission_key(self.context, self.submit_task_id)
@@ -171,6 +233,7 @@ class TaskRun:
             redact=self.redact,
             checkpoint_volume=volume,
             code_version=checkpoint_code_version_of(self.task, self.context) if volume else None,
+            sweep=self.sweep,
         )
         return self.submission
 
@@ -292,6 +355,7 @@ class AirTaskRun(TaskRun):
         ):
             gpu_budget_of(task)  # refused before any request to the workspace
             failure_policy_of(task)
+            self.read_sweep()
             if self.stage is not None:
                 self._open(client)
                 record = self._stage_run(client)
@@ -300,7 +364,7 @@ class AirTaskRun(TaskRun):
                 # The submit's first request goes out while the deployment namespace is read.
                 client.prefetch_identity()
                 self._open(client)
-                plan, why = self._trigger_plan(client, workload)
+                plan, why = self._refused_if_spent(lambda: self._trigger_plan(client, workload))
                 if plan is not None:
                     self.log.info(
                         "Deferring before the submit: the triggerer submits run %s", plan.run_name
@@ -308,7 +372,9 @@ class AirTaskRun(TaskRun):
                     self._defer(poll_interval_of(task, client), plan=plan)
                 if why:
                     self.log.info("Submitting in the worker: %s", why)
-                record = self.own(client, lambda: self._with_secrets(client, workload))
+                record = self._refused_if_spent(
+                    lambda: self.own(client, lambda: self._with_secrets(client, workload))
+                )
             self.follow(record, self.stage)
             if self.stage is None and not task.wait_for_termination:
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
@@ -322,6 +388,8 @@ class AirTaskRun(TaskRun):
         if not event:
             raise AirflowException("the trigger ended without an event")
         outcome = RunOutcome.from_event(event)
+        if outcome.cost is None and outcome.gpu_hours_by_type:
+            outcome = outcome.priced(self.prices)
         if not outcome.run_id:  # the trigger's submit made no run (submit_in_triggerer)
             message = self.redact(outcome.message or "the trigger made no run")
             if event.get("refused"):  # as a refusal in a worker: no retry can fix it
@@ -361,7 +429,12 @@ class AirTaskRun(TaskRun):
                 if client.get_run(run_id).is_terminal:
                     return
                 submission = self.submission or self.open_submission()
-                submission.attach(run_id).cancel(client)
+                submission.attach(run_id).cancel(
+                    client,
+                    cause=submission.cause(
+                        "orchestrator", f"the task's deferral ended without an event: {why}"
+                    ),
+                )
             self.task.log.warning("Cancelled run %s: the deferral ended with %s", run_id, why)
         except Exception as exc:
             self.task.log.warning("Could not cancel run %s: %s", run_id, self.redact(str(exc)))
@@ -404,6 +477,17 @@ class AirTaskRun(TaskRun):
         if plan.required_images():
             return None, "its Docker image is registered from this machine"
         return plan, ""
+
+    def _refused_if_spent(self, submitting: Callable[[], T]) -> T:
+        """``submitting()``, unless the sweep's budget is spent: then nothing is submitted
+        and the try fails without retries, saying what was spent and by whom (the core has
+        cancelled the sweep's runs still going)."""
+        try:
+            return submitting()
+        except SweepBudgetSpent as refused:
+            message = self.redact(str(refused))
+            self.log.warning("%s", message)
+            raise AirConfigurationError(message) from None
 
     def _open(self, client: AirClient) -> None:
         """This try's redaction (every secret value it may see), log and submission."""
@@ -472,12 +556,15 @@ class AirTaskRun(TaskRun):
                 poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
                 stream=self.task.stream_logs,
                 max_gpu_hours=gpu_budget_of(self.task),
-                on_stop=lambda: notes.append(self._cancel_stopped_run(client, record)),
+                on_stop=lambda stopped: notes.append(
+                    self._cancel_stopped_run(client, record, stopped)
+                ),
                 on_update=self._mlflow_link(client),
                 failure_policy=failure_policy_of(self.task),
+                sweep=self.sweep,
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
-            note = notes[0] if notes else self._cancel_stopped_run(client, record)
+            note = notes[0] if notes else self._cancel_stopped_run(client, record, stopped)
             return self._complete(self._stopped_outcome(record, stopped, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
 
@@ -502,13 +589,18 @@ class AirTaskRun(TaskRun):
 
         return on_update
 
-    def _cancel_stopped_run(self, client: AirClient, record: RunRecord) -> str:
-        """Cancel the run that passed its ``max_gpu_hours`` or whose retries were stopped (a
-        stage's cancels its whole run: the platform cancels runs, not tasks); how that went,
-        for the message."""
+    def _cancel_stopped_run(
+        self, client: AirClient, record: RunRecord, stopped: BudgetExceeded | RetriesStopped
+    ) -> str:
+        """Cancel the run that passed its ``max_gpu_hours`` or its sweep's budget, or whose
+        retries were stopped (a stage's cancels its whole run: the platform cancels runs, not
+        tasks; a spent sweep's cancels the sweep's other runs still going too), keeping why;
+        how that went, for the message."""
         submission = self.submission or self.open_submission()
         try:
-            submission.attach(record.run_id, record.run_page_url).cancel(client)
+            submission.attach(record.run_id, record.run_page_url).cancel(
+                client, cause=submission.stop_cause(stopped)
+            )
         except AirError as error:
             return f"; cancelling run {record.run_id} failed: {self.redact(str(error))}"
         return "; cancelled"
@@ -519,7 +611,9 @@ class AirTaskRun(TaskRun):
         """The outcome of a run cancelled over its budget, or because its retries could not
         help."""
         self.log.warning("%s%s", stopped, note)
-        return RunOutcome.stopped(stopped, record.run_id, record.run_page_url, note, self.stage)
+        return RunOutcome.stopped(
+            stopped, record.run_id, record.run_page_url, note, self.stage
+        ).priced(self.prices)
 
     def _defer(
         self,
@@ -565,6 +659,9 @@ class AirTaskRun(TaskRun):
                 stream_logs=task.stream_logs,
                 max_gpu_hours=gpu_budget_of(task),
                 failure_policy=failure_policy_of(task).to_json(),
+                sweep=self.sweep.to_json() if self.sweep is not None else None,
+                cancelled_by=self.submission_key_text(),
+                prices=self.prices.to_json() if self.prices is not None else None,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
@@ -590,7 +687,7 @@ class AirTaskRun(TaskRun):
         outcome = RunOutcome.read(client, state, self.stage)
         return dataclasses.replace(
             outcome, run_page_url=record.run_page_url or outcome.run_page_url
-        )
+        ).priced(self.prices)
 
     def _complete(
         self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None

@@ -11,6 +11,11 @@ The connection type stays the one of apache-airflow-providers-databricks, so an 
   the databricks-sdk configuration;
 - no credential at all: the databricks-sdk default chain (env vars, ``~/.databrickscfg``).
 
+Our own extra keys: ``checkpoint_volume``, and ``gpu_hour_prices`` with ``currency`` (what one
+GPU-hour of each accelerator type costs, ``{"GPU_1xA10": 1.2, "GPU_8xH100": 98.0}``, ``"USD"``:
+the user's figures, nothing is built in) that turn GPU-hours into money in results, XComs and
+budget messages.
+
 This module never builds payloads or talks HTTP itself: the core client does.
 """
 
@@ -28,7 +33,14 @@ from airflow_air.exceptions import AirConfigurationError
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from air_runtime import AirClient, AsyncAirClient, Credentials, LineBudget, RunWatcher
+    from air_runtime import (
+        AirClient,
+        AsyncAirClient,
+        Credentials,
+        LineBudget,
+        Prices,
+        RunWatcher,
+    )
 
 DEFAULT_CONN_ID = "databricks_default"
 
@@ -164,6 +176,21 @@ def _host_of(conn: Connection) -> str | None:
     return host
 
 
+def prices_of(conn: Connection, conn_id: str) -> Prices | None:
+    """The prices in a connection's extra (see the module docstring)."""
+    from air_runtime import AirError, Prices
+
+    extra = conn.extra_dejson or {}
+    try:
+        return Prices.of(
+            extra.get("gpu_hour_prices"),
+            extra.get("currency"),
+            where=f"connection {conn_id} extra gpu_hour_prices",
+        )
+    except AirError as error:
+        raise AirConfigurationError(str(error)) from None
+
+
 def access_from_connection(conn: Connection) -> WorkspaceAccess:
     """Map a ``databricks`` connection to the core's credentials, in the order the
     Databricks provider checks them, so both providers agree on what a connection means.
@@ -279,6 +306,14 @@ class AirHook(BaseHook):
         <volume>``): where the tasks that use it keep their checkpoints; None when unset."""
         value = (self._connection().extra_dejson or {}).get("checkpoint_volume")
         return str(value) if value else None
+
+    def prices(self) -> Prices | None:
+        """The connection's ``gpu_hour_prices`` and ``currency`` extras, checked (None when
+        unset): a bad entry fails the task before anything is submitted, naming it."""
+        return prices_of(self._connection(), self.databricks_conn_id)
+
+    async def aprices(self) -> Prices | None:
+        return prices_of(await self._aconnection(), self.databricks_conn_id)
 
     def workspace_access(self) -> WorkspaceAccess:
         return access_from_connection(self._connection())

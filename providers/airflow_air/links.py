@@ -31,6 +31,8 @@ RUN_ID_KEY = "run_id"
 RUN_PAGE_URL_KEY = "run_page_url"
 MLFLOW_URL_KEY = "mlflow_run_url"
 GPU_HOURS_KEY = "gpu_hours"  # not a link: an XCom pushed beside the run's, also on failure
+# Not a link: what the GPU-hours cost at the connection's prices ({"amount", "currency"}).
+COST_KEY = "cost"
 CHECKPOINT_DIR_KEY = "checkpoint_dir"  # not a link: the task's checkpoint folder, when any
 # Not a link: the newest checkpoint in that folder when the try's run ended (path and step).
 CHECKPOINT_KEY = "checkpoint"
@@ -171,6 +173,8 @@ def outcome_xcoms(outcome: RunOutcome) -> dict[str, Any]:
         xcoms[MLFLOW_URL_KEY] = outcome.mlflow_run_url
     if outcome.gpu_hours is not None:
         xcoms[GPU_HOURS_KEY] = outcome.gpu_hours
+    if outcome.cost is not None:
+        xcoms[COST_KEY] = {"amount": outcome.cost, "currency": outcome.currency}
     return xcoms
 
 
@@ -184,6 +188,8 @@ def return_value(outcome: RunOutcome) -> dict[str, Any]:
         "mlflow_run_id": outcome.mlflow_run_id,
         "gpu_hours": outcome.gpu_hours,
     }
+    if outcome.cost is not None:
+        out["cost"], out["currency"] = outcome.cost, outcome.currency
     if outcome.task_key:
         out["task_key"] = outcome.task_key
     return out

@@ -108,6 +108,17 @@ class AirRunOperator(BaseOperator):
         code changes; any other text (templated, e.g. a model version): that.
     :param stop_deterministic_retries: deprecated; sets ``failure_policy``'s deterministic
         action (True: ``stop``, False: ``platform``).
+    :param sweep_gpu_hours_budget: GPU-hours that all the runs of this task's Dag run may use
+        together (every task and map index of it, counted from the workspace: the runs whose
+        name carries ``<dag>--<dag run>``), usually set for the whole Dag through
+        ``default_args``. Before a submit: once spent, nothing is submitted and the task fails
+        without retries, saying what was spent and by which runs. While waiting (in the
+        worker or the triggerer; one listing of the Dag run's runs per poll interval, shared
+        by every wait of the process): once spent, the run (and the Dag run's other runs still
+        going) is cancelled, with the cause kept next to it (``airo get`` shows it), and the
+        task fails with the figure, without retries. Spending stops within one poll of the
+        moment the budget is spent. The connection's ``gpu_hour_prices`` put money beside the
+        figures.
     :param databricks_conn_id: Airflow connection of type ``databricks``.
 
     ``pool_slots`` (Airflow's own argument) also takes ``"accelerators"``: the slots of
@@ -125,9 +136,11 @@ class AirRunOperator(BaseOperator):
     group's submit task starts the run, and this task waits for its own stage.
 
     Returns ``{"run_id", "run_page_url", "result_state", "mlflow_experiment_id",
-    "mlflow_run_id", "gpu_hours"}`` (``task_key`` too for a stage); ``gpu_hours`` is the
-    accelerators times the duration of every attempt of the run (of the stage's task), retries
-    included. XComs ``run_id`` and ``run_page_url`` are pushed right after submit.
+    "mlflow_run_id", "gpu_hours"}`` (``task_key`` too for a stage; ``cost`` and ``currency``
+    when the connection has ``gpu_hour_prices``); ``gpu_hours`` is the accelerators times the
+    duration of every attempt of the run (of the stage's task), retries included. XComs
+    ``run_id`` and ``run_page_url`` are pushed right after submit; ``gpu_hours`` (and ``cost``:
+    ``{"amount", "currency"}``) once the run ended.
     """
 
     template_fields: Sequence[str] = (
@@ -161,6 +174,7 @@ class AirRunOperator(BaseOperator):
         stop_deterministic_retries: bool | None = None,
         checkpoint_volume: str | None = None,
         checkpoint_code_version: str | None = None,
+        sweep_gpu_hours_budget: float | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -198,6 +212,8 @@ class AirRunOperator(BaseOperator):
         self.stop_deterministic_retries = stop_deterministic_retries
         self.checkpoint_volume = checkpoint_volume
         self.checkpoint_code_version = checkpoint_code_version
+        # Checked when a try starts (``air_runtime.sweep_budget``): the core is not imported here.
+        self.sweep_gpu_hours_budget = sweep_gpu_hours_budget
         if weigh:
             self._weigh_by_accelerators(required=pool_slots == ACCELERATORS)
         self.databricks_conn_id = databricks_conn_id
@@ -419,8 +435,12 @@ class AirRunOperator(BaseOperator):
         from airflow_air.hooks import AirHook
 
         try:
+            from air_runtime import CancelCause
+
+            by = self.try_run.submission_key_text() if self.try_run is not None else ""
+            cause = CancelCause("orchestrator", "the Airflow task was killed", by)
             with AirHook(self.databricks_conn_id).get_client() as client:
-                client.cancel(run_id)
+                client.cancel(run_id, cause=cause)
             self.log.info("Cancelled run %s", run_id)
         except Exception as exc:
             self.log.warning("Could not cancel run %s: %s", run_id, self.redactor()(str(exc)))

@@ -86,6 +86,8 @@ from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY, LinkXComs
 if TYPE_CHECKING:
     from air_runtime import (
         AsyncAirClient,
+        CancelCause,
+        Prices,
         Redactor,
         RetryDecision,
         RunOutcome,
@@ -168,6 +170,14 @@ class AirRunTrigger(BaseTrigger):
         decision on a failed attempt is logged; one that stops the platform's retries
         (``air_runtime.RetriesStopped``) cancels the run, and the event's ``status`` is
         ``retries_stopped`` (``failed`` when the orchestrator's retry takes over).
+    :param sweep: ``air_runtime.Sweep.to_json()`` of the run's sweep (its Dag run) when the
+        task has a ``sweep_gpu_hours_budget``: the shared watcher lists what the sweep spent
+        once per interval for every trigger on it; once spent, the run (and the sweep's other
+        runs still going) is cancelled and the event's ``status`` is ``budget``.
+    :param cancelled_by: who cancels, kept with the cause of each cancel next to the run
+        (``air_runtime.CancelCause``): the task instance.
+    :param prices: ``air_runtime.Prices.to_json()`` (the connection's): the event's outcome
+        carries what the run cost.
     """
 
     def __init__(
@@ -189,6 +199,9 @@ class AirRunTrigger(BaseTrigger):
         stream_logs: bool = True,
         max_gpu_hours: float | None = None,
         failure_policy: dict[str, str] | None = None,
+        sweep: dict[str, Any] | None = None,
+        cancelled_by: str = "",
+        prices: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if run_id is None and not plan:
@@ -209,6 +222,9 @@ class AirRunTrigger(BaseTrigger):
         self.stream_logs = bool(stream_logs)
         self.max_gpu_hours = None if max_gpu_hours is None else float(max_gpu_hours)
         self.failure_policy = dict(failure_policy) if failure_policy else None
+        self.sweep = dict(sweep) if sweep else None
+        self.cancelled_by = cancelled_by
+        self.prices = dict(prices) if prices else None
         self._redact: Redactor | None = None
         self._last_seen = ""  # the last state read, for the timeout message
         # The plan's submit, shielded: a kill while it is in flight still learns the run.
@@ -243,6 +259,9 @@ class AirRunTrigger(BaseTrigger):
                 "stream_logs": self.stream_logs,
                 "max_gpu_hours": self.max_gpu_hours,
                 "failure_policy": self.failure_policy,
+                "sweep": self.sweep,
+                "cancelled_by": self.cancelled_by,
+                "prices": self.prices,
             },
         )
 
@@ -262,10 +281,12 @@ class AirRunTrigger(BaseTrigger):
         from air_runtime import (
             AirError,
             BudgetExceeded,
+            CancelCause,
             FailurePolicy,
             RetriesStopped,
             RunOutcome,
             RunTimeout,
+            Sweep,
         )
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
@@ -297,6 +318,7 @@ class AirRunTrigger(BaseTrigger):
                 on_retry=self._on_retry,
                 on_workspace=self._on_workspace,
                 lines_shown=live.shown if live is not None else None,
+                sweep=Sweep.from_json(self.sweep) if self.sweep else None,
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -317,7 +339,8 @@ class AirRunTrigger(BaseTrigger):
                 else f"execution_timeout reached before {what} was first read"
             )
             if self.cancel_on_kill:
-                message += await self._cancel("the task's execution_timeout passed")
+                why = "the task's execution_timeout passed"
+                message += await self._cancel(why, self._cause("timeout", why))
             else:
                 message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
             outcome = RunOutcome.unfinished(
@@ -328,9 +351,10 @@ class AirRunTrigger(BaseTrigger):
             # and stopped retries are the ones the user asked not to pay for.
             over = isinstance(stopped, BudgetExceeded)
             note = await self._cancel(
-                "it passed its max_gpu_hours"
+                "it passed its GPU-hour budget"
                 if over
-                else "an attempt failed in a way retries will not change"
+                else "an attempt failed in a way retries will not change",
+                CancelCause.of_stop(stopped, self.cancelled_by),
             )
             cancelled = note == f"; run {self.run_id} was cancelled"
             outcome = RunOutcome.stopped(
@@ -339,7 +363,7 @@ class AirRunTrigger(BaseTrigger):
                 self.run_page_url,
                 "; cancelled" if cancelled else note,
                 self.task_key,
-            )
+            ).priced(self._prices())
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
@@ -672,20 +696,34 @@ class AirRunTrigger(BaseTrigger):
                 f"/{task.result_state}" if task.result_state else ""
             )
 
+    def _prices(self) -> Prices | None:
+        from air_runtime import Prices
+
+        return Prices.from_json(self.prices)
+
+    def _cause(self, kind: str, message: str) -> CancelCause:
+        from air_runtime import CancelCause
+
+        return CancelCause(kind, message, self.cancelled_by)
+
     async def _outcome(self, client: AsyncAirClient, state: RunState) -> RunOutcome:
         from air_runtime import RunOutcome
 
-        outcome = await RunOutcome.aread(client, state, self.task_key)
+        outcome = (await RunOutcome.aread(client, state, self.task_key)).priced(self._prices())
         if outcome.run_page_url:
             return outcome
         return dataclasses.replace(outcome, run_page_url=self.run_page_url)
 
-    async def _cancel(self, why: str) -> str:
-        """Cancel the run with a client of its own (the shared one may be closing)."""
+    async def _cancel(self, why: str, cause: CancelCause | None = None) -> str:
+        """Cancel the run with a client of its own (the shared one may be closing), keeping
+        ``cause`` next to it first (a spent sweep's cancels its other runs still going)."""
         try:
             client = await self._hook().aget_client()
             async with client:
-                await asyncio.wait_for(client.cancel(self.run_id), _ON_KILL_TIMEOUT_S)
+                await asyncio.wait_for(
+                    client.cancel(self.run_id, cause=cause),
+                    _ON_KILL_TIMEOUT_S * (2 if cause is not None and cause.sweep else 1),
+                )
         except Exception as exc:
             error = self.redact(str(exc))
             self.log.warning("Could not cancel run %s (%s): %s", self.run_id, why, error)
@@ -721,7 +759,8 @@ class AirRunTrigger(BaseTrigger):
             except Exception as exc:
                 self.log.warning("Could not learn the run to cancel: %s", self.redact(str(exc)))
         if self.run_id:
-            await self._cancel("the deferred task was killed")
+            why = "the deferred task was killed"
+            await self._cancel(why, self._cause("orchestrator", f"{why} in Airflow"))
 
     async def cleanup(self) -> None:
         """Nothing remote: cleanup also runs when the triggerer restarts, and the run must

@@ -127,15 +127,25 @@ class AirWorkflowSubmitOperator(BaseOperator):
     """Submits the stages of its ``AirWorkflowTaskGroup`` as one run (added by the group).
 
     Same idempotency rules as ``AirRunOperator``: a retry after a worker crash gets the same
-    run back, a clear starts a new one. Returns ``{"run_id", "run_page_url"}``.
+    run back, a clear starts a new one. With a ``sweep_gpu_hours_budget`` (``default_args``)
+    nothing is submitted once the Dag run's runs spent it. Returns ``{"run_id",
+    "run_page_url"}``.
     """
 
     ui_color = "#ffd8be"
     operator_extra_links: Collection[BaseOperatorLink] = (AirRunLink(),)
 
-    def __init__(self, *, databricks_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        databricks_conn_id: str = DEFAULT_CONN_ID,
+        sweep_gpu_hours_budget: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.databricks_conn_id = databricks_conn_id
+        # As ``AirRunOperator``'s (from ``default_args``): no run is submitted once spent.
+        self.sweep_gpu_hours_budget = sweep_gpu_hours_budget
         # This try (``airflow_air._task_run.TaskRun``): its run, lineage and link XComs.
         self.try_run: TaskRun | None = None
 
@@ -260,6 +270,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
             )
             # One submission for the run the stages share; each stage's values under keys
             # of its own (``stage``), in the scope that stage names.
+            run.read_sweep()
             submission = run.open_submission()
             # Clearing this task asks for every stage again: new checkpoint folders. The
             # stages' own clears and repairs keep them (they read this epoch back).

@@ -50,20 +50,24 @@ def task_states(dag_run: Any) -> dict[str, str]:
         }
 
 
-def xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+def xcom(
+    dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int | None = None
+) -> Any:
+    """An XCom of a task (``map_index``: of that mapped task instance)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    query = select(XComModel).where(
+        XComModel.dag_id == dag_id,
+        XComModel.run_id == run_id,
+        XComModel.task_id == task_id,
+        XComModel.key == key,
+    )
+    if map_index is not None:
+        query = query.where(XComModel.map_index == map_index)
     with create_session() as session:
-        row = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_id,
-                XComModel.run_id == run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == key,
-            )
-        ).first()
+        row = session.scalars(query).first()
         return None if row is None else XComModel.deserialize_value(row)
 
 
