@@ -143,45 +143,32 @@ class Lineage:
         materialization of ``asset_key`` with ``code_version`` by a run of the lineage, then,
         for a backfill's re-execution from failure, by any run since ``backfill_since``."""
         found: dict[str | None, tuple[str, dict[str, Any]]] = {}
-        for run in self.runs:  # newest first: the first found wins
+
+        def keep(run_id: str, materialization: dg.AssetMaterialization | None) -> None:
+            """The first found per partition wins (callers go newest first)."""
+            if materialization is None or materialization.asset_key != asset_key:
+                return
+            tags = materialization.tags or {}
+            if code_version is not None and tags.get(CODE_VERSION_TAG) not in (None, code_version):
+                return
+            partition = materialization.partition
+            found.setdefault(
+                str(partition) if partition is not None else None,
+                (run_id, dict(materialization.metadata)),
+            )
+
+        for run in self.runs:  # newest first
             records = self.instance.get_records_for_run(
                 run_id=run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
             ).records
             for record in reversed(records):
-                materialization = record.asset_materialization
-                if materialization is None or materialization.asset_key != asset_key:
-                    continue
-                tags = materialization.tags or {}
-                if code_version is not None and tags.get(CODE_VERSION_TAG) not in (
-                    None,
-                    code_version,
-                ):
-                    continue
-                partition = materialization.partition
-                found.setdefault(
-                    str(partition) if partition is not None else None,
-                    (run.run_id, dict(materialization.metadata)),
-                )
+                keep(run.run_id, record.asset_materialization)
         if self.backfill_since is not None:
-            records = self.instance.fetch_materializations(
+            for asset_record in self.instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=self.backfill_since),
                 limit=_MAX_RECORDS,
-            ).records
-            for record in records:  # newest first
-                materialization = record.asset_materialization
-                if materialization is None:
-                    continue
-                tags = materialization.tags or {}
-                if code_version is not None and tags.get(CODE_VERSION_TAG) not in (
-                    None,
-                    code_version,
-                ):
-                    continue
-                partition = materialization.partition
-                found.setdefault(
-                    str(partition) if partition is not None else None,
-                    (record.run_id, dict(materialization.metadata)),
-                )
+            ).records:  # newest first
+                keep(asset_record.run_id, asset_record.asset_materialization)
         return found
 
     def refused(self, asset_key: dg.AssetKey) -> set[str | None]:

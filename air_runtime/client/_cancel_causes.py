@@ -31,6 +31,7 @@ from typing import Any
 from .._errors import AirError, BudgetExceeded, RetriesStopped
 from .._states import RunState
 from .._sweeps import SweepBudgetSpent, SweepSpend
+from ._checkpoint_folders import read_workspace_json
 from ._core import ClientCore, Flow
 from ._runs import RUNS_API, get_run
 from ._submit import upload_file
@@ -116,16 +117,8 @@ def read_cause(core: ClientCore, state: RunState) -> Flow[CancelCause | None]:
     path = cause_path(state)
     if path is None:
         return None
-    try:
-        response = yield from core.call(
-            "GET",
-            "/api/2.0/workspace/export",
-            params={"path": path, "direct_download": "true"},
-            binary=True,
-        )
-        return CancelCause.from_json(json.loads(response.content))
-    except (AirError, ValueError):
-        return None
+    kept = yield from read_workspace_json(core, path)
+    return CancelCause.from_json(kept)
 
 
 def cancel_with_cause(

@@ -84,6 +84,21 @@ def prepare_folder(
     return workload.with_env_variables(contents.environment())
 
 
+def read_workspace_json(core: ClientCore, path: str) -> Flow[Any]:
+    """A JSON workspace file we wrote beside a run's command (``workspace/export``, direct
+    download); None when it is missing or not JSON."""
+    try:
+        response = yield from core.call(
+            "GET",
+            "/api/2.0/workspace/export",
+            params={"path": path, "direct_download": "true"},
+            binary=True,
+        )
+        return json.loads(response.content)
+    except (AirError, ValueError):
+        return None
+
+
 def record_run(core: ClientCore, folder: str, run_id: int) -> Flow[None]:
     """Note in the folder that run ``run_id`` was submitted into it (an empty file)."""
     yield from upload_volume_file(core, f"{folder}/{RUN_RECORD_PREFIX}{run_id}", b"")
@@ -95,16 +110,7 @@ def task_checkpoint_folder(core: ClientCore, task: TaskState) -> Flow[str | None
     if not task.command_path:
         return None
     path = str(PurePosixPath(task.command_path).parent / "env_vars.json")
-    try:
-        response = yield from core.call(
-            "GET",
-            "/api/2.0/workspace/export",
-            params={"path": path, "direct_download": "true"},
-            binary=True,
-        )
-        variables = json.loads(response.content)
-    except (AirError, ValueError):
-        return None
+    variables = yield from read_workspace_json(core, path)
     for item in variables if isinstance(variables, list) else ():
         if isinstance(item, dict) and item.get("name") == ENV_CHECKPOINT_DIR:
             value = str(item.get("value") or "")
