@@ -57,9 +57,9 @@ class StateLogger:
             self.log.info("%s", text)
 
 
-def _printed_at(record: Any) -> str:
-    """When the node printed the record, as the platform stamped it (UTC, milliseconds)."""
-    printed = datetime.fromtimestamp(record.time_unix_nano / 1e9, tz=UTC)
+def _printed_at(time_unix_nano: int) -> str:
+    """When the node printed a record, as the platform stamped it (UTC, milliseconds)."""
+    printed = datetime.fromtimestamp(time_unix_nano / 1e9, tz=UTC)
     return printed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -67,7 +67,7 @@ def _log_record(log: TaskLog, record: Any, *, stamped: bool = False) -> None:
     """One node's record in the task log, each line labelled ``[<task> node N attempt A]``;
     ``stamped``: prefixed with the time the node printed it, for lines copied after the fact
     (the task log's own timestamp is then the copy's, the same instant for every line)."""
-    stamp = f"{_printed_at(record)} " if stamped else ""
+    stamp = f"{_printed_at(record.time_unix_nano)} " if stamped else ""
     for line in record.body.splitlines() or [""]:
         log.info("%s[%s] %s", stamp, record.label, line)
 
@@ -329,3 +329,23 @@ async def wait_until_in_trigger_log(task_instance: Any, line: str) -> bool:
         if waited >= LAST_LINE_WAIT_SECONDS or (not files and waited >= NO_LOG_FILE_SECONDS):
             return False
         await asyncio.sleep(0.1)
+
+
+async def lines_in_trigger_logs(task_instance: Any, shown: dict[str, int]) -> dict[str, int]:
+    """The streams of ``shown`` (stream -> the newest shown line's time) whose newest line is
+    in one of this try's trigger log files on this machine (found by its printed stamp)."""
+    import asyncio
+
+    def read() -> bytes:
+        texts = []
+        for path in trigger_log_files(task_instance):
+            with contextlib.suppress(OSError):
+                texts.append(path.read_bytes())
+        return b"\n".join(texts)
+
+    text = await asyncio.to_thread(read)
+    return {
+        stream: newest
+        for stream, newest in shown.items()
+        if f"{_printed_at(newest)} [".encode() in text
+    }

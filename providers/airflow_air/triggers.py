@@ -74,6 +74,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -443,7 +444,28 @@ class AirRunTrigger(BaseTrigger):
             return {}
         self._kept_lines_shown = True
         streams = value.get("streams") or {}
-        return {str(k): int(v) for k, v in streams.items() if isinstance(v, int)}
+        shown = {str(k): int(v) for k, v in streams.items() if isinstance(v, int)}
+        if shown and value.get("host") == socket.gethostname():
+            shown = await self._still_in_trigger_logs(shown)
+        return shown
+
+    async def _still_in_trigger_logs(self, shown: dict[str, int]) -> dict[str, int]:
+        """The streams whose newest shown line is still in a trigger log of this try on this
+        machine. A triggerer that takes back a trigger it held before opens its file for the
+        try afresh (truncating what it wrote then): the lines it showed are shown again."""
+        from airflow_air._logs import lines_in_trigger_logs
+
+        resumed = f"Run {self.run_id}: live lines go on after those already shown"
+        self.log.info("%s", resumed)
+        await self._until_logged(resumed)  # this trigger's file is open (and truncated) by now
+        kept = await lines_in_trigger_logs(self.task_instance, shown)
+        if kept != shown:
+            self.log.info(
+                "Run %s: lines shown by an earlier trigger are no longer in this try's trigger "
+                "log; they are shown again",
+                self.run_id,
+            )
+        return kept
 
     def _keep_lines_shown(self, shown: dict[str, int]) -> None:
         """After a batch of lines is in the log: write ``shown`` as ``LINES_SHOWN_KEY``, one
@@ -457,7 +479,13 @@ class AirRunTrigger(BaseTrigger):
             streams, self._shown_to_keep = self._shown_to_keep, None
             try:
                 await self._push_xcoms(
-                    {LINES_SHOWN_KEY: {"run_id": self.run_id, "streams": streams}}
+                    {
+                        LINES_SHOWN_KEY: {
+                            "run_id": self.run_id,
+                            "streams": streams,
+                            "host": socket.gethostname(),
+                        }
+                    }
                 )
             except Exception as exc:  # a takeover may then show some lines again
                 self.log.info(

@@ -94,3 +94,19 @@ def test_gives_up_where_the_logs_are_not_on_this_machine(
     monkeypatch.setattr(_logs, "NO_LOG_FILE_SECONDS", 0.0)
     monkeypatch.setattr(_logs, "LAST_LINE_WAIT_SECONDS", 3600.0)
     assert asyncio.run(_logs.wait_until_in_trigger_log(TI, "Run 12 succeeded")) is False
+
+
+def test_shown_lines_count_only_where_a_trigger_log_still_holds_them(log_folder: Path) -> None:
+    """A takeover trusts what an earlier trigger showed on this machine only for the streams
+    whose newest shown line is still in a trigger log of the try (a triggerer that takes a
+    trigger back truncates its file for the try)."""
+    kept_ns = 1_796_531_056_152_793_445  # 2026-12-06T04:24:16.152Z
+    truncated_ns = 1_796_531_060_000_000_000  # 2026-12-06T04:24:20.000Z
+    _attempt_log(log_folder).with_name("attempt=2.log.trigger.5.log").write_text(
+        _json_line("2026-12-06T04:24:16.152Z [trial_1 node 0 attempt 0] trial 1: started")
+    )
+    _attempt_log(log_folder).with_name("attempt=2.log.trigger.4.log").write_text(
+        _json_line("Run 12: live lines go on after those already shown")
+    )
+    shown = {"trial_1/0/0": kept_ns, "trial_1/1/0": truncated_ns}
+    assert asyncio.run(_logs.lines_in_trigger_logs(TI, shown)) == {"trial_1/0/0": kept_ns}
