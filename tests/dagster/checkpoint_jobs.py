@@ -8,31 +8,15 @@ re-executions keep)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 from dagster_checks import workload
 
 from dagster_air import AirStage, AirWorkspace, build_air_assets
 
-TRAINER = """\
-start=0
-newest=$(ls "$AIRO_CHECKPOINT_DIR" | sed -n 's/^step-//p' | sort -n | tail -1)
-if [ -n "$newest" ]; then start=$newest; fi
-echo "$start" >> "$COUNT_DIR/starts"
-echo "$AIRO_CHECKPOINT_DIR" >> "$COUNT_DIR/dirs"
-echo "resuming=$AIRO_RESUMING step=${AIRO_RESUME_STEP:-}" >> "$COUNT_DIR/resume"
-step=$start
-while [ "$step" -lt 100 ]; do
-  step=$((step + 1))
-  echo "$step" >> "$COUNT_DIR/steps"
-  if [ $((step % 10)) = 0 ]; then
-    echo "$step" > "$AIRO_CHECKPOINT_DIR/step-$step.tmp" && mv "$AIRO_CHECKPOINT_DIR/step-$step.tmp" "$AIRO_CHECKPOINT_DIR/step-$step"
-  fi
-  if [ "$step" = 73 ] && [ ! -e "$COUNT_DIR/at73" ]; then
-    touch "$COUNT_DIR/at73"
-    while true; do sleep 0.05; done
-  fi
-done
-"""
+# Shared with the run-retry test's code location (tests/e2e/dagster_recovery).
+TRAINER = (Path(__file__).parents[1] / "checkpointing_trainer.sh").read_text()
 
 
 def run_config(count_dir: str) -> dict:

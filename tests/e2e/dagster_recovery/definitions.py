@@ -43,26 +43,7 @@ held = build_air_assets(
 # ``dirs`` and its resume variables to ``resume``, under CHECKPOINTED_DIR; the first one to
 # reach step 73 stays there (touching ``at73``) until the test takes its node away.
 CHECKPOINTED_DIR = os.path.join(os.environ["COUNT_DIR"], "checkpointed")
-CHECKPOINTING_TRAINER = """\
-start=0
-newest=$(ls "$AIRO_CHECKPOINT_DIR" | sed -n 's/^step-//p' | sort -n | tail -1)
-if [ -n "$newest" ]; then start=$newest; fi
-echo "$start" >> "$COUNT_DIR/starts"
-echo "$AIRO_CHECKPOINT_DIR" >> "$COUNT_DIR/dirs"
-echo "resuming=$AIRO_RESUMING step=${AIRO_RESUME_STEP:-}" >> "$COUNT_DIR/resume"
-step=$start
-while [ "$step" -lt 100 ]; do
-  step=$((step + 1))
-  echo "$step" >> "$COUNT_DIR/steps"
-  if [ $((step % 10)) = 0 ]; then
-    echo "$step" > "$AIRO_CHECKPOINT_DIR/step-$step.tmp" && mv "$AIRO_CHECKPOINT_DIR/step-$step.tmp" "$AIRO_CHECKPOINT_DIR/step-$step"
-  fi
-  if [ "$step" = 73 ] && [ ! -e "$COUNT_DIR/at73" ]; then
-    touch "$COUNT_DIR/at73"
-    while true; do sleep 0.05; done
-  fi
-done
-"""
+CHECKPOINTING_TRAINER = (Path(__file__).parents[2] / "checkpointing_trainer.sh").read_text()
 
 
 @air_workload_asset(
