@@ -13,10 +13,11 @@ from air_runtime import FailurePolicy, WorkloadError
 
 from ._config import AirRunConfig
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionOverrides, PartitionParameters
+from ._record import AirEvent
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
-from ._step import AirEvent, AirStep
+from ._step import AirStep
 from ._translator import DagsterAirTranslator, stage_asset_key
 from ._workflow import AirAssetOptions, AirWorkflow, LoadedStage
 
