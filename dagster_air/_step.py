@@ -38,6 +38,7 @@ from air_runtime import (
     AirError,
     AuthError,
     BudgetExceeded,
+    CancelCause,
     ConfigurationError,
     FailurePolicy,
     MlflowLinkReader,
@@ -322,11 +323,10 @@ class AirStep:
             key = submission_key(context, self.workspace, self.lineage, launch.index)
             try:
                 earlier = Submission(key).attach(launch.run_id)
-                earlier.cancel(
+                self._cancel(
                     client,
-                    wait_s=self.workspace.cancel_wait,
-                    poll_interval=min(1.0, self.workspace.poll_interval),
-                    cause=earlier.cause(
+                    earlier,
+                    earlier.cause(
                         "orchestrator",
                         f"Dagster run {context.run_id} cannot adopt it ({why}) and never runs both",
                     ),
@@ -651,6 +651,19 @@ class AirStep:
                 self.context, first, run.submitted, ended, self.generation
             )
 
+    def _cancel(
+        self, client: AirClient, submission: Submission, cause: CancelCause
+    ) -> RunState | None:
+        """The one way the step cancels a remote run (one it cannot adopt, one of a
+        terminated Dagster run, one over budget): ask with its cause, then wait up to
+        ``cancel_wait`` for it to end. Returns its final state when it ended by then."""
+        return submission.cancel(
+            client,
+            wait_s=self.workspace.cancel_wait,
+            poll_interval=min(1.0, self.workspace.poll_interval),
+            cause=cause,
+        )
+
     def _cancel_remote(self, client: AirClient, run: RemoteRun) -> RunState | None:
         """Cancel one remote run and wait a little for it to end, so the event log says how
         it ended. Returns the final state when it ended within ``cancel_wait``."""
@@ -661,11 +674,10 @@ class AirStep:
             f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
         )
         try:
-            state = run.submission.cancel(
+            state = self._cancel(
                 client,
-                wait_s=self.workspace.cancel_wait,
-                poll_interval=min(1.0, self.workspace.poll_interval),
-                cause=run.submission.cause(
+                run.submission,
+                run.submission.cause(
                     "orchestrator", f"Dagster run {self.context.run_id} was terminated"
                 ),
             )
@@ -785,12 +797,7 @@ class AirStep:
         submitted = run.submitted
         assert submitted is not None and self._client is not None
         try:
-            run.submission.cancel(
-                self._client,
-                wait_s=self.workspace.cancel_wait,
-                poll_interval=min(1.0, self.workspace.poll_interval),
-                cause=run.submission.stop_cause(exceeded),
-            )
+            self._cancel(self._client, run.submission, run.submission.stop_cause(exceeded))
         except AirError as error:
             message = (
                 f"{exceeded}; cancelling run {submitted.run_id} failed: {self.redact(str(error))}"
