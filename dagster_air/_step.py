@@ -21,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import itertools
 import queue
 import re
 import sys
@@ -55,7 +54,7 @@ from air_runtime import (
     Workload,
 )
 
-from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators, queue_in_lanes
+from ._accelerators import AcceleratorClaim, gpu_pools_of, lanes_of, step_accelerators
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import submission_key, sweep_of, terminal_failure_observation
@@ -489,66 +488,17 @@ class AirStep:
             instance, pool, self.context.run_id, self.step_key, 0, self.context.log
         )
         limit = claim.limit(size)
-        self._queue_partitions(workloads, limit)
-        # The runs of a wave run at once; a wave starts once the one before ended.
-        claim.count = max(
-            sum(
-                peak_accelerators(
-                    {
-                        row.task_key: (
-                            workloads[row.task_key].compute.num_accelerators,
-                            row.depends_on + self.lane_deps.get(row.task_key, ()),
-                        )
-                        for row in self.plan.rows_of(self.plan.runs[number])
-                    }
-                )
-                for number in wave
+        self.lane_deps, queued = lanes_of(self.plan, workloads, limit)
+        for run, lanes in queued:
+            described = "; ".join(", ".join(lane) for lane in lanes)
+            self.context.log.info(
+                f"{run.label} ask for more accelerators at once than the {limit} slots of "
+                f"accelerator pool {pool}: queued within the run in {len(lanes)} lane(s), "
+                f"one partition after another: {described}"
             )
-            for wave in self.plan.waves
-        )
+        claim.count = step_accelerators(self.plan, workloads, self.lane_deps)
         self.accelerators = claim
         claim.acquire(limit)
-
-    def _queue_partitions(self, workloads: Mapping[str, Workload], limit: int) -> None:
-        """A range run whose partitions together hold more accelerators than the pool's
-        ``limit`` (each run of the step its share) queues them in lanes within the run
-        (``queue_in_lanes``): a partition's first tasks wait for the partition before it in
-        its lane to end, whatever its result. One submission still, each partition its task."""
-        for run, sharing in self.plan.scope.runs_to_queue(self.plan):
-            self._queue_run(run, workloads, limit, max(1, limit // sharing))
-
-    def _queue_run(
-        self, run: PlannedRun, workloads: Mapping[str, Workload], limit: int, share: int
-    ) -> None:
-        """One range run queued in lanes when it holds more than its ``share``."""
-        rows = self.plan.rows_of(run)
-        tasks = {
-            r.task_key: (workloads[r.task_key].compute.num_accelerators, r.depends_on) for r in rows
-        }
-        if peak_accelerators(tasks) <= share:
-            return
-        by_partition: dict[str, list[TaskRow]] = {}
-        for row in rows:
-            by_partition.setdefault(str(row.partition), []).append(row)
-        sizes = [
-            (p, peak_accelerators({r.task_key: tasks[r.task_key] for r in mine}))
-            for p, mine in by_partition.items()
-        ]
-        lanes = queue_in_lanes(sizes, max(share, max(size for _, size in sizes)))
-        if lanes is None:
-            return  # a partition alone is larger than the pool: refused when acquiring
-        for lane in lanes:
-            for before, after in itertools.pairwise(lane):
-                waits_for = tuple(r.task_key for r in by_partition[before])
-                for row in by_partition[after]:
-                    if not row.depends_on:
-                        self.lane_deps[row.task_key] = waits_for
-        described = "; ".join(", ".join(lane) for lane in lanes)
-        self.context.log.info(
-            f"{run.label} ask for more accelerators at once than the {limit} slots of "
-            f"accelerator pool {self.options.accelerator_pool}: queued within the run in "
-            f"{len(lanes)} lane(s), one partition after another: {described}"
-        )
 
     def _secret_values(self, client: AirClient) -> dict[str, str]:
         """The secret_env values (resolved where the step runs), redacted from then on."""
