@@ -1,6 +1,6 @@
 """What a step records of its rows: ``record(plan, results, scope)``, a pure function from
-the rows' results to the step's materializations and check results, as dagster-dbt's
-``to_default_asset_events`` is for a dbt invocation.
+the rows' results to the step's observations, materializations and check results, as
+dagster-dbt's ``to_default_asset_events`` is for a dbt invocation.
 
 A row scope says how rows map to the step's outputs: ``OnePartitionScope`` (one partition, or
 none: a ``MaterializeResult`` per asset, the check results as the workload reported them)
@@ -47,6 +47,8 @@ class RowResult:
     data_version: dg.DataVersion | None = None
     checks: tuple[dg.AssetCheckResult, ...] = ()
     failure: str | None = None  # why it is not materialized
+    # What earlier (retried) attempts of the row reported (``earlier_attempt_observation``).
+    observations: tuple[dg.AssetObservation, ...] = ()
 
     @classmethod
     def of(cls, row: TaskRow, **result: Any) -> RowResult:
@@ -262,7 +264,10 @@ def record(
     assets_def: dg.AssetsDefinition,
     selected_checks: Sequence[dg.AssetCheckKey] | frozenset[dg.AssetCheckKey],
 ) -> Iterator[Recorded]:
-    """The materializations and check results of every row (see the module docstring)."""
+    """The observations of earlier attempts, then the materializations and check results
+    of every row (see the module docstring)."""
+    for result in results:
+        yield from result.observations
     failed = any(r.failure is not None for r in results)
     required = not assets_def.can_subset
     by_asset: dict[dg.AssetKey, list[RowResult]] = {}

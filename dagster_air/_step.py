@@ -208,7 +208,6 @@ class AirStep:
                 for run in self.runs:
                     run.submission.finish(client, run.state)
             results = list(self._results(client, workloads))
-            yield from self._earlier
             yield from self._record(results)
             yield from self._fail_if_any(client, results)
 
@@ -890,7 +889,6 @@ class AirStep:
     # --- the results: one per row ---------------------------------------------------
 
     def _results(self, client: AirClient, workloads: Mapping[str, Workload]) -> Iterator[RowResult]:
-        self._earlier: list[AirEvent] = []
         for kept in self.plan.kept:
             yield RowResult.kept(kept, self._kept_metadata(kept))
         blocked = self.blocking.blocked if self.blocking is not None else {}
@@ -898,12 +896,14 @@ class AirStep:
             submitted, state = run.submitted, run.state
             assert submitted is not None and state is not None
             reported: dict[str, AttemptReports] = {}
+            # What earlier (retried) attempts of a row reported, by task key.
+            superseded: dict[str, list[dg.AssetObservation]] = {}
             if self.pipes is not None:  # each run's wait followed its blocking checks
                 final, earlier = self.pipes.final_reports(state)
                 for reports in earlier:
                     row = self.plan.rows.get(reports.task_key)
                     if row is not None:
-                        self._earlier.append(
+                        superseded.setdefault(row.task_key, []).append(
                             earlier_attempt_observation(
                                 reports, row.stage.asset_key, row.partition, submitted.run_id
                             )
@@ -912,8 +912,11 @@ class AirStep:
                 if not run.planned.multi_task:  # a plain run's one task reports for its row
                     reported = {run.planned.task_keys[0]: _merged(final)} if final else {}
             for row in self.plan.rows_of(run.planned):
-                yield self._row_result(
+                result = self._row_result(
                     client, row, workloads[row.task_key], submitted, state, reported, blocked
+                )
+                yield dataclasses.replace(
+                    result, observations=tuple(superseded.get(row.task_key, ()))
                 )
         submitted_rows = {key for run in self.runs for key in run.planned.task_keys}
         for key, row in self.plan.rows.items():
