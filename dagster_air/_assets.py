@@ -5,6 +5,7 @@
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import dagster as dg
@@ -108,9 +109,11 @@ def check_env_vars_set(names: Mapping[str, str], what: str) -> None:
         )
 
 
-def _given(options: AirAssetOptions | None, keywords: AirAssetOptions) -> AirAssetOptions:
-    """The options a factory was given: ``options``, or its keyword arguments of the same
-    names (both at once is refused: which would win is not obvious)."""
+def _given(options: AirAssetOptions | None, arguments: Mapping[str, Any]) -> AirAssetOptions:
+    """The options a factory was given: ``options``, or its keyword arguments named as the
+    fields of ``AirAssetOptions`` (``arguments``: the factory's; both ways at once is
+    refused: which would win is not obvious)."""
+    keywords = AirAssetOptions(**{f.name: arguments[f.name] for f in fields(AirAssetOptions)})
     if options is None:
         return keywords
     if keywords != AirAssetOptions():
@@ -215,18 +218,8 @@ def build_air_assets(
         translator, base_dir, partitions_def, ...: the fields of :class:`AirAssetOptions`
             one by one, as before ``options`` (give ``options`` or these, not both).
     """
+    options = _given(options, locals())
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
-    options = _given(options, AirAssetOptions(
-        translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-        partition_parameters=partition_parameters, partition_overrides=partition_overrides,
-        partition_env=partition_env,
-        secret_env=secret_env, resource_key=resource_key, log_node=log_node, run_env=run_env,
-        retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
-        io_manager_key=io_manager_key, output_env=output_env,
-        max_tasks_per_run=max_tasks_per_run, accelerator_pool=accelerator_pool,
-        max_gpu_hours=max_gpu_hours, stop_deterministic_retries=stop_deterministic_retries,
-        failure_policy=failure_policy,
-    ))  # fmt: skip
     return air_assets(stage_list, options, name=name, check_specs=check_specs,
                       op_description=op_description)  # fmt: skip
 
@@ -337,6 +330,7 @@ def air_workload_asset(
     The options are an :class:`AirAssetOptions` (``options=``) or its fields one by one, as
     in :func:`build_air_assets`.
     """
+    given = _given(options, locals())
     if (workload is None) == (stages is None):
         raise dg.DagsterInvalidDefinitionError(
             "air_workload_asset needs exactly one of workload= and stages="
@@ -363,18 +357,6 @@ def air_workload_asset(
                     check_specs=list(check_specs),
                 )
             ]
-        given = _given(options, AirAssetOptions(
-            translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-            partition_parameters=partition_parameters, partition_overrides=partition_overrides,
-        partition_env=partition_env,
-            secret_env=secret_env, resource_key=resource_key, log_node=log_node,
-            run_env=run_env, retry_policy=retry_policy, pool=pool, op_tags=op_tags,
-            backfill_policy=backfill_policy, io_manager_key=io_manager_key,
-            output_env=output_env, max_tasks_per_run=max_tasks_per_run,
-            accelerator_pool=accelerator_pool, max_gpu_hours=max_gpu_hours,
-            stop_deterministic_retries=stop_deterministic_retries,
-            failure_policy=failure_policy,
-        ))  # fmt: skip
         workflow, specs, checks = _workflow_and_specs(fn.__name__, stage_list, given, stage_checks)
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]

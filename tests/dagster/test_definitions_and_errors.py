@@ -3,6 +3,9 @@ the workspace refuses."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import dagster as dg
 import pytest
 import yaml
@@ -82,6 +85,13 @@ def test_the_factories_take_their_options_as_one_object():
         assert assets.op.retry_policy.max_retries == 2
         assert assets.backfill_policy == dg.BackfillPolicy.single_run()
         assert assets.partitions_def == dg.StaticPartitionsDefinition(["a"])
+
+    # Each option is also a keyword argument of both factories, with the same default.
+    defaults = AirAssetOptions()
+    for factory in (build_air_assets, air_workload_asset):
+        parameters = inspect.signature(factory).parameters
+        for field in dataclasses.fields(AirAssetOptions):
+            assert parameters[field.name].default == getattr(defaults, field.name), field.name
 
     # Both ways at once: which would win is not obvious.
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="not both"):
