@@ -62,10 +62,6 @@ class RowResult:
     def trained(self) -> bool:
         return self.task_key is not None
 
-    @property
-    def name(self) -> str:
-        return row_name(self.stage, self.partition)
-
 
 @dataclass(frozen=True)
 class PartitionMetadata:

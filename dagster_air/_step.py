@@ -293,7 +293,7 @@ class AirStep:
             self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
             return None
 
-    # --- the submission -------------------------------------------------------------
+    # --- launch: the submission -----------------------------------------------------
 
     def _prepare(
         self, client: AirClient
@@ -641,7 +641,7 @@ class AirStep:
             )
         return state
 
-    # --- the wait -------------------------------------------------------------------
+    # --- watch: the wait ------------------------------------------------------------
 
     def _wait(self, run: RemoteRun, budgets: bool = True) -> Generator[AirEvent, None, RunState]:
         submitted = run.submitted
@@ -1024,7 +1024,7 @@ class AirStep:
             metadata[OUTPUT_URI_KEY] = value
         return metadata
 
-    # --- the record ---------------------------------------------------------------
+    # --- the record -----------------------------------------------------------------
 
     def _record(self, results: list[RowResult]) -> Iterator[AirEvent]:
         """The events ``record`` makes of the results: a range's partition metadata goes to
