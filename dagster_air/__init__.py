@@ -2,7 +2,8 @@
 
 - :class:`AirWorkspace`: the resource (host, credentials, polling).
 - :func:`build_air_assets` / :func:`air_workload_asset`: a workload, or a multi-stage
-  workflow as one subsettable multi-asset; :class:`AirRunConfig` for run-time overrides.
+  workflow as one subsettable multi-asset, with their options as one
+  :class:`AirAssetOptions`; :class:`AirRunConfig` for run-time overrides.
 - :class:`DagsterAirTranslator`: how stages become asset keys, descriptions, metadata...
 - :class:`AirWorkloadComponent`: the same from ``defs.yaml`` (``dg scaffold defs``).
 """
@@ -16,9 +17,11 @@ from dagster_air._resource import AirWorkspace
 from dagster_air._stage import AirStage, workload_hash
 from dagster_air._translator import DagsterAirTranslator
 from dagster_air._uc_images import build_unity_catalog_image_asset
+from dagster_air._workflow import AirAssetOptions
 
 __all__ = [
     "DEFAULT_PARTITION_ENV",
+    "AirAssetOptions",
     "AirInvocation",
     "AirRunConfig",
     "AirStage",

@@ -32,14 +32,19 @@ Dagster's pools) before it submits, and given back once its runs have ended.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 from air_runtime import Workload
+
+if TYPE_CHECKING:  # the plan's module imports this one through the workflow's
+    from ._plan import PlannedRun, StepPlan, TaskRow
 
 ADMISSION_SUFFIX = "/admission"
 FIRST_CHECK_S = 1.0
@@ -295,3 +300,63 @@ class AcceleratorClaim:
                     f"ended ({ended[run]}) without giving it back"
                 )
         return freed
+
+
+def lanes_of(
+    plan: StepPlan, workloads: Mapping[str, Workload], limit: int
+) -> tuple[dict[str, tuple[str, ...]], list[tuple[PlannedRun, list[list[str]]]]]:
+    """The lanes of a range run whose partitions together hold more accelerators than the
+    pool's ``limit`` (each run of its wave its share): a partition's first tasks wait for
+    the partition before it in its lane to end, whatever its result; one submission still,
+    each partition its task. Returns, by task key, the tasks of the partition it is queued
+    behind, and the lanes of each run queued (``queue_in_lanes``)."""
+    waits: dict[str, tuple[str, ...]] = {}
+    queued: list[tuple[PlannedRun, list[list[str]]]] = []
+    for run, sharing in plan.scope.runs_to_queue(plan):
+        share = max(1, limit // sharing)
+        rows = plan.rows_of(run)
+        tasks = {
+            r.task_key: (workloads[r.task_key].compute.num_accelerators, r.depends_on) for r in rows
+        }
+        if peak_accelerators(tasks) <= share:
+            continue
+        by_partition: dict[str, list[TaskRow]] = {}
+        for row in rows:
+            by_partition.setdefault(str(row.partition), []).append(row)
+        sizes = [
+            (p, peak_accelerators({r.task_key: tasks[r.task_key] for r in mine}))
+            for p, mine in by_partition.items()
+        ]
+        lanes = queue_in_lanes(sizes, max(share, max(size for _, size in sizes)))
+        if lanes is None:
+            continue  # a partition alone is larger than the pool: refused when acquiring
+        for lane in lanes:
+            for before, after in itertools.pairwise(lane):
+                waits_for = tuple(r.task_key for r in by_partition[before])
+                for row in by_partition[after]:
+                    if not row.depends_on:
+                        waits[row.task_key] = waits_for
+        queued.append((run, lanes))
+    return waits, queued
+
+
+def step_accelerators(
+    plan: StepPlan, workloads: Mapping[str, Workload], waits: Mapping[str, tuple[str, ...]]
+) -> int:
+    """The most accelerators the step's runs hold at once: the runs of a wave run at once,
+    a wave starts once the one before ended."""
+    return max(
+        sum(
+            peak_accelerators(
+                {
+                    row.task_key: (
+                        workloads[row.task_key].compute.num_accelerators,
+                        row.depends_on + waits.get(row.task_key, ()),
+                    )
+                    for row in plan.rows_of(plan.runs[number])
+                }
+            )
+            for number in wave
+        )
+        for wave in plan.waves
+    )

@@ -5,6 +5,7 @@
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import dagster as dg
@@ -13,10 +14,11 @@ from air_runtime import FailurePolicy, WorkloadError
 
 from ._config import AirRunConfig
 from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionOverrides, PartitionParameters
+from ._record import AirEvent
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
-from ._step import AirEvent, AirStep
+from ._step import AirStep
 from ._translator import DagsterAirTranslator, stage_asset_key
 from ._workflow import AirAssetOptions, AirWorkflow, LoadedStage
 
@@ -107,6 +109,21 @@ def check_env_vars_set(names: Mapping[str, str], what: str) -> None:
         )
 
 
+def _given(options: AirAssetOptions | None, arguments: Mapping[str, Any]) -> AirAssetOptions:
+    """The options a factory was given: ``options``, or its keyword arguments named as the
+    fields of ``AirAssetOptions`` (``arguments``: the factory's; both ways at once is
+    refused: which would win is not obvious)."""
+    keywords = AirAssetOptions(**{f.name: arguments[f.name] for f in fields(AirAssetOptions)})
+    if options is None:
+        return keywords
+    if keywords != AirAssetOptions():
+        raise dg.DagsterInvalidDefinitionError(
+            "give the asset options either as options=AirAssetOptions(...) or as keyword "
+            "arguments, not both"
+        )
+    return options
+
+
 def _workflow_and_specs(
     name: str,
     stages: Sequence[AirStage],
@@ -158,6 +175,10 @@ def build_air_assets(
     stages: Sequence[AirStage] | AirStage,
     *,
     name: str | None = None,
+    options: AirAssetOptions | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec] = (),
+    op_description: str | None = None,
+    # The fields of AirAssetOptions one by one, as before ``options``.
     translator: DagsterAirTranslator | None = None,
     base_dir: str | os.PathLike[str] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -171,12 +192,10 @@ def build_air_assets(
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
-    check_specs: Sequence[dg.AssetCheckSpec] = (),
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
     output_env: str | None = None,
     max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
-    op_description: str | None = None,
     accelerator_pool: str | None = None,
     max_gpu_hours: float | None = None,
     stop_deterministic_retries: bool | None = None,
@@ -192,83 +211,15 @@ def build_air_assets(
     Args:
         stages: the stages (``AirStage``), in any order; ``depends_on`` orders them.
         name: the op name (default: the stage key for one stage, else the keys joined).
-        translator: derives asset keys, descriptions, metadata... (subclass
-            :class:`DagsterAirTranslator` to change them).
-        base_dir: where relative workload paths are looked up (default: the working dir).
-        partitions_def: partitions, e.g. a hyperparameter sweep; see ``partition_parameters``.
-        partition_parameters: ``{partition_key: {param: value}}`` or a function of the key
-            giving the parameters merged into ``parameters`` for that partition. Default:
-            ``lr=0.1,batch=32`` style keys become those parameters, other keys
-            ``parameters.partition``.
-        partition_overrides: ``{partition_key: {dotted workload key: value}}`` or a function
-            of the key giving them, e.g. ``{"lr-0.1": {"compute.num_accelerators": 2}}``:
-            what else a partition changes (its size, a variable); each partition's task of a
-            range run gets its own. Partitions a mapping does not name keep the workload's.
-        partition_env: environment variable that receives the raw partition key (``None``:
-            none).
-        secret_env: workload secret NAME -> environment variable of the Dagster process
-            (``dg.EnvVar("HF_TOKEN")`` or its name); stored as Databricks secrets at submit
-            time, values never logged.
-        resource_key: the key of the :class:`AirWorkspace` resource.
-        log_node: print only this node's log lines (default: the resource's ``log_node``;
-            unset there too: every node's). Pipes messages are read from every node.
-        run_env: environment variables set per materialization, formatted with
-            ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
-            ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.
-        retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
-            a retry after a failed remote run starts a new one. A re-execution from failure
-            and a run retry (``dagster/max_retries``) likewise train only the stages and
-            partitions their parent runs did not materialize, and adopt a remote run a
-            parent started that is still going; "Re-execute all" trains everything again.
-        pool: the Dagster concurrency pool of the step (one slot per step, whatever its
-            size; see ``accelerator_pool`` to count accelerators).
-        accelerator_pool: a Dagster pool counted in accelerators: before submitting, the
-            step waits for one slot of it per accelerator its runs ask for at once, and holds
-            them until its runs end, so steps of mixed sizes never ask a GPU pool for more
-            than the pool's limit (sized from the GPU pool's reservation when unset). Not
-            the same pool as ``pool``.
-        max_gpu_hours: the most GPU-hours (accelerators x elapsed, every attempt) one
-            remote run of the step may use (in a range run: each partition's task): past it
-            the run is cancelled and the step fails saying so. A stage's own budget:
-            ``AirStage.max_gpu_hours``.
-        failure_policy: what an attempt of a remote run that fails while the platform is
-            about to retry it gets, by the class of its diagnosis (``air_runtime.
-            FailurePolicy`` or a mapping such as ``{"unknown": "stop"}``). Default: a
-            deterministic failure (CUDA out of memory, a missing command or module, ...)
-            cancels the run and fails the step without retries, the diagnosis first;
-            infrastructure and unknown failures are retried by the platform (a warning in
-            the step log says so).
-        stop_deterministic_retries: deprecated; sets ``failure_policy``'s deterministic
-            action (True: stop, False: let the platform retry).
-        op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
+        options: the asset options (:class:`AirAssetOptions`).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
-        backfill_policy: how backfills of partitioned stages are split into runs. A run over
-            a range of partitions (``single_run()``, ``multi_run(n)`` with n > 1) submits one
-            task per stage and partition, each trained with its partition's parameters and
-            recorded as that partition.
-        max_tasks_per_run: the most tasks one remote run of a partition range holds; a
-            larger range is split into several runs (default 100, at most 1,000).
-        io_manager_key: the IO manager that loads a stage for a downstream asset taking it
-            as an input (the stages store nothing themselves).
         op_description: the description of the op (the step).
-        output_env: the environment variable naming where the stages write (e.g. an
-            ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
-            stage materialized without an upstream stage it depends on gets, in that
-            variable, the location the upstream stage last recorded.
+        translator, base_dir, partitions_def, ...: the fields of :class:`AirAssetOptions`
+            one by one, as before ``options`` (give ``options`` or these, not both).
     """
+    options = _given(options, locals())
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
-    options = AirAssetOptions(
-        translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-        partition_parameters=partition_parameters, partition_overrides=partition_overrides,
-        partition_env=partition_env,
-        secret_env=secret_env, resource_key=resource_key, log_node=log_node, run_env=run_env,
-        retry_policy=retry_policy, pool=pool, op_tags=op_tags, backfill_policy=backfill_policy,
-        io_manager_key=io_manager_key, output_env=output_env,
-        max_tasks_per_run=max_tasks_per_run, accelerator_pool=accelerator_pool,
-        max_gpu_hours=max_gpu_hours, stop_deterministic_retries=stop_deterministic_retries,
-        failure_policy=failure_policy,
-    )  # fmt: skip
     return air_assets(stage_list, options, name=name, check_specs=check_specs,
                       op_description=op_description)  # fmt: skip
 
@@ -338,6 +289,9 @@ def air_workload_asset(
     key: str | None = None,
     overrides: Overrides | None = None,
     deps: Sequence[Any] = (),
+    options: AirAssetOptions | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec | str] = (),
+    # The fields of AirAssetOptions one by one, as before ``options``.
     translator: DagsterAirTranslator | None = None,
     base_dir: str | os.PathLike[str] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -351,7 +305,6 @@ def air_workload_asset(
     retry_policy: dg.RetryPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
-    check_specs: Sequence[dg.AssetCheckSpec | str] = (),
     backfill_policy: dg.BackfillPolicy | None = None,
     io_manager_key: str | None = None,
     output_env: str | None = None,
@@ -374,8 +327,10 @@ def air_workload_asset(
     Give either ``workload`` (one stage, keyed by the function name unless ``key`` is set)
     or ``stages``. Other keyword arguments are ``AssetSpec`` attributes for a single stage
     (``group_name``, ``description``, ``owners``, ``tags``, ``kinds``, ``metadata``...).
-    The rest is as in :func:`build_air_assets`.
+    The options are an :class:`AirAssetOptions` (``options=``) or its fields one by one, as
+    in :func:`build_air_assets`.
     """
+    given = _given(options, locals())
     if (workload is None) == (stages is None):
         raise dg.DagsterInvalidDefinitionError(
             "air_workload_asset needs exactly one of workload= and stages="
@@ -402,29 +357,15 @@ def air_workload_asset(
                     check_specs=list(check_specs),
                 )
             ]
-        options = AirAssetOptions(
-            translator=translator, base_dir=base_dir, partitions_def=partitions_def,
-            partition_parameters=partition_parameters, partition_overrides=partition_overrides,
-        partition_env=partition_env,
-            secret_env=secret_env, resource_key=resource_key, log_node=log_node,
-            run_env=run_env, retry_policy=retry_policy, pool=pool, op_tags=op_tags,
-            backfill_policy=backfill_policy, io_manager_key=io_manager_key,
-            output_env=output_env, max_tasks_per_run=max_tasks_per_run,
-            accelerator_pool=accelerator_pool, max_gpu_hours=max_gpu_hours,
-            stop_deterministic_retries=stop_deterministic_retries,
-            failure_policy=failure_policy,
-        )  # fmt: skip
-        workflow, specs, checks = _workflow_and_specs(
-            fn.__name__, stage_list, options, stage_checks
-        )
+        workflow, specs, checks = _workflow_and_specs(fn.__name__, stage_list, given, stage_checks)
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]
 
-        @_multi_asset(fn.__name__, specs, checks, options)
+        @_multi_asset(fn.__name__, specs, checks, given)
         def _air_asset(
             context: dg.AssetExecutionContext, config: AirRunConfig
         ) -> Iterator[AirEvent]:
-            workspace = getattr(context.resources, options.resource_key)
+            workspace = getattr(context.resources, given.resource_key)
             result = fn(context, AirInvocation(context, workflow, workspace, config))
             if result is not None:
                 yield from result

@@ -22,6 +22,7 @@ project without one may add a ``workspace: {host_env: ..., token_env: ...}`` blo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -577,28 +578,19 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         op = self._op_settings(context)
+        # The fields named as the options are the options; the op's settings and the
+        # retries are built from their YAML shapes.
+        same = {f.name for f in fields(AirAssetOptions)} & set(type(self).model_fields)
         options = AirAssetOptions(
-            translator=self.translator,
-            base_dir=context.path,
-            partitions_def=self.partitions_def,
-            partition_parameters=self.partition_parameters,
-            partition_overrides=self.partition_overrides,
-            partition_env=self.partition_env,
-            secret_env=self.secret_env,
-            resource_key=self.resource_key,
-            log_node=self.log_node,
-            run_env=self.run_env,
-            retry_policy=self._retry_policy(),
-            pool=op["pool"],
-            op_tags=op["op_tags"],
-            backfill_policy=op["backfill_policy"],
-            io_manager_key=self.io_manager_key,
-            output_env=self.output_env,
-            max_tasks_per_run=self.max_tasks_per_run,
-            accelerator_pool=self.accelerator_pool,
-            max_gpu_hours=self.max_gpu_hours,
-            stop_deterministic_retries=self.stop_deterministic_retries,
-            failure_policy=self.failure_policy,
+            **{
+                **{name: getattr(self, name) for name in same},
+                "translator": self.translator,
+                "base_dir": context.path,
+                "retry_policy": self._retry_policy(),
+                "pool": op["pool"],
+                "op_tags": op["op_tags"],
+                "backfill_policy": op["backfill_policy"],
+            }
         )
         assets = air_assets(
             self._stages(context), options, name=op["name"], op_description=op["op_description"]

@@ -31,6 +31,7 @@ from air_runtime import PartitionRange
 from air_runtime.plan import task_key_for
 
 from ._blocking import blocking_check_keys
+from ._record import OnePartitionScope, RangeScope, RowScope
 from ._workflow import AirWorkflow, LoadedStage
 
 
@@ -85,6 +86,10 @@ class StepPlan:
     rows: dict[str, TaskRow] = field(default_factory=dict)
     runs: list[PlannedRun] = field(default_factory=list)
     kept: list[KeptRow] = field(default_factory=list)
+    scope: RowScope = field(init=False)  # how the rows map to the step's outputs
+
+    def __post_init__(self) -> None:
+        self.scope = RangeScope(self.partitions) if self.is_range else OnePartitionScope()
 
     def rows_of(self, run: PlannedRun) -> list[TaskRow]:
         return [self.rows[key] for key in run.task_keys]

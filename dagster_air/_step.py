@@ -7,8 +7,9 @@ recorded one result per row.
   lineage started that is still going, and cancels one it cannot adopt before submitting.
 - *The wait* turns state changes and node log lines into the step's log lines, one
   observation per ended attempt, and reads Pipes messages (``_pipes``) and blocking checks.
-- *The results* are one loop over rows (trained, kept from the lineage, or failed) and one
-  renderer for materializations and check results; then the failure, if any row failed.
+- *The results* are one loop over rows (trained, kept from the lineage, or failed), turned
+  into materializations and check results by ``_record.record`` (the plan's row scope says
+  how rows map to outputs); then the failure, if any row failed.
 
 Every line about a run goes through this step's own ``context.log``: the background loop
 that watches runs for every step of the process only puts what it sees into the queue of
@@ -20,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import itertools
 import queue
 import re
 import sys
@@ -37,6 +37,7 @@ from air_runtime import (
     AirError,
     AuthError,
     BudgetExceeded,
+    CancelCause,
     ConfigurationError,
     FailurePolicy,
     MlflowLinkReader,
@@ -53,12 +54,12 @@ from air_runtime import (
     Workload,
 )
 
-from ._accelerators import AcceleratorClaim, gpu_pools_of, peak_accelerators, queue_in_lanes
+from ._accelerators import AcceleratorClaim, gpu_pools_of, lanes_of, step_accelerators
 from ._blocking import AttemptReports, BlockingChecks, RunTask, blocking_check_keys
 from ._config import AirRunConfig
 from ._identity import submission_key, sweep_of, terminal_failure_observation
 from ._interrupts import deferred_interrupts
-from ._lineage import PARTITION_METADATA, Launch, Lineage, record_launch
+from ._lineage import Launch, Lineage, record_launch
 from ._own_run import DagsterRunEnded, OwnRun
 from ._pipes import (
     StepPipes,
@@ -66,6 +67,7 @@ from ._pipes import (
     open_step_pipes,
 )
 from ._plan import KeptRow, PlannedRun, TaskRow, plan_step
+from ._record import AirEvent, IgnoredCheck, PartitionMetadata, RowResult, record, row_name
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._translator import GPU_HOURS_KEY, META_PREFIX, DagsterAirTranslator
@@ -78,17 +80,6 @@ KEPT_FROM_KEY = f"{META_PREFIX}kept_from_run"
 CHECKPOINT_KEY = f"{META_PREFIX}checkpoint"
 CHECKPOINT_STEP_KEY = f"{META_PREFIX}checkpoint_step"
 _LOCATION = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*:/)")
-
-# What a step yields; a step over a partition range also yields per-partition
-# materializations and check evaluations, and its checks' outputs.
-AirEvent = (
-    dg.MaterializeResult
-    | dg.AssetObservation
-    | dg.AssetCheckResult
-    | dg.AssetMaterialization
-    | dg.AssetCheckEvaluation
-    | dg.Output
-)
 
 
 def _refusal(error: AirError, otherwise: str) -> str:
@@ -108,17 +99,6 @@ class RemoteRun:
     submission: Submission
     submitted: SubmittedRun | None = None
     state: RunState | None = None  # once the step saw it end
-
-
-@dataclass(frozen=True)
-class RowResult:
-    """What one row of the step ended as."""
-
-    row: TaskRow | KeptRow
-    metadata: dict[str, Any] | None = None  # materialized (trained or kept)
-    data_version: dg.DataVersion | None = None
-    checks: tuple[dg.AssetCheckResult, ...] = ()
-    failure: str | None = None  # why it is not materialized
 
 
 class AirStep:
@@ -228,8 +208,7 @@ class AirStep:
                 for run in self.runs:
                     run.submission.finish(client, run.state)
             results = list(self._results(client, workloads))
-            yield from self._earlier
-            yield from self._render(results)
+            yield from self._record(results)
             yield from self._fail_if_any(client, results)
 
     # --- recovery -------------------------------------------------------------------
@@ -254,7 +233,7 @@ class AirStep:
     def _tell_recovery(self) -> None:
         log, plan = self.context.log, self.plan
         if plan.kept:
-            rows = ", ".join(_row_name(k.stage, k.partition) for k in plan.kept)
+            rows = ", ".join(row_name(k.stage, k.partition) for k in plan.kept)
             runs = ", ".join(sorted({k.dagster_run_id for k in plan.kept}))
             log.info(
                 f"already materialized by run {runs} with the same code version, recorded as "
@@ -262,7 +241,7 @@ class AirStep:
             )
         parent = self.lineage.whole_reexecution_of
         if parent is not None:
-            rows = ", ".join(_row_name(r.stage, r.partition) for r in plan.rows.values())
+            rows = ", ".join(row_name(r.stage, r.partition) for r in plan.rows.values())
             log.info(
                 f"re-executing everything of run {parent} as asked (not from failure): "
                 f"training again {rows}"
@@ -314,7 +293,7 @@ class AirStep:
             self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
             return None
 
-    # --- the submission -------------------------------------------------------------
+    # --- launch: the submission -----------------------------------------------------
 
     def _prepare(
         self, client: AirClient
@@ -342,11 +321,10 @@ class AirStep:
             key = submission_key(context, self.workspace, self.lineage, launch.index)
             try:
                 earlier = Submission(key).attach(launch.run_id)
-                earlier.cancel(
+                self._cancel(
                     client,
-                    wait_s=self.workspace.cancel_wait,
-                    poll_interval=min(1.0, self.workspace.poll_interval),
-                    cause=earlier.cause(
+                    earlier,
+                    earlier.cause(
                         "orchestrator",
                         f"Dagster run {context.run_id} cannot adopt it ({why}) and never runs both",
                     ),
@@ -416,12 +394,9 @@ class AirStep:
         return stored
 
     def _tell_runs(self) -> None:
-        if self.plan.is_range:
-            self.context.log.info(
-                f"{len(self.plan.partitions)} partitions x {len(self.plan.selected)} stage(s): "
-                f"{len(self.plan.rows)} tasks in {len(self.runs)} run(s) of at most "
-                f"{self.options.max_tasks_per_run} tasks"
-            )
+        summary = self.plan.scope.summary(self.plan, len(self.runs), self.options.max_tasks_per_run)
+        if summary is not None:
+            self.context.log.info(summary)
 
     def _let_through(self, wave: Sequence[int]) -> list[int]:
         """The runs of a later wave with only the rows the runs before let through: a row
@@ -512,71 +487,17 @@ class AirStep:
             instance, pool, self.context.run_id, self.step_key, 0, self.context.log
         )
         limit = claim.limit(size)
-        self._queue_partitions(workloads, limit)
-        # The runs of a wave run at once; a wave starts once the one before ended.
-        claim.count = max(
-            sum(
-                peak_accelerators(
-                    {
-                        row.task_key: (
-                            workloads[row.task_key].compute.num_accelerators,
-                            row.depends_on + self.lane_deps.get(row.task_key, ()),
-                        )
-                        for row in self.plan.rows_of(self.plan.runs[number])
-                    }
-                )
-                for number in wave
+        self.lane_deps, queued = lanes_of(self.plan, workloads, limit)
+        for run, lanes in queued:
+            described = "; ".join(", ".join(lane) for lane in lanes)
+            self.context.log.info(
+                f"{run.label} ask for more accelerators at once than the {limit} slots of "
+                f"accelerator pool {pool}: queued within the run in {len(lanes)} lane(s), "
+                f"one partition after another: {described}"
             )
-            for wave in self.plan.waves
-        )
+        claim.count = step_accelerators(self.plan, workloads, self.lane_deps)
         self.accelerators = claim
         claim.acquire(limit)
-
-    def _queue_partitions(self, workloads: Mapping[str, Workload], limit: int) -> None:
-        """A range run whose partitions together hold more accelerators than the pool's
-        ``limit`` (each run of the step its share) queues them in lanes within the run
-        (``queue_in_lanes``): a partition's first tasks wait for the partition before it in
-        its lane to end, whatever its result. One submission still, each partition its task."""
-        if not self.plan.is_range:
-            return
-        for wave in self.plan.waves:
-            for number in wave:
-                self._queue_run(
-                    self.plan.runs[number], workloads, limit, max(1, limit // len(wave))
-                )
-
-    def _queue_run(
-        self, run: PlannedRun, workloads: Mapping[str, Workload], limit: int, share: int
-    ) -> None:
-        """One range run queued in lanes when it holds more than its ``share``."""
-        rows = self.plan.rows_of(run)
-        tasks = {
-            r.task_key: (workloads[r.task_key].compute.num_accelerators, r.depends_on) for r in rows
-        }
-        if peak_accelerators(tasks) <= share:
-            return
-        by_partition: dict[str, list[TaskRow]] = {}
-        for row in rows:
-            by_partition.setdefault(str(row.partition), []).append(row)
-        sizes = [
-            (p, peak_accelerators({r.task_key: tasks[r.task_key] for r in mine}))
-            for p, mine in by_partition.items()
-        ]
-        lanes = queue_in_lanes(sizes, max(share, max(size for _, size in sizes)))
-        if lanes is None:
-            return  # a partition alone is larger than the pool: refused when acquiring
-        for lane in lanes:
-            for before, after in itertools.pairwise(lane):
-                waits_for = tuple(r.task_key for r in by_partition[before])
-                for row in by_partition[after]:
-                    if not row.depends_on:
-                        self.lane_deps[row.task_key] = waits_for
-        described = "; ".join(", ".join(lane) for lane in lanes)
-        self.context.log.info(
-            f"{run.label} ask for more accelerators at once than the {limit} slots of "
-            f"accelerator pool {self.options.accelerator_pool}: queued within the run in "
-            f"{len(lanes)} lane(s), one partition after another: {described}"
-        )
 
     def _secret_values(self, client: AirClient) -> dict[str, str]:
         """The secret_env values (resolved where the step runs), redacted from then on."""
@@ -679,6 +600,19 @@ class AirStep:
                 self.context, first, run.submitted, ended, self.generation
             )
 
+    def _cancel(
+        self, client: AirClient, submission: Submission, cause: CancelCause
+    ) -> RunState | None:
+        """The one way the step cancels a remote run (one it cannot adopt, one of a
+        terminated Dagster run, one over budget): ask with its cause, then wait up to
+        ``cancel_wait`` for it to end. Returns its final state when it ended by then."""
+        return submission.cancel(
+            client,
+            wait_s=self.workspace.cancel_wait,
+            poll_interval=min(1.0, self.workspace.poll_interval),
+            cause=cause,
+        )
+
     def _cancel_remote(self, client: AirClient, run: RemoteRun) -> RunState | None:
         """Cancel one remote run and wait a little for it to end, so the event log says how
         it ended. Returns the final state when it ended within ``cancel_wait``."""
@@ -689,11 +623,10 @@ class AirStep:
             f"Dagster run terminated: cancelling run {submitted.run_id} ({submitted.run_page_url})"
         )
         try:
-            state = run.submission.cancel(
+            state = self._cancel(
                 client,
-                wait_s=self.workspace.cancel_wait,
-                poll_interval=min(1.0, self.workspace.poll_interval),
-                cause=run.submission.cause(
+                run.submission,
+                run.submission.cause(
                     "orchestrator", f"Dagster run {self.context.run_id} was terminated"
                 ),
             )
@@ -708,7 +641,7 @@ class AirStep:
             )
         return state
 
-    # --- the wait -------------------------------------------------------------------
+    # --- watch: the wait ------------------------------------------------------------
 
     def _wait(self, run: RemoteRun, budgets: bool = True) -> Generator[AirEvent, None, RunState]:
         submitted = run.submitted
@@ -764,21 +697,19 @@ class AirStep:
         here from the states the watcher reads): each stage's own; in a range run the
         asset's bounds each partition's task instead of the whole run, otherwise the whole
         step (all its runs)."""
-        asset = self.options.max_gpu_hours
+        scope, asset = self.plan.scope, self.options.max_gpu_hours
         tasks: dict[str, float] = {}
         for row in self.plan.rows_of(run.planned):
-            limits = [row.stage.stage.max_gpu_hours]
-            if self.plan.is_range:
-                limits.append(asset)
-            given = [float(x) for x in limits if x is not None]
-            if given:
-                tasks[row.task_key] = min(given)
-        if self.plan.is_range or asset is None:
+            task = scope.task_budget(row.stage.stage.max_gpu_hours, asset)
+            if task is not None:
+                tasks[row.task_key] = float(task)
+        step = scope.step_budget(asset)
+        if step is None:
             return None, tasks
         # The asset's budget bounds the step: a run after a blocking check gets what the runs
         # before it left (they have ended: their GPU-hours are final).
         used = sum(r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None)
-        return max(float(asset) - used, 1e-9), tasks
+        return max(float(step) - used, 1e-9), tasks
 
     def _task_over_budget(self, run_id: int, budgets: Mapping[str, float]) -> BudgetExceeded | None:
         """A task of the run past its budget, computed from the last state the wait saw
@@ -815,12 +746,7 @@ class AirStep:
         submitted = run.submitted
         assert submitted is not None and self._client is not None
         try:
-            run.submission.cancel(
-                self._client,
-                wait_s=self.workspace.cancel_wait,
-                poll_interval=min(1.0, self.workspace.poll_interval),
-                cause=run.submission.stop_cause(exceeded),
-            )
+            self._cancel(self._client, run.submission, run.submission.stop_cause(exceeded))
         except AirError as error:
             message = (
                 f"{exceeded}; cancelling run {submitted.run_id} failed: {self.redact(str(error))}"
@@ -922,7 +848,7 @@ class AirStep:
             key: RunTask(
                 key,
                 row.stage.asset_key,
-                row.partition if self.plan.is_range else None,
+                self.plan.scope.check_partition(row.partition),
                 row.depends_on + row.after,
             )
             for key, row in self.plan.rows.items()
@@ -963,20 +889,21 @@ class AirStep:
     # --- the results: one per row ---------------------------------------------------
 
     def _results(self, client: AirClient, workloads: Mapping[str, Workload]) -> Iterator[RowResult]:
-        self._earlier: list[AirEvent] = []
         for kept in self.plan.kept:
-            yield RowResult(kept, metadata=self._kept_metadata(kept))
+            yield RowResult.kept(kept, self._kept_metadata(kept))
         blocked = self.blocking.blocked if self.blocking is not None else {}
         for run in self.runs:
             submitted, state = run.submitted, run.state
             assert submitted is not None and state is not None
             reported: dict[str, AttemptReports] = {}
+            # What earlier (retried) attempts of a row reported, by task key.
+            superseded: dict[str, list[dg.AssetObservation]] = {}
             if self.pipes is not None:  # each run's wait followed its blocking checks
                 final, earlier = self.pipes.final_reports(state)
                 for reports in earlier:
                     row = self.plan.rows.get(reports.task_key)
                     if row is not None:
-                        self._earlier.append(
+                        superseded.setdefault(row.task_key, []).append(
                             earlier_attempt_observation(
                                 reports, row.stage.asset_key, row.partition, submitted.run_id
                             )
@@ -985,14 +912,17 @@ class AirStep:
                 if not run.planned.multi_task:  # a plain run's one task reports for its row
                     reported = {run.planned.task_keys[0]: _merged(final)} if final else {}
             for row in self.plan.rows_of(run.planned):
-                yield self._row_result(
+                result = self._row_result(
                     client, row, workloads[row.task_key], submitted, state, reported, blocked
+                )
+                yield dataclasses.replace(
+                    result, observations=tuple(superseded.get(row.task_key, ()))
                 )
         submitted_rows = {key for run in self.runs for key in run.planned.task_keys}
         for key, row in self.plan.rows.items():
             if key not in submitted_rows:  # a later wave's row its checks did not let through
                 why = blocked.get(key) or self.skipped.get(key) or "not submitted"
-                yield RowResult(row, failure=why)
+                yield RowResult.of(row, failure=why)
 
     def _row_result(
         self,
@@ -1007,9 +937,9 @@ class AirStep:
         reports = reported.get(row.task_key)
         checks = tuple(reports.checks) if reports is not None else ()
         if row.task_key in blocked:
-            return RowResult(row, checks=checks, failure=blocked[row.task_key])
+            return RowResult.of(row, checks=checks, failure=blocked[row.task_key])
         if submitted.run_id in self._over_budget:
-            return RowResult(row, checks=checks, failure=self._over_budget[submitted.run_id])
+            return RowResult.of(row, checks=checks, failure=self._over_budget[submitted.run_id])
         task = state.task(row.task_key)
         succeeded = task.is_success if task is not None else state.is_success
         try:
@@ -1021,11 +951,11 @@ class AirStep:
         if outcome is not None and outcome.status == RunOutcome.STOPPED_STATUSES[0]:
             # Cancelled for a budget elsewhere (a spent sweep's other wait): no retry.
             self._over_budget[submitted.run_id] = outcome.message
-            return RowResult(row, checks=checks, failure=self.redact(outcome.message))
+            return RowResult.of(row, checks=checks, failure=self.redact(outcome.message))
         if not succeeded or outcome is None:
             why = outcome.message if outcome is not None and outcome.message else None
             why = why or state.stage(row.task_key).describe()
-            return RowResult(row, checks=checks, failure=self.redact(why))
+            return RowResult.of(row, checks=checks, failure=self.redact(why))
         outcome = dataclasses.replace(outcome, run_page_url=submitted.run_page_url)
         metadata = self.translator.get_materialization_metadata(
             row.stage.stage,
@@ -1036,12 +966,11 @@ class AirStep:
         )
         metadata.update(self._output_metadata(workload))
         metadata.update(self._checkpoint_metadata(client, state, row))
-        if self.plan.is_range:
-            metadata[PARTITION_METADATA] = row.partition
+        metadata.update(self.plan.scope.partition_metadata(row.partition))
         from_pipes = reports.materializations.get(row.stage.asset_key) if reports else None
         # What the workload reports adds to, never replaces, what the run says.
         metadata = {**((from_pipes.metadata or {}) if from_pipes else {}), **metadata}
-        return RowResult(
+        return RowResult.of(
             row,
             metadata=metadata,
             data_version=from_pipes.data_version if from_pipes else None,
@@ -1065,7 +994,7 @@ class AirStep:
         if checkpoint is None:
             return {}
         self.context.log.info(
-            f"newest checkpoint of {_row_name(row.stage, row.partition)}: {checkpoint.describe()} "
+            f"newest checkpoint of {row_name(row.stage, row.partition)}: {checkpoint.describe()} "
             f"({checkpoint.path})"
         )
         metadata: dict[str, Any] = {CHECKPOINT_KEY: dg.MetadataValue.path(checkpoint.path)}
@@ -1082,8 +1011,7 @@ class AirStep:
         for name in (f"{META_PREFIX}run_id", f"{META_PREFIX}run_url", OUTPUT_URI_KEY):
             if name in kept.metadata:
                 metadata[name] = kept.metadata[name]
-        if self.plan.is_range:
-            metadata[PARTITION_METADATA] = kept.partition
+        metadata.update(self.plan.scope.partition_metadata(kept.partition))
         return metadata
 
     def _output_metadata(self, workload: Workload) -> dict[str, Any]:
@@ -1096,133 +1024,37 @@ class AirStep:
             metadata[OUTPUT_URI_KEY] = value
         return metadata
 
-    # --- the renderer ---------------------------------------------------------------
+    # --- the record -----------------------------------------------------------------
 
-    def _render(self, results: list[RowResult]) -> Iterator[AirEvent]:
-        """The materializations and check results of every row.
-
-        A step over one partition (or none) yields a ``MaterializeResult`` per asset it
-        materialized; a kept asset gets one only where Dagster requires the output (the one
-        asset of a step that cannot be subset: Dagster would record it anyway, without
-        metadata). A step over a range materialized in full (trained and kept rows) yields
-        one ``MaterializeResult`` per asset, each partition's metadata its own: Dagster
-        records a range output for every partition of the range, so a kept partition is
-        recorded again there, saying which run made it (``dagster-air/kept_from_run``) and
-        0 GPU-hours. A range not materialized in full yields the partitions that were
-        trained, and the step fails after."""
-        failed = any(r.failure is not None for r in results)
-        required = not self.context.assets_def.can_subset
-        by_asset: dict[dg.AssetKey, list[RowResult]] = {}
-        for result in results:
-            if result.metadata is not None:
-                by_asset.setdefault(result.row.stage.asset_key, []).append(result)
-        for loaded in self.plan.selected:
-            done = by_asset.get(loaded.asset_key, [])
-            trained = [r for r in done if isinstance(r.row, TaskRow)]
-            if not self.plan.is_range:
-                for r in done:
-                    if trained or required:
-                        yield dg.MaterializeResult(
-                            asset_key=loaded.asset_key,
-                            metadata=r.metadata,
-                            data_version=r.data_version,
-                        )
-                continue
-            complete = not failed and len(done) == len(self.plan.partitions)
-            if complete and (trained or required):
-                for r in done:
-                    assert r.metadata is not None
-                    self.context.add_asset_metadata(
-                        r.metadata, asset_key=loaded.asset_key, partition_key=r.row.partition
-                    )
-                yield dg.MaterializeResult(asset_key=loaded.asset_key)
-                continue
-            for r in trained:
-                yield dg.AssetMaterialization(
-                    asset_key=loaded.asset_key, partition=r.row.partition, metadata=r.metadata
-                )
-        yield from self._checks(results)
-
-    def _checks(self, results: list[RowResult]) -> Iterator[AirEvent]:
-        """The check results each trained row reported, for the checks this step runs; a
-        declared check a materialized row did not report fails (it cannot pass unseen). A
-        range step's are evaluations of each row's partition, and its checks' outputs once."""
-        selected = self.context.selected_asset_check_keys
-        assets_def = self.context.assets_def
-        seen: set[tuple[dg.AssetCheckKey, str | None]] = set()
-        evaluated: set[dg.AssetCheckKey] = set()
-        for result in results:
-            row = result.row
-            if not isinstance(row, TaskRow):
-                continue
-            materialized = result.metadata is not None
-            for check in result.checks:
-                key = dg.AssetCheckKey(row.stage.asset_key, str(check.check_name))
-                if key not in selected or (key, row.partition) in seen:
-                    where = f"partition {row.partition}" if self.plan.is_range else "the workload"
-                    self.context.log.warning(
-                        f"{where} reported check {check.check_name} of "
-                        f"{key.asset_key.to_user_string()}, which this step does not run: ignored"
-                    )
-                    continue
-                seen.add((key, row.partition))
-                evaluated.add(key)
-                yield self._check(assets_def, key, row, check.passed, check.severity,
-                                  dict(check.metadata or {}), check)  # fmt: skip
-            for key in sorted(selected, key=str):
-                if (
-                    key.asset_key == row.stage.asset_key
-                    and materialized
-                    and (key, row.partition) not in seen
-                ):
-                    seen.add((key, row.partition))
-                    evaluated.add(key)
-                    yield self._check(
-                        assets_def, key, row, False, dg.AssetCheckSeverity.ERROR,
-                        {"reason": "the workload did not report this check (dagster-pipes)"}, None,
-                    )  # fmt: skip
-        if self.plan.is_range:
-            for key in sorted(evaluated, key=str):
-                # The check's output, once (its evaluations, one per partition, are above).
-                yield dg.Output(None, output_name=assets_def.output_names_by_entity_key[key])
-
-    def _check(
-        self,
-        assets_def: dg.AssetsDefinition,
-        key: dg.AssetCheckKey,
-        row: TaskRow,
-        passed: bool,
-        severity: dg.AssetCheckSeverity,
-        metadata: dict[str, Any],
-        reported: dg.AssetCheckResult | None,
-    ) -> AirEvent:
-        if not self.plan.is_range:
-            if reported is not None:
-                return reported
-            return dg.AssetCheckResult(
-                asset_key=key.asset_key, check_name=key.name, passed=passed, metadata=metadata
-            )
-        spec = assets_def.get_spec_for_check_key(key)
-        return dg.AssetCheckEvaluation(
-            asset_key=key.asset_key,
-            check_name=key.name,
-            passed=passed,
-            metadata={**metadata, PARTITION_METADATA: row.partition},
-            severity=severity,
-            blocking=spec.blocking,
-            # An unpartitioned check of a partitioned asset is evaluated once per partition,
-            # each evaluation naming its partition in its metadata.
-            partition=row.partition if spec.partitions_def is not None else None,
+    def _record(self, results: list[RowResult]) -> Iterator[AirEvent]:
+        """The events ``record`` makes of the results: a range's partition metadata goes to
+        the context, an ignored check to the log."""
+        context = self.context
+        recorded = record(
+            self.plan,
+            results,
+            self.plan.scope,
+            context.assets_def,
+            context.selected_asset_check_keys,
         )
+        for event in recorded:
+            if isinstance(event, PartitionMetadata):
+                context.add_asset_metadata(
+                    dict(event.metadata), asset_key=event.asset_key, partition_key=event.partition
+                )
+            elif isinstance(event, IgnoredCheck):
+                context.log.warning(event.message)
+            else:
+                yield event
 
     # --- the failure ----------------------------------------------------------------
 
     def _fail_if_any(self, client: AirClient, results: list[RowResult]) -> Iterator[AirEvent]:
-        failed = [r for r in results if r.failure is not None and isinstance(r.row, TaskRow)]
+        failed = [r for r in results if r.failure is not None and r.trained]
         if not failed:
             return
         blocked = self.blocking.blocked if self.blocking is not None else {}
-        failed_keys = {r.row.task_key for r in failed if isinstance(r.row, TaskRow)}
+        failed_keys = {r.task_key for r in failed}
         # The runs that ended badly (or over budget); a later wave's row that was never
         # submitted has no run of its own.
         failing = [
@@ -1230,7 +1062,8 @@ class AirStep:
             for run in self.runs
             if failed_keys & set(run.planned.task_keys)
             and run.state is not None
-            and (not run.state.is_success or run.submitted.run_id in self._over_budget)  # type: ignore[union-attr]
+            and run.submitted is not None
+            and (not run.state.is_success or run.submitted.run_id in self._over_budget)
         ]
         for run in failing:
             # A retry of the step starts a new generation (see ``_identity``).
@@ -1244,23 +1077,14 @@ class AirStep:
         metadata = self.translator.get_run_metadata(
             first.submitted.run_id, first.submitted.run_page_url, first.state
         )
-        if self.plan.is_range:
-            lines = [
-                f"{r.row.stage.asset_key.to_user_string()} partition {r.row.partition} "
-                f"(task {r.row.task_key}): {r.failure}"  # type: ignore[union-attr]
-                for r in failed
-            ]
-            partitions = sorted({str(r.row.partition) for r in failed})
-            metadata[f"{META_PREFIX}failed_partitions"] = ", ".join(partitions)
-            message = (
-                f"{len(partitions)} of {len(self.plan.partitions)} partitions not materialized: "
-                f"{', '.join(partitions)}\n" + "\n".join(lines)
-            )
+        range_failure = self.plan.scope.failure(failed, metadata)
+        if range_failure is not None:
+            message = range_failure
         elif not failing and failed_keys & set(blocked):
             for r in failed:
-                if r.row.task_key in blocked:  # type: ignore[union-attr]
+                if r.task_key in blocked:
                     self.context.log.warning(
-                        f"stage {r.row.stage.key} is not recorded as materialized: {r.failure}"
+                        f"stage {r.stage.key} is not recorded as materialized: {r.failure}"
                     )
             message = "downstream of a failed blocking check (never started):\n" + "\n".join(
                 f"{key}: not materialized, {reason}"
@@ -1293,12 +1117,8 @@ class AirStep:
             for row in rows:
                 if row.task_key == failed_task.task_key:
                     return row.stage.asset_key
-        mine = [
-            r
-            for r in failed
-            if isinstance(r.row, TaskRow) and r.row.task_key in run.planned.task_keys
-        ]
-        return (mine[0].row.stage if mine else rows[0].stage).asset_key
+        mine = [r for r in failed if r.task_key in run.planned.task_keys]
+        return (mine[0].stage if mine else rows[0].stage).asset_key
 
 
 def _merged(reports: Sequence[AttemptReports]) -> AttemptReports:
@@ -1310,8 +1130,3 @@ def _merged(reports: Sequence[AttemptReports]) -> AttemptReports:
         materializations.update(reports_of_task.materializations)
         checks.extend(reports_of_task.checks)
     return AttemptReports(reports[0].task_key, reports[0].attempt, materializations, checks)
-
-
-def _row_name(stage: LoadedStage, partition: str | None) -> str:
-    name = stage.asset_key.to_user_string()
-    return f"{name} partition {partition}" if partition is not None else name

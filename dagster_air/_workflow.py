@@ -42,8 +42,74 @@ def check_gpu_hours(value: object, what: str) -> None:
 
 @dataclass(frozen=True)
 class AirAssetOptions:
-    """The options every way of defining AI Runtime assets shares (their meaning is in
-    ``build_air_assets``'s docstring)."""
+    """The options of AI Runtime assets, one object for every way of defining them:
+    ``build_air_assets(stages, options=AirAssetOptions(...))``, ``@air_workload_asset(...,
+    options=AirAssetOptions(...))``, and :class:`AirWorkloadComponent`, whose fields of the
+    same names build it.
+
+    Attributes:
+        translator: derives asset keys, descriptions, metadata... (subclass
+            :class:`DagsterAirTranslator` to change them).
+        base_dir: where relative workload paths are looked up (default: the working dir).
+        partitions_def: partitions, e.g. a hyperparameter sweep; see ``partition_parameters``.
+        partition_parameters: ``{partition_key: {param: value}}`` or a function of the key
+            giving the parameters merged into ``parameters`` for that partition. Default:
+            ``lr=0.1,batch=32`` style keys become those parameters, other keys
+            ``parameters.partition``.
+        partition_overrides: ``{partition_key: {dotted workload key: value}}`` or a function
+            of the key giving them, e.g. ``{"lr-0.1": {"compute.num_accelerators": 2}}``:
+            what else a partition changes (its size, a variable); each partition's task of a
+            range run gets its own. Partitions a mapping does not name keep the workload's.
+        partition_env: environment variable that receives the raw partition key (``None``:
+            none).
+        secret_env: workload secret NAME -> environment variable of the Dagster process
+            (``dg.EnvVar("HF_TOKEN")`` or its name); stored as Databricks secrets at submit
+            time, values never logged.
+        resource_key: the key of the :class:`AirWorkspace` resource.
+        log_node: print only this node's log lines (default: the resource's ``log_node``;
+            unset there too: every node's). Pipes messages are read from every node.
+        run_env: environment variables set per materialization, formatted with
+            ``{run_id}``, ``{partition_key}`` and ``{stage}``, e.g.
+            ``{"OUTPUT_DIR": "/tmp/out/{run_id}"}`` so concurrent runs never share a folder.
+        retry_policy: Dagster retries; a retry after a crash reattaches to the remote run,
+            a retry after a failed remote run starts a new one. A re-execution from failure
+            and a run retry (``dagster/max_retries``) likewise train only the stages and
+            partitions their parent runs did not materialize, and adopt a remote run a
+            parent started that is still going; "Re-execute all" trains everything again.
+        pool: the Dagster concurrency pool of the step (one slot per step, whatever its
+            size; see ``accelerator_pool`` to count accelerators).
+        accelerator_pool: a Dagster pool counted in accelerators: before submitting, the
+            step waits for one slot of it per accelerator its runs ask for at once, and holds
+            them until its runs end, so steps of mixed sizes never ask a GPU pool for more
+            than the pool's limit (sized from the GPU pool's reservation when unset). Not
+            the same pool as ``pool``.
+        max_gpu_hours: the most GPU-hours (accelerators x elapsed, every attempt) one
+            remote run of the step may use (in a range run: each partition's task): past it
+            the run is cancelled and the step fails saying so. A stage's own budget:
+            ``AirStage.max_gpu_hours``.
+        failure_policy: what an attempt of a remote run that fails while the platform is
+            about to retry it gets, by the class of its diagnosis (``air_runtime.
+            FailurePolicy`` or a mapping such as ``{"unknown": "stop"}``). Default: a
+            deterministic failure (CUDA out of memory, a missing command or module, ...)
+            cancels the run and fails the step without retries, the diagnosis first;
+            infrastructure and unknown failures are retried by the platform (a warning in
+            the step log says so).
+        stop_deterministic_retries: deprecated; sets ``failure_policy``'s deterministic
+            action (True: stop, False: let the platform retry).
+        op_tags: tags of the op (e.g. ``dagster/concurrency_key``).
+        backfill_policy: how backfills of partitioned stages are split into runs. A run over
+            a range of partitions (``single_run()``, ``multi_run(n)`` with n > 1) submits one
+            task per stage and partition, each trained with its partition's parameters and
+            recorded as that partition.
+        max_tasks_per_run: the most tasks one remote run of a partition range holds; a
+            larger range is split into several runs (default 100, at most 1,000).
+        io_manager_key: the IO manager that loads a stage for a downstream asset taking it
+            as an input (the stages store nothing themselves).
+        output_env: the environment variable naming where the stages write (e.g. an
+            ``OUTPUT_DIR`` of ``run_env``): its value is recorded as ``dagster/uri``, and a
+            stage materialized without an upstream stage it depends on gets, in that
+            variable, the location the upstream stage last recorded.
+    """
 
     translator: DagsterAirTranslator | None = None
     base_dir: str | os.PathLike[str] | None = None

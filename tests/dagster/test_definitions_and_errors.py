@@ -3,13 +3,22 @@ the workspace refuses."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import dagster as dg
 import pytest
 import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 from dagster_checks import counters, failure_data, workload
 
-from dagster_air import AirStage, AirWorkspace, air_workload_asset, build_air_assets
+from dagster_air import (
+    AirAssetOptions,
+    AirStage,
+    AirWorkspace,
+    air_workload_asset,
+    build_air_assets,
+)
 
 
 def test_partition_coverage_is_checked_when_the_definitions_load():
@@ -55,6 +64,40 @@ def test_python_factories_take_checks_pool_retries_backfill_and_io_manager():
         )
     )
     assert {k.name for k in stages.check_keys} == {"done"}
+
+
+def test_the_factories_take_their_options_as_one_object():
+    options = AirAssetOptions(
+        pool="gpu",
+        retry_policy=dg.RetryPolicy(max_retries=2),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        partitions_def=dg.StaticPartitionsDefinition(["a"]),
+    )
+    built = build_air_assets(AirStage(key="built", workload=workload("built", "true")),
+                             options=options)  # fmt: skip
+
+    @air_workload_asset(workload=workload("decorated", "true"), options=options)
+    def decorated(context, air):
+        yield from air.run()
+
+    for assets in (built, decorated):
+        assert assets.op.pool == "gpu"
+        assert assets.op.retry_policy.max_retries == 2
+        assert assets.backfill_policy == dg.BackfillPolicy.single_run()
+        assert assets.partitions_def == dg.StaticPartitionsDefinition(["a"])
+
+    # Each option is also a keyword argument of both factories, with the same default.
+    defaults = AirAssetOptions()
+    for factory in (build_air_assets, air_workload_asset):
+        parameters = inspect.signature(factory).parameters
+        for field in dataclasses.fields(AirAssetOptions):
+            assert parameters[field.name].default == getattr(defaults, field.name), field.name
+
+    # Both ways at once: which would win is not obvious.
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="not both"):
+        build_air_assets(
+            AirStage(key="both", workload=workload("both", "true")), options=options, pool="cpu"
+        )
 
 
 def _write_component(sandbox, name: str, attributes: dict) -> None:
