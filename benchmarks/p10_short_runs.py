@@ -24,6 +24,7 @@ resumed side and nothing to the other); P7 counts worker runs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import signal
@@ -119,6 +120,38 @@ class _TaskInstance:
     def __init__(self, index: int) -> None:
         self.dag_id, self.task_id, self.run_id = "bench_p10", "train", f"round-{index}"
         self.map_index = index
+        self.try_number = 1
+
+
+# The task instance of the trigger whose coroutine logs (each trigger waits in a task of its
+# own, which has its own copy of the context).
+_LOGGING_TI: contextvars.ContextVar[_TaskInstance | None] = contextvars.ContextVar(
+    "p10_logging_ti", default=None
+)
+
+
+def _write_trigger_lines_to_their_files() -> None:
+    """Do what the triggerer's supervisor does with a trigger's log lines (Airflow's
+    ``triggerer_job_runner``: a JSON line per event in the try's
+    ``<attempt log>.trigger.<job id>.log``), as each line is logged."""
+    import structlog
+    from airflow.configuration import conf
+    from airflow.utils.helpers import log_filename_template_renderer
+
+    render = log_filename_template_renderer()
+    folder = Path(conf.get("logging", "base_log_folder"))
+
+    def to_trigger_file(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        ti = _LOGGING_TI.get()
+        if ti is not None:
+            path = Path(f"{folder / render(ti=ti)}.trigger.1.log")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as file:
+                file.write(json.dumps(event, default=str) + "\n")
+        return event
+
+    processors = list(structlog.get_config()["processors"])
+    structlog.configure(processors=[*processors[:-1], to_trigger_file, processors[-1]])
 
 
 async def _round(host: str, side: str, k: int, index: int) -> list[tuple[int, float]]:
@@ -155,6 +188,7 @@ async def _round(host: str, side: str, k: int, index: int) -> list[tuple[int, fl
             stream_logs=False,
         )
         trigger.task_instance = _TaskInstance(run_id)  # its XComs go through the channel
+        _LOGGING_TI.set(trigger.task_instance)
         events = trigger.run()
         await anext(events)
         woke.append((run_id, time.time()))
@@ -221,6 +255,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
     try:
         _airflow_env(workspace.port)
         task_runner.SUPERVISOR_COMMS = channel  # type: ignore[assignment]
+        _write_trigger_lines_to_their_files()
         rounds = {"ends_in_triggerer": 10 if quick else 40, "resumes_in_worker": 3 if quick else 10}
         ks = [1, 4, 50]
         started = time.monotonic()
