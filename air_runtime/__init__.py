@@ -39,6 +39,7 @@ from air_runtime._errors import (
 from air_runtime._failure_policy import FailureClass, FailurePolicy, RetryAction, RetryDecision
 from air_runtime._lazy import lazy_exports
 from air_runtime._mlflow_link import MlflowLinkReader
+from air_runtime._ownership import EarlierLaunch, Ownership, decide_ownership
 from air_runtime._redaction import RedactingLog, Redactor, credential_secrets
 from air_runtime._run_names import PartitionRange, decode_name_part, encode_name_part
 from air_runtime._states import RunState, TaskState, failure_message, mlflow_ids, mlflow_run_url
@@ -160,11 +161,13 @@ __all__ = [
     "ConfigurationError",
     "Container",
     "DockerImage",
+    "EarlierLaunch",
     "Environment",
     "FailureClass",
     "FailurePolicy",
     "InvalidResponse",
     "NotFound",
+    "Ownership",
     "Permission",
     "PlatformError",
     "PartitionRange",
@@ -201,6 +204,7 @@ __all__ = [
     "build_workflow_plan",
     "credential_secrets",
     "decode_name_part",
+    "decide_ownership",
     "encode_name_part",
     "failure_message",
     "MlflowLinkReader",

@@ -38,17 +38,15 @@ import dagster as dg
 
 from air_runtime import PartitionRange, RunState, SubmissionKey, SubmittedRun, Sweep
 
+from ._lineage import GENERATION_KEY, STEP_KEY_KEY, Lineage
 from ._translator import META_PREFIX
 
 if TYPE_CHECKING:
-    from ._lineage import Lineage
     from ._resource import AirWorkspace
 
 BACKFILL_TAG = "dagster/backfill"  # the tag every run of a backfill carries (its id)
 NAMESPACE_KEY = "dagster_air/deployment_namespace"
 _SETTLE_S = 1.0
-GENERATION_KEY = f"{META_PREFIX}generation"
-STEP_KEY_KEY = f"{META_PREFIX}step_key"
 
 
 def submission_key(

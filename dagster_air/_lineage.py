@@ -45,9 +45,11 @@ from dagster._core.storage.tags import (
     ROOT_BACKFILL_ID_TAG,
 )
 
-from ._identity import GENERATION_KEY, STEP_KEY_KEY
 from ._translator import META_PREFIX
 
+# The observation ``_identity`` writes when a generation's run ended unsuccessfully.
+GENERATION_KEY = f"{META_PREFIX}generation"
+STEP_KEY_KEY = f"{META_PREFIX}step_key"
 LAUNCH_KEY = f"{META_PREFIX}launch"
 CODE_VERSION_TAG = "dagster/code_version"
 PARTITION_TAG = "dagster/partition"

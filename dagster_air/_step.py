@@ -39,6 +39,7 @@ from air_runtime import (
     BudgetExceeded,
     CancelCause,
     ConfigurationError,
+    EarlierLaunch,
     FailurePolicy,
     MlflowLinkReader,
     Redactor,
@@ -52,6 +53,7 @@ from air_runtime import (
     Sweep,
     SweepBudgetSpent,
     Workload,
+    decide_ownership,
 )
 
 from ._accelerators import AcceleratorClaim, gpu_pools_of, lanes_of, step_accelerators
@@ -256,35 +258,30 @@ class AirStep:
         the lineage still going is cancelled first: a step never runs two."""
         if not self.recovering:
             return 0, [], {}
-        failed = self.lineage.failed_generations(self.step_key)
-        generation = max(failed, default=-1) + 1
         launches = self.lineage.launches(self.step_key)
-        states: dict[int, RunState | None] = {}
-        for launch in sorted(launches, key=lambda x: x.generation):
-            states[launch.run_id] = state = self._state_of(client, launch.run_id)
-            ended_badly = state is not None and state.is_terminal and not state.is_success
-            if launch.generation == generation and ended_badly:
-                generation += 1  # its worker died before it could say so
+        states = {
+            x.run_id: state
+            for x in launches
+            if (state := self._state_of(client, x.run_id)) is not None  # unread: no conclusion
+        }
         plan = self.plan
         indices = {r.index for r in plan.runs}
-        # A launch of this generation whose tasks differ from the plan's (the code changed)
-        # holds this generation's token for its index: the same token would give it back.
-        while any(
-            x.generation == generation
-            and x.index in indices
-            and not plan.holds(x.index, x.task_keys)
-            for x in launches
-        ):
-            generation += 1
-        stale = [
-            launch
-            for launch in launches
-            if (launch.generation != generation or not plan.holds(launch.index, launch.task_keys))
-            and (state := states.get(launch.run_id)) is not None
-            and not state.is_terminal
-        ]
-        adoptable = {x.run_id: x for x in launches if x.generation == generation}
-        return generation, list({x.run_id: x for x in stale}.values()), adoptable
+        decided = decide_ownership(
+            [
+                EarlierLaunch(
+                    x.run_id,
+                    x.generation,
+                    planned=x.index in indices,
+                    same_plan=plan.holds(x.index, x.task_keys),
+                )
+                for x in launches
+            ],
+            states,
+            failed=self.lineage.failed_generations(self.step_key),
+        )
+        by_id = {x.run_id: x for x in launches}
+        adoptable = {x.run_id: x for x in launches if x.generation == decided.generation}
+        return decided.generation, [by_id[r] for r in decided.cancel_first], adoptable
 
     def _state_of(self, client: AirClient, run_id: int) -> RunState | None:
         try:

@@ -121,7 +121,7 @@ def reattach(
 ) -> RunRecord | FirstGeneration:
     """The run an earlier try of this generation started, when it is still in flight or
     succeeded; else the generation to submit first."""
-    from air_runtime import NotFound
+    from air_runtime import EarlierLaunch, NotFound, decide_ownership
 
     clear = clear_generation(context, task)
     if is_first_try(context):
@@ -136,8 +136,15 @@ def reattach(
     try:
         state = client.get_run(previous.run_id)
     except NotFound:
-        state = None
-    if state is not None and (not state.is_terminal or state.is_success):
+        state = None  # no longer exists: ended, for what it owns
+    # Every generation before the recorded one ended unsuccessfully (that is why it was made).
+    decided = decide_ownership(
+        [EarlierLaunch(previous.run_id, previous.failure_generation)],
+        {previous.run_id: state},
+        failed=range(previous.failure_generation),
+    )
+    if previous.run_id in decided.adopt:
+        assert state is not None  # a run that no longer exists is never adopted
         log.info(
             "Reattaching to run %s started by an earlier try (%s): %s",
             previous.run_id,
@@ -147,7 +154,7 @@ def reattach(
         return previous
     ended = state.describe() if state is not None else "no longer exists"
     log.info("Previous run %s %s; submitting a new run", previous.run_id, ended)
-    return FirstGeneration(clear, previous.failure_generation + 1, previous.namespace)
+    return FirstGeneration(clear, decided.generation, previous.namespace)
 
 
 def submit_generations(
@@ -163,6 +170,8 @@ def submit_generations(
     """Submit ``first`` and, while the run handed back is an earlier try's that already
     failed, the next generations; record each run in the task state store. The record's
     second element: whether the run is this try's own (not an earlier try's, reattached)."""
+    from air_runtime import EarlierLaunch, decide_ownership
+
     store = _task_state_store(context)
     try_started_ms = int(time.time() * 1000)
     failure = first.failure
@@ -180,14 +189,19 @@ def submit_generations(
             return record, True
         state = client.get_run(submitted.run_id)
         started = state.start_time or try_started_ms
-        if state.is_terminal and not state.is_success and started < try_started_ms:
-            # Same token, an earlier try's run that already failed: next generation.
+        # Same token: an earlier try's run (started before this try) when it ended
+        # unsuccessfully says the generation failed; a run this try started says nothing.
+        earlier = {submitted.run_id: state} if started < try_started_ms else {}
+        decided = decide_ownership(
+            [EarlierLaunch(submitted.run_id, failure)], earlier, first=failure
+        )
+        if decided.generation != failure:
             log.info(
                 "Run %s of an earlier try already ended %s; submitting a new run",
                 submitted.run_id,
                 state.describe(),
             )
-            failure += 1
+            failure = decided.generation
             continue
         reattached = started < try_started_ms
         log.info(
