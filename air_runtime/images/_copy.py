@@ -35,7 +35,7 @@ from ._registry import INDEX_TYPES, MANIFEST_TYPES, Registry, RegistryError
 
 PLATFORM = ("linux", "amd64")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-DEFAULT_READ_BYTES = 1024 * 1024
+DEFAULT_READ_BYTES = 256 * 1024  # per read of a source blob; three blobs stream at once
 _MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _UPLOAD_ATTEMPTS = 5
 
