@@ -88,9 +88,14 @@ MET_RULE = (
 )
 
 
+# What the benchmarks write: not the code they measure.
+_OUTPUTS = ("benchmarks/results", "docs/performance.md")
+
+
 def git_commit(path: Path | None = None) -> str:
-    """The checked-out commit (``+dirty`` when tracked files differ), or, with ``path``, the
-    commit that last changed that file."""
+    """The checked-out commit (``+dirty`` when tracked files other than the benchmarks' own
+    outputs differ: a run rewrites its result and plot before the next one starts), or, with
+    ``path``, the commit that last changed that file."""
     if path is not None:
         found = subprocess.run(
             ["git", "log", "-1", "--format=%h", "--", str(path)],
@@ -108,7 +113,10 @@ def git_commit(path: Path | None = None) -> str:
         check=False,
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO, capture_output=True, check=False
+        ["git", "diff", "--quiet", "HEAD", "--", ".", *(f":!{p}" for p in _OUTPUTS)],
+        cwd=REPO,
+        capture_output=True,
+        check=False,
     ).returncode
     return f"{head}+dirty" if dirty else head
 
