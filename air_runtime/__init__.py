@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from air_runtime._progress import TrainingProgress as TrainingProgress
     from air_runtime._progress import compute_progress as compute_progress
     from air_runtime._submission import RunOutcome as RunOutcome
+    from air_runtime._submission import RunStatus as RunStatus
     from air_runtime._submission import Submission as Submission
     from air_runtime._submission import SubmissionKey as SubmissionKey
     from air_runtime._templates import has_template_placeholders as has_template_placeholders
@@ -126,6 +127,7 @@ _LAZY = {
     "TrainingProgress": "air_runtime._progress",
     "compute_progress": "air_runtime._progress",
     "RunOutcome": "air_runtime._submission",
+    "RunStatus": "air_runtime._submission",
     "Submission": "air_runtime._submission",
     "SubmissionKey": "air_runtime._submission",
     "Credentials": "air_runtime._auth",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -247,6 +248,28 @@ class SubmissionKey:
 # --- the outcome --------------------------------------------------------------------------
 
 
+class RunStatus(enum.StrEnum):
+    """How a wait on a run ended: the run's own end (``SUCCESS``, ``FAILED``), the wait's
+    (``TIMEOUT``, ``ERROR``), or our stop of it (``BUDGET``, ``RETRIES_STOPPED``). Its values
+    are the plain strings stored in trigger events, so a stored event reads back the same."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    BUDGET = "budget"  # over its max_gpu_hours, or its sweep's
+    RETRIES_STOPPED = "retries_stopped"  # a deterministic failure: retries would not change it
+
+    @classmethod
+    def read(cls, value: str) -> RunStatus:
+        """A stored status; one a newer version wrote and this one does not know reads as
+        ``ERROR`` (never a success)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.ERROR
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """How a run, or one task of it, ended; what both orchestrators render.
@@ -256,9 +279,12 @@ class RunOutcome:
     missing one reads as its default, an unknown one is ignored."""
 
     # The statuses of ``stopped``: no retry helps (the run was cancelled on purpose).
-    STOPPED_STATUSES: ClassVar[tuple[str, str]] = ("budget", "retries_stopped")
+    STOPPED_STATUSES: ClassVar[tuple[RunStatus, RunStatus]] = (
+        RunStatus.BUDGET,
+        RunStatus.RETRIES_STOPPED,
+    )
 
-    status: str  # success | failed | timeout | error | budget | retries_stopped
+    status: RunStatus
     run_id: int
     run_page_url: str
     # None (no result yet: timeout, error) is left out of events, so it must be optional.
@@ -282,9 +308,14 @@ class RunOutcome:
     # Why our code cancelled the run, when it did (``CancelCause.describe``).
     cancel_cause: str | None = None
 
+    def __post_init__(self) -> None:
+        # A plain string (a stored event, a caller's literal) becomes its RunStatus.
+        if not isinstance(self.status, RunStatus):
+            object.__setattr__(self, "status", RunStatus.read(self.status))
+
     @property
     def succeeded(self) -> bool:
-        return self.status == "success"
+        return self.status is RunStatus.SUCCESS
 
     def priced(self, prices: Prices | None) -> RunOutcome:
         """The outcome with what its GPU-hours cost at ``prices`` (unchanged without prices,
@@ -309,7 +340,9 @@ class RunOutcome:
         return f"{what} succeeded{used}: {self.run_page_url}"
 
     def to_event(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        event = {k: v for k, v in asdict(self).items() if v is not None}
+        event["status"] = self.status.value  # plain JSON for Airflow's trigger table
+        return event
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> RunOutcome:
@@ -333,7 +366,7 @@ class RunOutcome:
 
     @classmethod
     def unfinished(
-        cls, status: str, run_id: int, run_page_url: str, message: str, task_key: str | None
+        cls, status: RunStatus, run_id: int, run_page_url: str, message: str, task_key: str | None
     ) -> RunOutcome:
         """A wait that ended without the run ending (``timeout``, ``error``)."""
         return cls(status, run_id, run_page_url, None, message, task_key)
@@ -362,7 +395,7 @@ class RunOutcome:
             return dataclasses.replace(
                 outcome, gpu_hours=round(stopped.used, 6), gpu_hours_by_type=by_type
             )
-        status = "failed" if stopped.retryable else retries
+        status = RunStatus.FAILED if stopped.retryable else retries
         return cls(status, run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
 
@@ -384,7 +417,7 @@ def outcome_flow(
     result = yield from _runs.run_result(core, view)
     experiment, mlflow_run = mlflow_ids(result.output)
     task = view.tasks[0] if len(view.tasks) == 1 else None
-    status = "success" if result.failure is None else "failed"
+    status = RunStatus.SUCCESS if result.failure is None else RunStatus.FAILED
     message = "" if result.failure is None else str(result.failure)
     cause = None
     if view.result_state == "CANCELED" or state.result_state == "CANCELED":
@@ -395,7 +428,7 @@ def outcome_flow(
         if cause is not None:
             message = f"{message}\nCause: {cause.describe()}" if message else cause.describe()
             if cause.kind == "budget":
-                status = RunOutcome.STOPPED_STATUSES[0]
+                status = RunStatus.BUDGET
     return RunOutcome(
         status=status,
         run_id=state.run_id,

@@ -47,6 +47,7 @@ from air_runtime import (
     RunFailed,
     RunOutcome,
     RunState,
+    RunStatus,
     Stage,
     Submission,
     SubmittedRun,
@@ -945,7 +946,7 @@ class AirStep:
             )
         except AirError:
             outcome = None
-        if outcome is not None and outcome.status == RunOutcome.STOPPED_STATUSES[0]:
+        if outcome is not None and outcome.status is RunStatus.BUDGET:
             # Cancelled for a budget elsewhere (a spent sweep's other wait): no retry.
             self._over_budget[submitted.run_id] = outcome.message
             return RowResult.of(row, checks=checks, failure=self.redact(outcome.message))

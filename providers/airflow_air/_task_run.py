@@ -34,6 +34,7 @@ from air_runtime import (
     RedactingLog,
     RetriesStopped,
     RunOutcome,
+    RunStatus,
     Submission,
     Sweep,
     SweepBudgetSpent,
@@ -85,6 +86,10 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+
+# Outcomes of a run that ended (its logs and checkpoint are worth showing), and with a timeout.
+_ENDED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, *RunOutcome.STOPPED_STATUSES})
+_ENDED_OR_TIMED_OUT = _ENDED | {RunStatus.TIMEOUT}
 
 
 class StageRunner(Protocol):
@@ -402,7 +407,7 @@ class AirTaskRun(TaskRun):
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
             )
-        if outcome.status in ("success", "failed", "timeout", *RunOutcome.STOPPED_STATUSES):
+        if outcome.status in _ENDED_OR_TIMED_OUT:
             try:
                 with AirHook(self.task.databricks_conn_id).get_client() as client:
                     self.log = RedactingLog(self.task.log, self.redactor(client))
@@ -703,23 +708,23 @@ class AirTaskRun(TaskRun):
         task = self.task
         self.run_id = outcome.run_id
         result = self.push_outcome_xcoms(outcome)
-        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
+        if outcome.status in _ENDED:
             self._show_newest_checkpoint(client)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
+        if outcome.status in _ENDED:
             self._finish(outcome, client, state)
-        if outcome.status == "success":
+        if outcome.status is RunStatus.SUCCESS:
             task.log.info("%s", outcome.summary())
             return result
-        if outcome.status == "failed":
+        if outcome.status is RunStatus.FAILED:
             raise AirRunFailedError(
                 outcome.message,
                 run_id=outcome.run_id,
                 result_state=outcome.result_state,
                 run_page_url=outcome.run_page_url,
             )
-        if outcome.status == "timeout":
+        if outcome.status is RunStatus.TIMEOUT:
             raise AirflowTaskTimeout(outcome.message)
         if outcome.status in RunOutcome.STOPPED_STATUSES:  # a retry would spend again, for nothing
             raise AirflowFailException(outcome.message)

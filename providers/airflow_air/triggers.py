@@ -286,6 +286,7 @@ class AirRunTrigger(BaseTrigger):
             FailurePolicy,
             RetriesStopped,
             RunOutcome,
+            RunStatus,
             RunTimeout,
             Sweep,
         )
@@ -345,7 +346,7 @@ class AirRunTrigger(BaseTrigger):
             else:
                 message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
             outcome = RunOutcome.unfinished(
-                "timeout", self.run_id, self.run_page_url, message, self.task_key
+                RunStatus.TIMEOUT, self.run_id, self.run_page_url, message, self.task_key
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             # Always cancelled (cancel_on_kill or not): the budget is what the user spends,
@@ -368,13 +369,17 @@ class AirRunTrigger(BaseTrigger):
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
-                "error", self.run_id, self.run_page_url, f"could not {what}: {exc}", self.task_key
+                RunStatus.ERROR,
+                self.run_id,
+                self.run_page_url,
+                f"could not {what}: {exc}",
+                self.task_key,
             )
             # A workspace that refuses the submit fails the task as a worker's refusal would.
             refused = not self.run_id and isinstance(exc, AirError) and not exc.retryable
         except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
             outcome = RunOutcome.unfinished(
-                "error",
+                RunStatus.ERROR,
                 self.run_id,
                 self.run_page_url,
                 f"{type(exc).__name__}: {exc}",
