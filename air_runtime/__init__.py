@@ -98,6 +98,7 @@ if TYPE_CHECKING:
     from air_runtime._templates import (
         workload_template_environment as workload_template_environment,
     )
+    from air_runtime._wait_policy import WaitPolicy as WaitPolicy
     from air_runtime._watcher import LineBudget as LineBudget
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime._watcher import WorkspaceNotice as WorkspaceNotice
@@ -124,6 +125,7 @@ _LAZY = {
     "LineBudget": "air_runtime._watcher",
     "RunWatcher": "air_runtime._watcher",
     "WorkspaceNotice": "air_runtime._watcher",
+    "WaitPolicy": "air_runtime._wait_policy",
     "TrainingProgress": "air_runtime._progress",
     "compute_progress": "air_runtime._progress",
     "RunOutcome": "air_runtime._submission",

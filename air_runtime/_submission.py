@@ -45,6 +45,7 @@ from ._run_names import PartitionRange, compose_run_name, encode_name_part
 from ._run_names import short_run as short_run
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
 from ._sweeps import Prices, Sweep, SweepBudgetSpent
+from ._wait_policy import WaitPolicy
 from .client import _cancel_causes, _checkpoint_folders, _runs, _secrets, _submit
 from .client._cancel_causes import CancelCause
 from .client._core import ClientCore, Flow
@@ -742,9 +743,8 @@ class Submission:
                     state = yield from _runs.wait(
                         core,
                         run_id,
-                        timeout=RUN_END_WAIT_S,
+                        WaitPolicy.until_end(RUN_END_WAIT_S),
                         poll_interval=_RUN_END_POLL_S,
-                        on_update=None,
                     )
         except AirError as error:
             self._warning(f"tell whether run {run_id} has ended", error)
@@ -791,7 +791,7 @@ class Submission:
             return None
         try:
             state = yield from _runs.wait(
-                core, run_id, timeout=wait_s, poll_interval=poll_interval, on_update=None
+                core, run_id, WaitPolicy.until_end(wait_s), poll_interval=poll_interval
             )
         except RunTimeout:
             return None

@@ -24,7 +24,6 @@ import dataclasses
 import queue
 import re
 import sys
-import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ from air_runtime import (
     SubmittedRun,
     Sweep,
     SweepBudgetSpent,
+    WaitPolicy,
     Workload,
     decide_ownership,
 )
@@ -645,38 +645,27 @@ class AirStep:
         submitted = run.submitted
         assert submitted is not None
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        run_budget, task_budgets = self._budgets(run) if budgets else (None, {})
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed. The queue is this step's alone: whichever step's wait
         # the shared watcher serves, what it sees of this run lands here. After a cancel
-        # over budget the rest of the logs is not read again.
+        # over budget the wait only waits for the end, and the rest of the logs is not read
+        # again.
         future = watch_in_background(
             self.workspace,
             submitted.run_id,
             events,
+            self._wait_policy(run) if budgets else WaitPolicy.until_end(),
             follow_logs=budgets and (self.workspace.stream_logs or self.pipes is not None),
-            max_gpu_hours=run_budget,
-            # After a cancel the wait only waits for the end.
-            failure_policy=FailurePolicy.of(
-                self.options.failure_policy, self.options.stop_deterministic_retries
-            )
-            if budgets
-            else FailurePolicy.platform_only(),
-            sweep=self.sweep if budgets else None,
         )
         try:
             while True:
                 yield from self._drain(events, submitted.run_id)
-                exceeded: BudgetExceeded | RetriesStopped | None
                 try:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
                     self.own_run.check()
-                    exceeded = self._task_over_budget(submitted.run_id, task_budgets)
-                except (BudgetExceeded, RetriesStopped) as error:
-                    exceeded = error
-                if exceeded is not None:
+                except (BudgetExceeded, RetriesStopped) as exceeded:
                     future.cancel()
                     yield from self._drain(events, submitted.run_id)
                     self._cancel_over_budget(run, exceeded)
@@ -690,11 +679,11 @@ class AirStep:
             future.cancel()  # stop following this run on the background loop
             raise
 
-    def _budgets(self, run: RemoteRun) -> tuple[float | None, dict[str, float]]:
-        """The run's ``max_gpu_hours`` (the shared watcher checks it) and its tasks' (checked
-        here from the states the watcher reads): each stage's own; in a range run the
-        asset's bounds each partition's task instead of the whole run, otherwise the whole
-        step (all its runs)."""
+    def _wait_policy(self, run: RemoteRun) -> WaitPolicy:
+        """What ends the wait on ``run`` besides its end: the step's failure policy, its
+        sweep, the run's ``max_gpu_hours`` and its tasks' (all checked by the shared watcher,
+        from the states it reads): each stage's own; in a range run the asset's bounds each
+        partition's task instead of the whole run, otherwise the whole step (all its runs)."""
         scope, asset = self.plan.scope, self.options.max_gpu_hours
         tasks: dict[str, float] = {}
         for row in self.plan.rows_of(run.planned):
@@ -702,38 +691,22 @@ class AirStep:
             if task is not None:
                 tasks[row.task_key] = float(task)
         step = scope.step_budget(asset)
-        if step is None:
-            return None, tasks
-        # The asset's budget bounds the step: a run after a blocking check gets what the runs
-        # before it left (they have ended: their GPU-hours are final).
-        used = sum(r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None)
-        return max(float(step) - used, 1e-9), tasks
-
-    def _task_over_budget(self, run_id: int, budgets: Mapping[str, float]) -> BudgetExceeded | None:
-        """A task of the run past its budget, computed from the last state the wait saw
-        (no request); a breach is confirmed with one read of the run, as the watcher does
-        (that state may predate the task's end)."""
-        state = self._last_state
-        if not budgets or state is None or state.run_id != run_id or state.is_terminal:
-            return None
-        for confirming in (False, True):
-            now_ms = int(time.time() * 1000)
-            over = [
-                (key, used, hours)
-                for key, hours in budgets.items()
-                if not state.has_ended(key) and (used := state.gpu_hours(key, now_ms)) > hours
-            ]
-            if not over:
-                return None
-            if confirming or self._client is None:
-                break
-            try:
-                state = self._last_state = self._client.get_run(run_id)
-            except AirError as error:
-                self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
-                return None
-        key, used, hours = over[0]
-        return BudgetExceeded(run_id, used, hours, task_key=key)
+        run_budget = None
+        if step is not None:
+            # The asset's budget bounds the step: a run after a blocking check gets what the
+            # runs before it left (they have ended: their GPU-hours are final).
+            used = sum(
+                r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None
+            )
+            run_budget = max(float(step) - used, 1e-9)
+        return WaitPolicy(
+            max_gpu_hours=run_budget,
+            task_budgets=tasks,
+            failure_policy=FailurePolicy.of(
+                self.options.failure_policy, self.options.stop_deterministic_retries
+            ),
+            sweep=self.sweep,
+        )
 
     def _cancel_over_budget(
         self, run: RemoteRun, exceeded: BudgetExceeded | RetriesStopped

@@ -10,7 +10,7 @@ import queue
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from air_runtime import AirError, FailurePolicy, LineBudget, RunState, RunWatcher, Sweep
+from air_runtime import AirError, LineBudget, RunState, RunWatcher, WaitPolicy
 
 from ._loop import run_in_background
 
@@ -61,18 +61,16 @@ async def watch_run(
     run_id: int,
     events: queue.SimpleQueue[tuple[str, Any]],
     log_node: int | None,
+    policy: WaitPolicy,
     follow_logs: bool = True,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
-    sweep: Sweep | None = None,
 ) -> RunState:
-    """Wait for the run to end through the shared watcher, following every node's logs
-    (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
-    the states it reads anyway): ``BudgetExceeded``; an attempt that failed in a way the
-    ``failure_policy`` does not leave to the platform: ``RetriesStopped``; either way the run
-    left going; once ``sweep``'s budget is spent (one listing per poll interval for every step
-    of the process): ``SweepBudgetSpent``. Each retry the policy leaves to the platform is a
-    warning in the step log."""
+    """Wait for the run to end through the shared watcher under ``policy``, following every
+    node's logs (only ``log_node``'s when set). Past one of its budgets (the watcher's
+    arithmetic, from the states it reads anyway): ``BudgetExceeded``; an attempt that failed
+    in a way its ``failure_policy`` does not leave to the platform: ``RetriesStopped``;
+    either way the run left going; once its ``sweep``'s budget is spent (one listing per poll
+    interval for every step of the process): ``SweepBudgetSpent``. Each retry the policy
+    leaves to the platform is a warning in the step log."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -83,14 +81,12 @@ async def watch_run(
     try:
         state = await watcher.wait(
             run_id,
+            policy,
             on_update=lambda s: events.put(("state", s)),
             on_progress=(lambda p: events.put(("progress", p)))
             if workspace.progress_interval
             else None,
-            max_gpu_hours=max_gpu_hours,
-            failure_policy=failure_policy,
             on_retry=lambda decision: events.put(("warning", decision.line())),
-            sweep=sweep,
         )
         ended.set()
         if follower is not None:
@@ -106,24 +102,11 @@ def watch_in_background(
     workspace: AirWorkspace,
     run_id: int,
     events: queue.SimpleQueue[tuple[str, Any]],
+    policy: WaitPolicy,
     follow_logs: bool,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
-    sweep: Sweep | None = None,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
     ``request_budget``), while the step's main thread stays free to receive Dagster's
     interrupt on run termination."""
-    return run_in_background(
-        watch_run(
-            workspace,
-            run_id,
-            events,
-            None,
-            follow_logs,
-            max_gpu_hours,
-            failure_policy,
-            sweep,
-        )
-    )
+    return run_in_background(watch_run(workspace, run_id, events, None, policy, follow_logs))

@@ -38,6 +38,7 @@ from air_runtime import (
     Submission,
     Sweep,
     SweepBudgetSpent,
+    WaitPolicy,
     checkpoint_volume,
     sweep_budget,
 )
@@ -557,21 +558,29 @@ class AirTaskRun(TaskRun):
                 client,
                 record.run_id,
                 self.log,
-                self.stage,
+                self.wait_policy(),
                 poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
                 stream=self.task.stream_logs,
-                max_gpu_hours=gpu_budget_of(self.task),
                 on_stop=lambda stopped: notes.append(
                     self._cancel_stopped_run(client, record, stopped)
                 ),
                 on_update=self._mlflow_link(client),
-                failure_policy=failure_policy_of(self.task),
-                sweep=self.sweep,
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             note = notes[0] if notes else self._cancel_stopped_run(client, record, stopped)
             return self._complete(self._stopped_outcome(record, stopped, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
+
+    def wait_policy(self, deadline: float | None = None) -> WaitPolicy:
+        """What ends this try's wait besides the run's end: its stage, the task's budget and
+        failure policy, its sweep (``read_sweep``), the try's ``deadline`` (a trigger's)."""
+        return WaitPolicy(
+            task_key=self.stage,
+            deadline=deadline,
+            max_gpu_hours=gpu_budget_of(self.task),
+            failure_policy=failure_policy_of(self.task),
+            sweep=self.sweep,
+        )
 
     def _mlflow_link(self, client: AirClient) -> Callable[[RunState], None]:
         """The MLflow link as soon as the run has one (``air_runtime.MlflowLinkReader``), read on
@@ -652,9 +661,8 @@ class AirTaskRun(TaskRun):
                 plan=plan.to_json() if plan is not None else None,
                 databricks_conn_id=task.databricks_conn_id,
                 poll_interval=poll_interval,
-                deadline=deadline,
+                wait=self.wait_policy(deadline).to_json(),
                 cancel_on_kill=task.cancel_on_kill,
-                task_key=self.stage,
                 first_poll_at=first_poll_at(),
                 # References only: the triggerer looks the values up itself to redact them.
                 secret_env=redaction_references(task) or None,
@@ -662,9 +670,6 @@ class AirTaskRun(TaskRun):
                 push_return_value=bool(task.do_xcom_push),
                 submission=submission,
                 stream_logs=task.stream_logs,
-                max_gpu_hours=gpu_budget_of(task),
-                failure_policy=failure_policy_of(task).to_json(),
-                sweep=self.sweep.to_json() if self.sweep is not None else None,
                 cancelled_by=self.submission_key_text(),
                 prices=self.prices.to_json() if self.prices is not None else None,
             ),

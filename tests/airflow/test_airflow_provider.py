@@ -83,6 +83,26 @@ def test_run_trigger_serialization_round_trip():
     json.dumps(kwargs)  # small and plain: the triggerer stores it in the database
     again = AirRunTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
+    # The wait's policy is one value, stored whole.
+    assert kwargs["wait"]["deadline"] == 1_900_000_000.5 and kwargs["wait"]["task_key"] == "train"
+    assert "deadline" not in kwargs and "task_key" not in kwargs
+    assert (again.deadline, again.task_key) == (1_900_000_000.5, "train")
+
+    # A trigger an earlier version stored has the policy's keys flat: read the same.
+    flat = {k: v for k, v in kwargs.items() if k != "wait"}
+    flat.update(
+        deadline=1_900_000_000.5,
+        task_key="train",
+        max_gpu_hours=2.5,
+        failure_policy={"infrastructure": "platform", "deterministic": "platform"},
+        sweep=None,
+    )
+    earlier = AirRunTrigger(**flat)
+    assert earlier.wait_policy.max_gpu_hours == 2.5
+    assert earlier.wait_policy.task_key == "train" and earlier.deadline == 1_900_000_000.5
+    assert not earlier.wait_policy.failure_policy.examines  # every class left to the platform
+    with pytest.raises(TypeError, match="max_gpu_hour"):
+        AirRunTrigger(42, max_gpu_hour=1.0)  # a misspelt key is refused, not dropped
 
     image = AirImageTrigger(
         "docker.io/library/ubuntu:latest", deadline=None, first_poll_at=1_800_000_000.25
