@@ -92,6 +92,8 @@ if TYPE_CHECKING:
     from air_runtime._submission import RunStatus as RunStatus
     from air_runtime._submission import Submission as Submission
     from air_runtime._submission import SubmissionKey as SubmissionKey
+    from air_runtime._submission import TryEnd as TryEnd
+    from air_runtime._submission import end_of_try_flow as end_of_try_flow
     from air_runtime._templates import has_template_placeholders as has_template_placeholders
     from air_runtime._templates import render_workload_sample as render_workload_sample
     from air_runtime._templates import sample_template_context as sample_template_context
@@ -132,6 +134,8 @@ _LAZY = {
     "RunStatus": "air_runtime._submission",
     "Submission": "air_runtime._submission",
     "SubmissionKey": "air_runtime._submission",
+    "TryEnd": "air_runtime._submission",
+    "end_of_try_flow": "air_runtime._submission",
     "Credentials": "air_runtime._auth",
     "OAuthM2M": "air_runtime._auth",
     "SdkConfigCredentials": "air_runtime._auth",

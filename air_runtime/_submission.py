@@ -48,7 +48,7 @@ from ._sweeps import Prices, Sweep, SweepBudgetSpent
 from ._wait_policy import WaitPolicy
 from .client import _cancel_causes, _checkpoint_folders, _runs, _secrets, _submit
 from .client._cancel_causes import CancelCause
-from .client._core import ClientCore, Flow
+from .client._core import ClientCore, Flow, LogRecord, consume
 from .client._secrets import SubmissionSecrets
 from .plan import make_idempotency_token
 
@@ -317,6 +317,12 @@ class RunOutcome:
     @property
     def succeeded(self) -> bool:
         return self.status is RunStatus.SUCCESS
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run (the stage) itself ended: its logs and keys are done with. A
+        wait that timed out or could not ask left it going."""
+        return self.status not in (RunStatus.TIMEOUT, RunStatus.ERROR)
 
     def priced(self, prices: Prices | None) -> RunOutcome:
         """The outcome with what its GPU-hours cost at ``prices`` (unchanged without prices,
@@ -873,4 +879,65 @@ class Submission:
         )
 
 
-__all__ = ["RunOutcome", "Submission", "SubmissionKey", "outcome_flow"]
+# --- the end of a try ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TryEnd:
+    """What the end of one try on a run did, for its driver to render (an Airflow worker's
+    return value or exception and XComs, a trigger's event): the ``outcome``; why the run's
+    lines could not all be copied (``lines_error``, None when they were or none were asked
+    for); whether the submission's secret keys are gone (``keys_deleted``: None when there
+    were none to delete or the run goes on)."""
+
+    outcome: RunOutcome
+    lines_error: str | None = None
+    keys_deleted: bool | None = None
+
+
+def end_of_try_flow(
+    core: ClientCore,
+    outcome: RunOutcome,
+    *,
+    state: RunState | None = None,
+    task_key: str | None = None,
+    lines: Callable[[LogRecord], bool] | None = None,
+    submission: Submission | None = None,
+) -> Flow[TryEnd]:
+    """The end of a try, written once for every driver (``client.run_flow`` in a worker,
+    ``await aclient.run_flow`` in a trigger): every node's lines of the run (of the stage
+    ``task_key``), every attempt, handed to ``lines`` (False: stop, as a copy that reached
+    its cap), when asked; then, once the run ended, the keys ``submission`` wrote deleted
+    (``Submission.finish_flow``; ``state``: the run as last read). Neither ever fails the
+    try: the outcome is known."""
+    lines_error = None
+    if lines is not None:
+        reading = _runs.iter_run_logs(
+            core, outcome.run_id, task_key=task_key, node=None, follow=False
+        )
+        try:
+            yield from consume(reading, lines)
+        except Exception as error:  # logs are a convenience
+            lines_error = str(error)
+    deleted = None
+    if submission is not None and outcome.ended:
+        try:
+            deleted = yield from submission.finish_flow(core, state)
+        except Exception as error:
+            submission.log.warning(
+                f"could not delete the secret keys of run {outcome.run_id}: "
+                f"{submission.redact(str(error))}"
+            )
+            deleted = False
+    return TryEnd(outcome, lines_error, deleted)
+
+
+__all__ = [
+    "RunOutcome",
+    "RunStatus",
+    "Submission",
+    "SubmissionKey",
+    "TryEnd",
+    "end_of_try_flow",
+    "outcome_flow",
+]

@@ -22,6 +22,7 @@ the try was asked for after its stage failed (``airflow_air.workflow.StageRerun`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -40,6 +41,7 @@ from air_runtime import (
     SweepBudgetSpent,
     WaitPolicy,
     checkpoint_volume,
+    end_of_try_flow,
     sweep_budget,
 )
 from airflow_air._deferral import (
@@ -87,10 +89,6 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
-
-# Outcomes of a run that ended (its logs and checkpoint are worth showing), and with a timeout.
-_ENDED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, *RunOutcome.STOPPED_STATUSES})
-_ENDED_OR_TIMED_OUT = _ENDED | {RunStatus.TIMEOUT}
 
 
 class StageRunner(Protocol):
@@ -408,14 +406,13 @@ class AirTaskRun(TaskRun):
             self.submission = Submission.from_json(
                 event["submission"], log=self.log, redact=self.redact
             )
-        if outcome.status in _ENDED_OR_TIMED_OUT:
-            try:
-                with AirHook(self.task.databricks_conn_id).get_client() as client:
-                    self.log = RedactingLog(self.task.log, self.redactor(client))
-                    self._copy_logs(client, outcome.run_id, shown=event.get("shown_lines"))
-            except Exception as exc:  # the logs are a convenience; the outcome is known
-                self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
-        return self._complete(outcome)
+        # The run's lines were not streamed here: copied now (but those the trigger showed),
+        # unless the trigger could not ask the workspace at all.
+        return self._complete(
+            outcome,
+            copy_lines=outcome.status is not RunStatus.ERROR,
+            shown=event.get("shown_lines"),
+        )
 
     def cancel_deferred(self, why: str) -> None:
         """Airflow ended this try's deferral without an event (``__fail__``: the trigger
@@ -544,8 +541,8 @@ class AirTaskRun(TaskRun):
                     record.run_id,
                     f" (stage {self.stage})" if self.stage else "",
                 )
-                self._copy_logs(client, record.run_id)
-                return self._complete(self._outcome(client, state, record), client, state)
+                outcome = self._outcome(client, state, record)
+                return self._complete(outcome, client, state, copy_lines=True)
             self._defer(poll_interval_of(self.task, client), record)
         return self._wait_in_worker(client, record)
 
@@ -677,20 +674,6 @@ class AirTaskRun(TaskRun):
             timeout=defer_timeout(deadline),
         )
 
-    def _copy_logs(
-        self, client: AirClient, run_id: int, shown: dict[str, int] | None = None
-    ) -> None:
-        """The nodes' lines of a run (stage) that ended while this task was not streaming
-        them: it waited in the triggerer, or found the run ended; ``shown``: the lines its
-        trigger showed live (see ``[air] live_lines``), not copied again."""
-        if not self.task.stream_logs:
-            return
-        from airflow_air._logs import copy_run_logs
-
-        copy_run_logs(
-            client, run_id, self.log, self.stage, max_lines=completed_log_lines(), shown=shown
-        )
-
     # --- 4. the outcome ---------------------------------------------------------------------
 
     def _outcome(self, client: AirClient, state: RunState, record: RunRecord) -> RunOutcome:
@@ -700,8 +683,16 @@ class AirTaskRun(TaskRun):
         ).priced(self.prices)
 
     def _complete(
-        self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None
+        self,
+        outcome: RunOutcome,
+        client: AirClient | None = None,
+        state: RunState | None = None,
+        *,
+        copy_lines: bool = False,
+        shown: dict[str, int] | None = None,
     ) -> Any:
+        """The end of the try: the core's (``_end_try``), then the outcome as Airflow shows
+        it (XComs, the newest checkpoint, the return value or the exception)."""
         from airflow.sdk.exceptions import (
             AirflowException,
             AirflowFailException,
@@ -712,13 +703,12 @@ class AirTaskRun(TaskRun):
 
         task = self.task
         self.run_id = outcome.run_id
+        self._end_try(outcome, client, state, copy_lines and task.stream_logs, shown)
         result = self.push_outcome_xcoms(outcome)
-        if outcome.status in _ENDED:
+        if outcome.ended:
             self._show_newest_checkpoint(client)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in _ENDED:
-            self._finish(outcome, client, state)
         if outcome.status is RunStatus.SUCCESS:
             task.log.info("%s", outcome.summary())
             return result
@@ -771,21 +761,51 @@ class AirTaskRun(TaskRun):
         submission.scopes.extend(s for s in scopes if s not in submission.scopes)
         return submission.attach(run_id, run_page_url)
 
-    def _finish(
-        self, outcome: RunOutcome, client: AirClient | None, state: RunState | None
+    def _end_try(
+        self,
+        outcome: RunOutcome,
+        client: AirClient | None,
+        state: RunState | None,
+        copy_lines: bool,
+        shown: dict[str, int] | None,
     ) -> None:
-        """The run has ended (for a stage: once its whole run has): delete the keys its
-        ``secret_env`` values were written to. Best effort; never fails the task."""
+        """The core's end of a try (``air_runtime.end_of_try_flow``): the run's lines into
+        the task log when asked (``LogCopy``), then, once the run (for a stage: its whole
+        run) ended, the keys its ``secret_env`` values were written to deleted. Best effort;
+        never fails the task."""
+        from airflow_air._logs import LogCopy
+
         try:
-            submission = self._submission_with_keys(outcome.run_id, outcome.run_page_url)
-            if submission is None:
+            submission = (
+                self._submission_with_keys(outcome.run_id, outcome.run_page_url)
+                if outcome.ended
+                else None
+            )
+            if not copy_lines and submission is None:
                 return
-            if client is not None:
-                submission.finish(client, state)
-                return
-            with AirHook(self.task.databricks_conn_id).get_client() as own:
-                submission.finish(own)
+            with contextlib.ExitStack() as stack:
+                if client is None:  # a resumed try: its own client
+                    client = stack.enter_context(AirHook(self.task.databricks_conn_id).get_client())
+                    self.log = RedactingLog(self.task.log, self.redactor(client))
+                copy = (
+                    LogCopy(self.log, outcome.run_id, self.stage, completed_log_lines(), shown)
+                    if copy_lines
+                    else None
+                )
+                ended = client.run_flow(
+                    lambda core: end_of_try_flow(
+                        core,
+                        outcome,
+                        state=state,
+                        task_key=self.stage,
+                        lines=copy.add if copy is not None else None,
+                        submission=submission,
+                    )
+                )
         except Exception as exc:
-            self.task.log.warning(
-                "Could not delete the secret keys of run %s: %s", outcome.run_id, exc
+            self.task.log.warning("Could not end the try on run %s: %s", outcome.run_id, exc)
+            return
+        if ended.lines_error is not None:
+            self.log.info(
+                "Could not copy the logs of run %s: %s", outcome.run_id, ended.lines_error
             )

@@ -580,23 +580,35 @@ class AirRunTrigger(BaseTrigger):
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
 
-        from air_runtime import RedactingLog, Submission
-        from airflow_air._logs import acopy_run_logs
+        from air_runtime import RedactingLog, Submission, end_of_try_flow
+        from airflow_air._logs import LogCopy
         from airflow_air.hooks import completed_log_lines
 
         log = RedactingLog(self.log, self.redact)
-        if self.stream_logs:
-            await acopy_run_logs(
-                client,
-                self.run_id,
-                log,
-                self.task_key,
-                max_lines=completed_log_lines(),
-                shown=self._live.shown if self._live is not None else None,
+        shown = self._live.shown if self._live is not None else None
+        copy = (
+            LogCopy(log, self.run_id, self.task_key, completed_log_lines(), shown)
+            if self.stream_logs
+            else None
+        )
+        submission = (
+            Submission.from_json(self.submission, log=log, redact=self.redact)
+            if self.submission
+            else None
+        )
+        # The same end of a try as a worker's (``AirTaskRun._end_try``), on this loop.
+        ended = await client.run_flow(
+            lambda core: end_of_try_flow(
+                core,
+                outcome,
+                state=state,
+                task_key=self.task_key,
+                lines=copy.add if copy is not None else None,
+                submission=submission,
             )
-        if self.submission:
-            submission = Submission.from_json(self.submission, log=log, redact=self.redact)
-            await submission.afinish(client, state)
+        )
+        if ended.lines_error is not None:
+            log.info("Could not copy the logs of run %s: %s", self.run_id, ended.lines_error)
         try:
             await self._push_xcoms(xcoms)
         except Exception as exc:  # the worker pushes them instead
