@@ -74,7 +74,14 @@ from ._record import AirEvent, IgnoredCheck, PartitionMetadata, RowResult, recor
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._translator import GPU_HOURS_KEY, META_PREFIX, DagsterAirTranslator
-from ._watch import watch_in_background
+from ._watch import (
+    ProgressSeen,
+    StateSeen,
+    WatchEvent,
+    WatchEvents,
+    WatchWarning,
+    watch_in_background,
+)
 from ._workflow import AirWorkflow, LoadedStage
 from ._workloads import OUTPUT_URI_KEY, RowWorkloads, config_failure
 
@@ -644,7 +651,7 @@ class AirStep:
     def _wait(self, run: RemoteRun, budgets: bool = True) -> Generator[AirEvent, None, RunState]:
         submitted = run.submitted
         assert submitted is not None
-        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        events: WatchEvents = queue.SimpleQueue()
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed. The queue is this step's alone: whichever step's wait
         # the shared watcher serves, what it sees of this run lands here. After a cancel
@@ -733,18 +740,17 @@ class AirStep:
                 if other.submitted is not None and other.submitted.run_id in stopped:
                     self._over_budget.setdefault(other.submitted.run_id, message)
 
-    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
+    def _drain(self, events: WatchEvents, run_id: int) -> Iterator[AirEvent]:
         while True:
             try:
-                item = events.get_nowait()
+                event = events.get_nowait()
             except queue.Empty:
                 return
-            yield from self._show(item, run_id)
+            yield from self._show(event, run_id)
 
-    def _show(self, item: tuple[str, Any], run_id: int) -> Iterator[AirEvent]:
-        kind, value = item
-        if kind == "state":
-            state: RunState = value
+    def _show(self, event: WatchEvent, run_id: int) -> Iterator[AirEvent]:
+        if isinstance(event, StateSeen):
+            state = event.state
             text = f"run {run_id}: {state.describe()}"
             if state.is_waiting_for_capacity:
                 text += " (waiting for GPU capacity)"
@@ -752,9 +758,10 @@ class AirStep:
             self._last_state = state
             yield from self._mlflow_links(state)
             yield from self._attempt_ends(state)
-        elif kind == "progress":
+        elif isinstance(event, ProgressSeen):
             # Read for a run of one task only (eta.go reads one MLflow run): that row's.
-            self.context.log.info(f"run {run_id}: training {value.detailed()}")
+            progress = event.progress
+            self.context.log.info(f"run {run_id}: training {progress.detailed()}")
             tasks = self._last_state.tasks if self._last_state is not None else ()
             for task in tasks:
                 row = self.plan.rows.get(task.task_key)
@@ -764,15 +771,14 @@ class AirStep:
                         partition=row.partition,
                         metadata={
                             "dagster-air/run_id": run_id,
-                            "dagster-air/progress_percent": value.percent_complete,
-                            "dagster-air/remaining_s": value.remaining_seconds,
+                            "dagster-air/progress_percent": progress.percent_complete,
+                            "dagster-air/remaining_s": progress.remaining_seconds,
                         },
                     )
-        elif kind == "warning":
-            self.context.log.warning(self.redact(str(value)))
-        elif kind == "log":
-            record, line = value
-            line = self.redact(line)
+        elif isinstance(event, WatchWarning):
+            self.context.log.warning(self.redact(event.text))
+        else:
+            record, line = event.record, self.redact(event.line)
             # Pipes messages of every node; printed lines of every node or the chosen one.
             if self.pipes is not None and self.pipes.reader.handle_line(
                 line, record.task_key, record.attempt

@@ -8,9 +8,18 @@ import asyncio
 import contextlib
 import queue
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from air_runtime import AirError, LineBudget, RunState, RunWatcher, WaitPolicy
+from air_runtime import (
+    AirError,
+    LineBudget,
+    LogRecord,
+    RunState,
+    RunWatcher,
+    TrainingProgress,
+    WaitPolicy,
+)
 
 from ._loop import run_in_background
 
@@ -19,6 +28,32 @@ if TYPE_CHECKING:
 
 # After the run ends, give the log follower this long to read the last lines.
 _LOG_DRAIN_S = 10.0
+
+
+# What the wait hands the step's thread, one kind each.
+@dataclass(frozen=True, slots=True)
+class StateSeen:
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSeen:
+    progress: TrainingProgress
+
+
+@dataclass(frozen=True, slots=True)
+class WatchWarning:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLine:
+    record: LogRecord
+    line: str
+
+
+WatchEvent = StateSeen | ProgressSeen | WatchWarning | NodeLine
+WatchEvents = queue.SimpleQueue[WatchEvent]
 
 
 def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
@@ -41,7 +76,7 @@ async def _follow_logs(
     watcher: RunWatcher,
     run_id: int,
     node: int | None,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
     ended: asyncio.Event,
 ) -> None:
     try:
@@ -51,15 +86,15 @@ async def _follow_logs(
             run_id, node=node, follow=True, until=ended
         ):
             for line in record.body.splitlines() or [""]:
-                events.put(("log", (record, line)))
+                events.put(NodeLine(record, line))
     except AirError as error:
-        events.put(("warning", f"stopped streaming logs of run {run_id}: {error}"))
+        events.put(WatchWarning(f"stopped streaming logs of run {run_id}: {error}"))
 
 
 async def watch_run(
     workspace: AirWorkspace,
     run_id: int,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
     log_node: int | None,
     policy: WaitPolicy,
     follow_logs: bool = True,
@@ -82,11 +117,11 @@ async def watch_run(
         state = await watcher.wait(
             run_id,
             policy,
-            on_update=lambda s: events.put(("state", s)),
-            on_progress=(lambda p: events.put(("progress", p)))
+            on_update=lambda s: events.put(StateSeen(s)),
+            on_progress=(lambda p: events.put(ProgressSeen(p)))
             if workspace.progress_interval
             else None,
-            on_retry=lambda decision: events.put(("warning", decision.line())),
+            on_retry=lambda decision: events.put(WatchWarning(decision.line())),
         )
         ended.set()
         if follower is not None:
@@ -101,7 +136,7 @@ async def watch_run(
 def watch_in_background(
     workspace: AirWorkspace,
     run_id: int,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
     policy: WaitPolicy,
     follow_logs: bool,
 ) -> Future[RunState]:

@@ -384,34 +384,37 @@ class AirTaskRun(TaskRun):
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._wait(client, record)
 
-    def resume(self, event: Mapping[str, Any] | None) -> Any:
-        """``execute_complete``: the trigger's event (a stored event of an earlier version
-        reads the same: ``RunOutcome.from_event``)."""
+    def resume(self, payload: Mapping[str, Any] | None) -> Any:
+        """``execute_complete``: the trigger's event (``RunEvent``; a stored event of an
+        earlier version reads the same)."""
         from airflow.sdk.exceptions import AirflowException
 
-        if not event:
+        from airflow_air._run_event import RunEvent
+
+        if not payload:
             raise AirflowException("the trigger ended without an event")
-        outcome = RunOutcome.from_event(event)
+        event = RunEvent.from_payload(payload)
+        outcome = event.outcome
         if outcome.cost is None and outcome.gpu_hours_by_type:
             outcome = outcome.priced(self.prices)
         if not outcome.run_id:  # the trigger's submit made no run (submit_in_triggerer)
             message = self.redact(outcome.message or "the trigger made no run")
-            if event.get("refused"):  # as a refusal in a worker: no retry can fix it
+            if event.refused:  # as a refusal in a worker: no retry can fix it
                 raise AirConfigurationError(message)
             raise AirflowException(message)
-        self.links = LinkXComs.from_event(event)  # what the trigger wrote itself
+        self.links = event.links  # what the trigger wrote itself
         if self.links.run_pending:  # the trigger submitted but could not write them
             self.push_run_xcoms(outcome.run_id, outcome.run_page_url)
-        if event.get("submission"):  # the one the deferring try wrote keys for
+        if event.submission:  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(
-                event["submission"], log=self.log, redact=self.redact
+                event.submission, log=self.log, redact=self.redact
             )
         # The run's lines were not streamed here: copied now (but those the trigger showed),
         # unless the trigger could not ask the workspace at all.
         return self._complete(
             outcome,
             copy_lines=outcome.status is not RunStatus.ERROR,
-            shown=event.get("shown_lines"),
+            shown=dict(event.shown_lines) if event.shown_lines else None,
         )
 
     def cancel_deferred(self, why: str) -> None:

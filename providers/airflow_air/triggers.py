@@ -386,16 +386,15 @@ class AirRunTrigger(BaseTrigger):
             )
         for read in list(self._link_reads):  # the worker that resumes writes what they did not
             read.cancel()
-        event = outcome.to_event()
-        if refused:
-            event["refused"] = True
-        event.update(self._links.to_event())  # the worker that resumes writes the rest
-        if event.get("message"):
-            event["message"] = self.redact(event["message"])
-        if self.submission:  # the worker that resumes deletes its keys
-            event["submission"] = self.submission
-        if self._live is not None and self._live.shown:  # the worker copies only the rest
-            event["shown_lines"] = self._live.shown
+        from airflow_air._run_event import RunEvent
+
+        event = RunEvent(
+            dataclasses.replace(outcome, message=self.redact(outcome.message)),
+            links=self._links,  # the worker that resumes writes the rest
+            refused=refused,
+            submission=self.submission,  # the worker that resumes deletes its keys
+            shown_lines=self._live.shown if self._live is not None else None,
+        )
         await self._forget_lines_shown()
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
@@ -403,7 +402,7 @@ class AirRunTrigger(BaseTrigger):
             handover = f"Run {self.run_id}: the task resumes in a worker"
             self.log.info("%s", handover)
             await self._until_logged(handover)
-        yield TriggerEvent(event)
+        yield TriggerEvent(event.to_payload())
 
     async def _until_logged(self, line: str) -> None:
         """Until ``line``, the last this trigger logs, is in the task's trigger log (so are
