@@ -559,14 +559,14 @@ class StageRerun:
         if not any(s.secret_env for s in stages if (s.workflow_task_key or s.task_id) in rerun):
             return
         submission = self.attempt.submission or self.attempt.open_submission()
-        for op, rendered, stage in self.submit.rerun_plan(self.attempt.context, rerun):
-            references = rendered["secret_env"] or {}
+        for planned in self.submit.rerun_plan(self.attempt.context, rerun):
+            references = planned.rendered["secret_env"] or {}
             if references:
                 submission.store(
                     self.client,
                     resolve_secret_env(references),
-                    scope=secret_scope_of(op, rendered["secret_scope"]),
-                    stage=stage.task_key,
+                    scope=secret_scope_of(planned.operator, planned.rendered["secret_scope"]),
+                    stage=planned.stage.task_key,
                 )
 
     def _stages_to_rerun(self, state: RunState) -> list[str]:

@@ -70,7 +70,9 @@ def test_a_policy_travels_whole_as_plain_json():
 def test_options_by_name_replace_the_policy_s_fields():
     base = WaitPolicy(task_key="train", max_gpu_hours=3.0)
     assert WaitPolicy.of(base) is base
-    assert WaitPolicy.of(base, timeout=60) == WaitPolicy(task_key="train", max_gpu_hours=3.0, timeout=60)
+    assert WaitPolicy.of(base, timeout=60) == WaitPolicy(
+        task_key="train", max_gpu_hours=3.0, timeout=60
+    )
     # A mapping as in YAML, and the deprecated switch over the policy's deterministic action.
     mapped = WaitPolicy.of(failure_policy={"deterministic": "orchestrator"})
     assert mapped.failure_policy == FailurePolicy(deterministic="orchestrator")
