@@ -169,7 +169,10 @@ def test_waits_on_runs_take_the_policy_whole_never_its_fields(package: str):
         last = qualname.rsplit(".", 1)[-1].lower()
         if not ("wait" in last or "watch" in last or "until_ended" in last) or "image" in last:
             continue
-        params = set(inspect.signature(function).parameters) & fields
+        signature = inspect.signature(function)
+        if "WaitPolicy" in str(signature.return_annotation):
+            continue  # it builds the policy (``AirTaskRun.wait_policy``)
+        params = set(signature.parameters) & fields
         if params:
             listed[qualname] = sorted(params)
     assert listed == {}
