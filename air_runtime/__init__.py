@@ -89,14 +89,18 @@ if TYPE_CHECKING:
     from air_runtime._progress import TrainingProgress as TrainingProgress
     from air_runtime._progress import compute_progress as compute_progress
     from air_runtime._submission import RunOutcome as RunOutcome
+    from air_runtime._submission import RunStatus as RunStatus
     from air_runtime._submission import Submission as Submission
     from air_runtime._submission import SubmissionKey as SubmissionKey
+    from air_runtime._submission import TryEnd as TryEnd
+    from air_runtime._submission import end_of_try_flow as end_of_try_flow
     from air_runtime._templates import has_template_placeholders as has_template_placeholders
     from air_runtime._templates import render_workload_sample as render_workload_sample
     from air_runtime._templates import sample_template_context as sample_template_context
     from air_runtime._templates import (
         workload_template_environment as workload_template_environment,
     )
+    from air_runtime._wait_policy import WaitPolicy as WaitPolicy
     from air_runtime._watcher import LineBudget as LineBudget
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime._watcher import WorkspaceNotice as WorkspaceNotice
@@ -123,11 +127,15 @@ _LAZY = {
     "LineBudget": "air_runtime._watcher",
     "RunWatcher": "air_runtime._watcher",
     "WorkspaceNotice": "air_runtime._watcher",
+    "WaitPolicy": "air_runtime._wait_policy",
     "TrainingProgress": "air_runtime._progress",
     "compute_progress": "air_runtime._progress",
     "RunOutcome": "air_runtime._submission",
+    "RunStatus": "air_runtime._submission",
     "Submission": "air_runtime._submission",
     "SubmissionKey": "air_runtime._submission",
+    "TryEnd": "air_runtime._submission",
+    "end_of_try_flow": "air_runtime._submission",
     "Credentials": "air_runtime._auth",
     "OAuthM2M": "air_runtime._auth",
     "SdkConfigCredentials": "air_runtime._auth",

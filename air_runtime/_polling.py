@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -52,6 +52,9 @@ from air_runtime._errors import (
 from air_runtime._failure_policy import FailurePolicy, RetryDecision
 from air_runtime._states import RunState, TaskState
 from air_runtime._sweeps import Sweep, SweepSpend, spent_error
+
+if TYPE_CHECKING:
+    from air_runtime._wait_policy import WaitPolicy
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -335,27 +338,21 @@ def retried_attempts(
 
 def until_ended(
     run_id: int,
+    wait: WaitPolicy,
     *,
     poll_interval: float,
     rng: random.Random,
-    task_key: str | None = None,
-    deadline: float | None = None,
-    timeout: float | None = None,
     on_update: Callable[[RunState], None] | None = None,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
     on_retry: Callable[[RetryDecision], None] | None = None,
-    sweep: Sweep | None = None,
 ) -> Generator[Pause | Examine | Tally | None, Any, RunState]:
-    """The one wait on a run (or, with ``task_key``, on one of its tasks: a stage ends before
-    its run does). It yields ``None`` to be sent the run's current state and a ``Pause`` to
-    be slept; it returns the state that shows the end. ``deadline`` is a wall-clock time
-    (``time.time()``, so it survives serialization) and ``timeout`` seconds from the first
-    request; past the earlier, ``RunTimeout`` (the run itself is left alone). ``on_update``
-    sees each change of state once. Past ``max_gpu_hours`` (``over_budget``),
-    ``BudgetExceeded`` (the run is left alone: the caller cancels it). Each attempt that
-    failed while a retry follows is yielded as an ``Examine`` (send its diagnosis) when the
-    ``failure_policy`` (None: every class left to the platform) needs it or ``on_retry``
+    """The one wait on a run (or, with the policy's ``task_key``, on one of its tasks: a
+    stage ends before its run does). It yields ``None`` to be sent the run's current state
+    and a ``Pause`` to be slept; it returns the state that shows the end. Past the policy's
+    deadline (``WaitPolicy.ends_by``, asked once, at the start), ``RunTimeout`` (the run
+    itself is left alone). ``on_update`` sees each change of state once. Past
+    a budget (``WaitPolicy.over_budget``), ``BudgetExceeded`` (the run is left alone: the
+    caller cancels it). Each attempt that failed while a retry follows is yielded as an
+    ``Examine`` (send its diagnosis) when the ``failure_policy`` needs it or ``on_retry``
     listens; the policy's decision goes to ``on_retry``, and one that is not the platform's
     retry raises ``RetriesStopped`` (the run is left alone: the caller cancels it). With a
     ``sweep``, each round also asks what the sweep spent (a ``Tally``): once its budget is
@@ -364,15 +361,13 @@ def until_ended(
 
     The client's ``wait`` drives it with requests and sleeps of its driver, the watcher's
     stage wait with its request budget; neither has a loop of its own."""
-    if timeout is not None:
-        deadline = min(d for d in (deadline, time.time() + timeout) if d is not None)
+    deadline = wait.ends_by()
+    task_key, sweep = wait.task_key, wait.sweep
     interval = poll_interval
     seen: tuple[Any, ...] | None = None
     warned_unknown = False
     examined: set[tuple[str, int]] = set()
-    # None: the internal waits (after a cancel, for a run's end) only wait; the public
-    # waits pass the caller's policy, ``FailurePolicy()`` by default.
-    policy = failure_policy if failure_policy is not None else FailurePolicy.platform_only()
+    policy = wait.failure_policy
     examines = policy.examines or on_retry is not None
     what = f"stage {task_key} of run {run_id}" if task_key else f"run {run_id}"
     while True:
@@ -399,7 +394,7 @@ def until_ended(
                     decision = policy.decide((yield Examine(state, attempt)))
                     tell_retry(on_retry, decision, run_id)
             return state
-        exceeded = over_budget(state, max_gpu_hours, task_key)
+        exceeded = wait.over_budget(state)
         if exceeded is not None:
             raise exceeded
         spend: SweepSpend | None = None

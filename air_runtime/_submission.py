@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -44,9 +45,10 @@ from ._run_names import PartitionRange, compose_run_name, encode_name_part
 from ._run_names import short_run as short_run
 from ._states import RunState, TaskState, mlflow_ids, mlflow_run_url
 from ._sweeps import Prices, Sweep, SweepBudgetSpent
+from ._wait_policy import WaitPolicy
 from .client import _cancel_causes, _checkpoint_folders, _runs, _secrets, _submit
 from .client._cancel_causes import CancelCause
-from .client._core import ClientCore, Flow
+from .client._core import ClientCore, Flow, LogRecord, consume
 from .client._secrets import SubmissionSecrets
 from .plan import make_idempotency_token
 
@@ -247,6 +249,28 @@ class SubmissionKey:
 # --- the outcome --------------------------------------------------------------------------
 
 
+class RunStatus(enum.StrEnum):
+    """How a wait on a run ended: the run's own end (``SUCCESS``, ``FAILED``), the wait's
+    (``TIMEOUT``, ``ERROR``), or our stop of it (``BUDGET``, ``RETRIES_STOPPED``). Its values
+    are the plain strings stored in trigger events, so a stored event reads back the same."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    BUDGET = "budget"  # over its max_gpu_hours, or its sweep's
+    RETRIES_STOPPED = "retries_stopped"  # a deterministic failure: retries would not change it
+
+    @classmethod
+    def read(cls, value: str) -> RunStatus:
+        """A stored status; one a newer version wrote and this one does not know reads as
+        ``ERROR`` (never a success)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.ERROR
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """How a run, or one task of it, ended; what both orchestrators render.
@@ -256,9 +280,12 @@ class RunOutcome:
     missing one reads as its default, an unknown one is ignored."""
 
     # The statuses of ``stopped``: no retry helps (the run was cancelled on purpose).
-    STOPPED_STATUSES: ClassVar[tuple[str, str]] = ("budget", "retries_stopped")
+    STOPPED_STATUSES: ClassVar[tuple[RunStatus, RunStatus]] = (
+        RunStatus.BUDGET,
+        RunStatus.RETRIES_STOPPED,
+    )
 
-    status: str  # success | failed | timeout | error | budget | retries_stopped
+    status: RunStatus
     run_id: int
     run_page_url: str
     # None (no result yet: timeout, error) is left out of events, so it must be optional.
@@ -282,9 +309,20 @@ class RunOutcome:
     # Why our code cancelled the run, when it did (``CancelCause.describe``).
     cancel_cause: str | None = None
 
+    def __post_init__(self) -> None:
+        # A plain string (a stored event, a caller's literal) becomes its RunStatus.
+        if not isinstance(self.status, RunStatus):
+            object.__setattr__(self, "status", RunStatus.read(self.status))
+
     @property
     def succeeded(self) -> bool:
-        return self.status == "success"
+        return self.status is RunStatus.SUCCESS
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run (the stage) itself ended: its logs and keys are done with. A
+        wait that timed out or could not ask left it going."""
+        return self.status not in (RunStatus.TIMEOUT, RunStatus.ERROR)
 
     def priced(self, prices: Prices | None) -> RunOutcome:
         """The outcome with what its GPU-hours cost at ``prices`` (unchanged without prices,
@@ -309,7 +347,9 @@ class RunOutcome:
         return f"{what} succeeded{used}: {self.run_page_url}"
 
     def to_event(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        event = {k: v for k, v in asdict(self).items() if v is not None}
+        event["status"] = self.status.value  # plain JSON for Airflow's trigger table
+        return event
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> RunOutcome:
@@ -333,7 +373,7 @@ class RunOutcome:
 
     @classmethod
     def unfinished(
-        cls, status: str, run_id: int, run_page_url: str, message: str, task_key: str | None
+        cls, status: RunStatus, run_id: int, run_page_url: str, message: str, task_key: str | None
     ) -> RunOutcome:
         """A wait that ended without the run ending (``timeout``, ``error``)."""
         return cls(status, run_id, run_page_url, None, message, task_key)
@@ -362,7 +402,7 @@ class RunOutcome:
             return dataclasses.replace(
                 outcome, gpu_hours=round(stopped.used, 6), gpu_hours_by_type=by_type
             )
-        status = "failed" if stopped.retryable else retries
+        status = RunStatus.FAILED if stopped.retryable else retries
         return cls(status, run_id, run_page_url, None, f"{stopped}{note}", task_key)
 
 
@@ -384,7 +424,7 @@ def outcome_flow(
     result = yield from _runs.run_result(core, view)
     experiment, mlflow_run = mlflow_ids(result.output)
     task = view.tasks[0] if len(view.tasks) == 1 else None
-    status = "success" if result.failure is None else "failed"
+    status = RunStatus.SUCCESS if result.failure is None else RunStatus.FAILED
     message = "" if result.failure is None else str(result.failure)
     cause = None
     if view.result_state == "CANCELED" or state.result_state == "CANCELED":
@@ -395,7 +435,7 @@ def outcome_flow(
         if cause is not None:
             message = f"{message}\nCause: {cause.describe()}" if message else cause.describe()
             if cause.kind == "budget":
-                status = RunOutcome.STOPPED_STATUSES[0]
+                status = RunStatus.BUDGET
     return RunOutcome(
         status=status,
         run_id=state.run_id,
@@ -709,9 +749,8 @@ class Submission:
                     state = yield from _runs.wait(
                         core,
                         run_id,
-                        timeout=RUN_END_WAIT_S,
+                        WaitPolicy.until_end(RUN_END_WAIT_S),
                         poll_interval=_RUN_END_POLL_S,
-                        on_update=None,
                     )
         except AirError as error:
             self._warning(f"tell whether run {run_id} has ended", error)
@@ -758,7 +797,7 @@ class Submission:
             return None
         try:
             state = yield from _runs.wait(
-                core, run_id, timeout=wait_s, poll_interval=poll_interval, on_update=None
+                core, run_id, WaitPolicy.until_end(wait_s), poll_interval=poll_interval
             )
         except RunTimeout:
             return None
@@ -840,4 +879,65 @@ class Submission:
         )
 
 
-__all__ = ["RunOutcome", "Submission", "SubmissionKey", "outcome_flow"]
+# --- the end of a try ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TryEnd:
+    """What the end of one try on a run did, for its driver to render (an Airflow worker's
+    return value or exception and XComs, a trigger's event): the ``outcome``; why the run's
+    lines could not all be copied (``lines_error``, None when they were or none were asked
+    for); whether the submission's secret keys are gone (``keys_deleted``: None when there
+    were none to delete or the run goes on)."""
+
+    outcome: RunOutcome
+    lines_error: str | None = None
+    keys_deleted: bool | None = None
+
+
+def end_of_try_flow(
+    core: ClientCore,
+    outcome: RunOutcome,
+    *,
+    state: RunState | None = None,
+    task_key: str | None = None,
+    lines: Callable[[LogRecord], bool] | None = None,
+    submission: Submission | None = None,
+) -> Flow[TryEnd]:
+    """The end of a try, written once for every driver (``client.run_flow`` in a worker,
+    ``await aclient.run_flow`` in a trigger): every node's lines of the run (of the stage
+    ``task_key``), every attempt, handed to ``lines`` (False: stop, as a copy that reached
+    its cap), when asked; then, once the run ended, the keys ``submission`` wrote deleted
+    (``Submission.finish_flow``; ``state``: the run as last read). Neither ever fails the
+    try: the outcome is known."""
+    lines_error = None
+    if lines is not None:
+        reading = _runs.iter_run_logs(
+            core, outcome.run_id, task_key=task_key, node=None, follow=False
+        )
+        try:
+            yield from consume(reading, lines)
+        except Exception as error:  # logs are a convenience
+            lines_error = str(error)
+    deleted = None
+    if submission is not None and outcome.ended:
+        try:
+            deleted = yield from submission.finish_flow(core, state)
+        except Exception as error:
+            submission.log.warning(
+                f"could not delete the secret keys of run {outcome.run_id}: "
+                f"{submission.redact(str(error))}"
+            )
+            deleted = False
+    return TryEnd(outcome, lines_error, deleted)
+
+
+__all__ = [
+    "RunOutcome",
+    "RunStatus",
+    "Submission",
+    "SubmissionKey",
+    "TryEnd",
+    "end_of_try_flow",
+    "outcome_flow",
+]

@@ -55,6 +55,7 @@ import asyncio
 import bisect
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import logging
 import math
@@ -70,7 +71,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from ._auth import Credentials, OAuthM2M, StaticToken, resolve_credentials
@@ -87,7 +88,6 @@ from ._polling import (
     attempts_to_examine,
     jittered,
     next_interval,
-    over_budget,
     probe_pause,
     retried_attempts,
     retry_examined,
@@ -101,6 +101,7 @@ from ._polling import (
 from ._progress import TrainingProgress
 from ._states import RunState
 from ._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend, spent_error
+from ._wait_policy import WaitPolicy
 from .client import AsyncAirClient, LogRecord
 from .client._core import NO_RETRY
 from .client._live_lines import LineStream, running_streams
@@ -182,10 +183,9 @@ class _Waiter:
     on_update: OnUpdate | None
     on_lines: OnLines | None
     on_progress: OnProgress | None = None
-    max_gpu_hours: float | None = None
-    failure_policy: FailurePolicy | None = None  # None: failed attempts are not examined
+    policy: WaitPolicy = field(default_factory=WaitPolicy)
+    examines: bool = False  # whether failed attempts are diagnosed for this waiter
     on_retry: OnRetry | None = None
-    sweep: Sweep | None = None  # the sweep whose budget the run shares
 
     @property
     def follows(self) -> bool:
@@ -347,16 +347,11 @@ def _is_running(state: RunState | None) -> bool:
     return state is not None and state.life_cycle_state in ("RUNNING", "TERMINATING")
 
 
-def _loop_limit(deadline: float | None, timeout: float | None) -> float | None:
-    """The earlier of a wall-clock ``deadline`` and ``timeout`` seconds from now, as event
-    loop time (None: neither)."""
-    now = asyncio.get_running_loop().time()
-    limits = []
-    if deadline is not None:
-        limits.append(now + (deadline - time.time()))
-    if timeout is not None:
-        limits.append(now + timeout)
-    return min(limits) if limits else None
+def _loop_limit(deadline: float | None) -> float | None:
+    """A wall-clock ``deadline`` as event loop time (None: none)."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.time())
 
 
 def _credentials_key(credentials: Credentials) -> str:
@@ -469,23 +464,20 @@ class RunWatcher:
     async def wait(
         self,
         run_id: int,
+        policy: WaitPolicy | None = None,
         *,
-        deadline: float | None = None,
-        timeout: float | None = None,
         on_update: OnUpdate | None = None,
-        task_key: str | None = None,
         on_lines: OnLines | None = None,
-        max_gpu_hours: float | None = None,
         on_progress: OnProgress | None = None,
-        failure_policy: FailurePolicy | None = None,
         on_retry: OnRetry | None = None,
         on_workspace: OnWorkspace | None = None,
-        stop_deterministic_retries: bool | None = None,
         lines_shown: Mapping[str, int] | None = None,
-        sweep: Sweep | None = None,
+        **options: Any,
     ) -> RunState:
-        """Wait until the run ends, or with ``task_key`` until that workflow stage ends;
-        return the state that shows it (success or not).
+        """Wait until the run ends, or with the policy's ``task_key`` until that workflow
+        stage ends; return the state that shows it (success or not). ``policy``
+        (``WaitPolicy``, the default when None; ``options`` are its fields by name, in place
+        of or over it) says what else ends the wait, as below.
 
         ``on_update`` hears each state change; ``on_lines`` the run's (the stage's) newest
         node lines while it runs and ``on_progress`` its training progress when it changes
@@ -497,21 +489,21 @@ class RunWatcher:
         (a trigger's kwargs); ``timeout`` is relative. Past either: ``RunTimeout`` (the run
         itself is left alone).
 
-        ``max_gpu_hours``: past it (the run's, or the stage's, GPU-hours, computed from the
-        states the watcher reads anyway, so at most a poll late): ``BudgetExceeded`` (the
-        run itself is left alone: the caller cancels it).
+        ``max_gpu_hours`` and ``task_budgets``: past one (the run's, the stage's or a task's
+        GPU-hours, computed from the states the watcher reads anyway, so at most a poll late;
+        a breach confirmed with one fresh read): ``BudgetExceeded`` (the run itself is left
+        alone: the caller cancels it).
 
         ``sweep``: the sweep the run belongs to (``air_runtime._sweeps``). What its runs
         spent is listed once per interval for every wait on it in this process (and when the
         last listing says its budget is spent by now, at that moment); once spent:
         ``SweepBudgetSpent`` (the caller cancels the run and the sweep's others).
 
-        ``failure_policy`` (default ``FailurePolicy()``): an attempt that failed while the
+        ``failure_policy`` (by default a deterministic failure stops): an attempt that failed while the
         platform will retry it is diagnosed from its nodes' last lines and the platform's
         state message (a few requests, only then); a class the policy does not leave to the
         platform ends the wait with ``RetriesStopped`` (the caller cancels). ``on_retry``
         hears each decision (``RetryDecision``, its line for the task log).
-        ``stop_deterministic_retries`` (deprecated) sets the policy's deterministic action.
 
         ``on_workspace`` hears once that the workspace stopped answering (since when, why)
         and once that it answers again (``WorkspaceNotice``); the wait goes on through it.
@@ -520,37 +512,22 @@ class RunWatcher:
         the waiter's log already holds (a wait taken over from another process): ``on_lines``
         hears only the lines after it.
         """
-        policy = FailurePolicy.of(failure_policy, stop_deterministic_retries)
+        wait = WaitPolicy.of(policy, **options)
         retry_heard = None if on_retry is None else _in_waiter_context(on_retry)
         ear = _Ear(None if on_workspace is None else _in_waiter_context(on_workspace))
         self._listen(ear)
         try:
-            if task_key is not None:
+            if wait.task_key is not None:
                 return await self._wait_for_stage(
                     run_id,
-                    task_key,
-                    deadline,
-                    timeout,
+                    wait,
                     on_update,
-                    max_gpu_hours,
-                    policy,
                     retry_heard,
                     None if on_lines is None else _in_waiter_context(on_lines),
                     dict(lines_shown or {}),
-                    sweep,
                 )
             return await self._wait_for_run(
-                run_id,
-                deadline,
-                timeout,
-                on_update,
-                on_lines,
-                max_gpu_hours,
-                on_progress,
-                policy,
-                retry_heard,
-                lines_shown or {},
-                sweep,
+                run_id, wait, on_update, on_lines, on_progress, retry_heard, lines_shown or {}
             )
         finally:
             self._ears.discard(ear)
@@ -558,20 +535,16 @@ class RunWatcher:
     async def _wait_for_run(
         self,
         run_id: int,
-        deadline: float | None,
-        timeout: float | None,
+        wait: WaitPolicy,
         on_update: OnUpdate | None,
         on_lines: OnLines | None,
-        max_gpu_hours: float | None,
         on_progress: OnProgress | None,
-        failure_policy: FailurePolicy,
         on_retry: OnRetry | None,
         lines_shown: Mapping[str, int],
-        sweep: Sweep | None = None,
     ) -> RunState:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        limit = _loop_limit(deadline, timeout)
+        limit = _loop_limit(wait.ends_by())
         watched = self._runs.get(run_id)
         if watched is None:
             first = now + self._rng.uniform(0, min(self.interval, YOUNG_MIN_INTERVAL))
@@ -582,10 +555,9 @@ class RunWatcher:
             None if on_update is None else _in_waiter_context(on_update),
             None if on_lines is None else _in_waiter_context(on_lines),
             on_progress=None if on_progress is None else _in_waiter_context(on_progress),
-            max_gpu_hours=max_gpu_hours,
-            failure_policy=failure_policy if failure_policy.examines or on_retry else None,
+            policy=wait,
+            examines=wait.failure_policy.examines or on_retry is not None,
             on_retry=on_retry,
-            sweep=sweep,
         )
         watched.waiters.append(entry)
         for name, shown in lines_shown.items():
@@ -606,7 +578,9 @@ class RunWatcher:
             async with asyncio.timeout_at(limit):
                 state = await future
             if on_retry is not None:
-                await self._tell_unseen_retries(state, watched.examined, failure_policy, on_retry)
+                await self._tell_unseen_retries(
+                    state, watched.examined, wait.failure_policy, on_retry
+                )
             return state
         except TimeoutError:
             last = watched.state.describe() if watched.state else "not yet seen"
@@ -639,35 +613,29 @@ class RunWatcher:
     async def _wait_for_stage(
         self,
         run_id: int,
-        task_key: str,
-        deadline: float | None,
-        timeout: float | None,
+        wait: WaitPolicy,
         on_update: OnUpdate | None,
-        max_gpu_hours: float | None,
-        failure_policy: FailurePolicy,
         on_retry: OnRetry | None,
         on_lines: OnLines | None = None,
         lines_shown: dict[str, int] | None = None,
-        sweep: Sweep | None = None,
     ) -> RunState:
         """A stage ends before its run does and the coalesced list view has no per-task
         states, so a stage reads runs/get itself, within this watcher's request budget; its
         task's newest lines (``on_lines``) are read between its polls, at most every
         ``LineBudget.interval``, within the line share. While the workspace does not answer
         it waits for the shared probe (past the deadline: ``RunTimeout``)."""
-        limit = _loop_limit(deadline, timeout)
+        ends_by = wait.ends_by()
+        limit = _loop_limit(ends_by)
+        task_key = wait.task_key
+        assert task_key is not None
+        # The deadline as computed here: the loop's and the generator's are the same moment.
         loop = until_ended(
             run_id,
+            dataclasses.replace(wait, deadline=ends_by, timeout=None),
             poll_interval=self.interval,
             rng=self._rng,
-            task_key=task_key,
-            deadline=deadline,
-            timeout=timeout,
             on_update=on_update,
-            max_gpu_hours=max_gpu_hours,
-            failure_policy=failure_policy,
             on_retry=on_retry,
-            sweep=sweep,
         )
         request = next(loop)
         streams: dict[tuple[str, int, int], LineStream] = {}
@@ -736,7 +704,7 @@ class RunWatcher:
         come; past ``deadline`` (wall clock) the last unanswered one."""
         ear = _Ear(None if on_workspace is None else _in_waiter_context(on_workspace))
         self._listen(ear)
-        limit = _loop_limit(deadline, None)
+        limit = _loop_limit(deadline)
         try:
             while True:
                 await self._until_back(limit)
@@ -1312,7 +1280,7 @@ class RunWatcher:
             state_body.get("state_message"),
         )
         if key == watched.key:
-            if any(w.failure_policy is not None for w in watched.waiters):
+            if any(w.examines for w in watched.waiters):
                 # An attempt can fail and be retried under one run state: keep its tasks
                 # (parsed only when an attempt's state changed: most listings change none).
                 attempts = tuple(
@@ -1322,7 +1290,7 @@ class RunWatcher:
                 if attempts != watched.attempts:
                     watched.attempts = attempts
                     watched.state = RunState.from_api(raw)
-            if any(w.max_gpu_hours is not None for w in watched.waiters):
+            if any(w.policy.has_budget for w in watched.waiters):
                 self._check_budgets(watched, RunState.from_api(raw))  # its attempts changed
             return False
         state = RunState.from_api(raw)
@@ -1376,7 +1344,7 @@ class RunWatcher:
         for watched in list(self._runs.values()):
             state = watched.state
             if state is None or not any(
-                w.max_gpu_hours is not None and over_budget(state, w.max_gpu_hours) is not None
+                w.policy.has_budget and w.policy.over_budget(state) is not None
                 for w in watched.waiters
                 if not w.future.done()
             ):
@@ -1396,8 +1364,9 @@ class RunWatcher:
         found: dict[tuple[Any, ...], list[tuple[_Watched, _Waiter]]] = {}
         for watched in self._runs.values():
             for waiter in watched.waiters:
-                if waiter.sweep is not None and not waiter.future.done():
-                    found.setdefault(waiter.sweep.key, []).append((watched, waiter))
+                sweep = waiter.policy.sweep
+                if sweep is not None and not waiter.future.done():
+                    found.setdefault(sweep.key, []).append((watched, waiter))
         return found
 
     def _next_sweep_due(self) -> float:
@@ -1421,7 +1390,7 @@ class RunWatcher:
             entry = self._sweeps.get(key)
             if entry is not None and entry.due > now:
                 continue
-            sweep = sharing[0][1].sweep
+            sweep = sharing[0][1].policy.sweep
             assert sweep is not None
             spend = await self.sweep_spend(sweep, fresh_within=0.0)
             for watched, waiter in sharing:
@@ -1476,9 +1445,7 @@ class RunWatcher:
         that wait. Nothing is read for a run whose attempts have not failed."""
         for watched in list(self._runs.values()):
             state = watched.state
-            deciding = [
-                w for w in watched.waiters if w.failure_policy is not None and not w.future.done()
-            ]
+            deciding = [w for w in watched.waiters if w.examines and not w.future.done()]
             if state is None or not deciding:
                 continue
             found = attempts_to_examine(state, None, watched.examined)
@@ -1489,10 +1456,10 @@ class RunWatcher:
                     watched.examined -= {(a.task_key, a.attempt_number) for a in found[i:]}
                     raise
                 for waiter in deciding:
-                    if waiter.future.done() or waiter.failure_policy is None:
+                    if waiter.future.done():
                         continue
                     stopped = retry_examined(
-                        waiter.failure_policy, state, diagnosis, None, waiter.on_retry
+                        waiter.policy.failure_policy, state, diagnosis, None, waiter.on_retry
                     )
                     if stopped is not None:
                         waiter.future.set_exception(stopped)
@@ -1529,11 +1496,12 @@ class RunWatcher:
         )
 
     def _check_budgets(self, watched: _Watched, state: RunState) -> None:
-        """End the wait of each waiter whose ``max_gpu_hours`` the run has passed."""
+        """End the wait of each waiter whose budget (``WaitPolicy.over_budget``) the run has
+        passed."""
         for waiter in watched.waiters:
-            if waiter.max_gpu_hours is None or waiter.future.done():
+            if not waiter.policy.has_budget or waiter.future.done():
                 continue
-            exceeded = over_budget(state, waiter.max_gpu_hours)
+            exceeded = waiter.policy.over_budget(state)
             if exceeded is not None:
                 waiter.future.set_exception(exceeded)
 

@@ -51,7 +51,10 @@ class AirWorkspace(dg.ConfigurableResource):
     request_budget: float = Field(
         default=10.0,
         description="Requests per second that all waiting assets of one process may send "
-        "to this workspace together.",
+        "to this workspace together: the shared watcher's status polls, sweep listings, "
+        "failure diagnoses, progress and MLflow reads. Outside it: following each run's node "
+        "logs (stream_logs, Pipes), one read of each open node stream every ~2 s while the "
+        "run runs, and a step's own submits and cancels.",
     )
     request_timeout: float = Field(default=30.0, description="Seconds per HTTP request.")
     progress_interval: float = Field(

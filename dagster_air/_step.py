@@ -24,7 +24,6 @@ import dataclasses
 import queue
 import re
 import sys
-import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,11 +46,13 @@ from air_runtime import (
     RunFailed,
     RunOutcome,
     RunState,
+    RunStatus,
     Stage,
     Submission,
     SubmittedRun,
     Sweep,
     SweepBudgetSpent,
+    WaitPolicy,
     Workload,
     decide_ownership,
 )
@@ -73,7 +74,14 @@ from ._record import AirEvent, IgnoredCheck, PartitionMetadata, RowResult, recor
 from ._resource import AirWorkspace
 from ._secrets import resolve_secret_env
 from ._translator import GPU_HOURS_KEY, META_PREFIX, DagsterAirTranslator
-from ._watch import watch_in_background
+from ._watch import (
+    ProgressSeen,
+    StateSeen,
+    WatchEvent,
+    WatchEvents,
+    WatchWarning,
+    watch_in_background,
+)
 from ._workflow import AirWorkflow, LoadedStage
 from ._workloads import OUTPUT_URI_KEY, RowWorkloads, config_failure
 
@@ -643,39 +651,28 @@ class AirStep:
     def _wait(self, run: RemoteRun, budgets: bool = True) -> Generator[AirEvent, None, RunState]:
         submitted = run.submitted
         assert submitted is not None
-        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        run_budget, task_budgets = self._budgets(run) if budgets else (None, {})
+        events: WatchEvents = queue.SimpleQueue()
         # Every node is followed (Pipes messages may come from any rank); log_node only
         # narrows what is printed. The queue is this step's alone: whichever step's wait
         # the shared watcher serves, what it sees of this run lands here. After a cancel
-        # over budget the rest of the logs is not read again.
+        # over budget the wait only waits for the end, and the rest of the logs is not read
+        # again.
         future = watch_in_background(
             self.workspace,
             submitted.run_id,
             events,
+            self._wait_policy(run) if budgets else WaitPolicy.until_end(),
             follow_logs=budgets and (self.workspace.stream_logs or self.pipes is not None),
-            max_gpu_hours=run_budget,
-            # After a cancel the wait only waits for the end.
-            failure_policy=FailurePolicy.of(
-                self.options.failure_policy, self.options.stop_deterministic_retries
-            )
-            if budgets
-            else FailurePolicy.platform_only(),
-            sweep=self.sweep if budgets else None,
         )
         try:
             while True:
                 yield from self._drain(events, submitted.run_id)
-                exceeded: BudgetExceeded | RetriesStopped | None
                 try:
                     state = future.result(timeout=0.5)
                     break
                 except concurrent.futures.TimeoutError:
                     self.own_run.check()
-                    exceeded = self._task_over_budget(submitted.run_id, task_budgets)
-                except (BudgetExceeded, RetriesStopped) as error:
-                    exceeded = error
-                if exceeded is not None:
+                except (BudgetExceeded, RetriesStopped) as exceeded:
                     future.cancel()
                     yield from self._drain(events, submitted.run_id)
                     self._cancel_over_budget(run, exceeded)
@@ -689,11 +686,11 @@ class AirStep:
             future.cancel()  # stop following this run on the background loop
             raise
 
-    def _budgets(self, run: RemoteRun) -> tuple[float | None, dict[str, float]]:
-        """The run's ``max_gpu_hours`` (the shared watcher checks it) and its tasks' (checked
-        here from the states the watcher reads): each stage's own; in a range run the
-        asset's bounds each partition's task instead of the whole run, otherwise the whole
-        step (all its runs)."""
+    def _wait_policy(self, run: RemoteRun) -> WaitPolicy:
+        """What ends the wait on ``run`` besides its end: the step's failure policy, its
+        sweep, the run's ``max_gpu_hours`` and its tasks' (all checked by the shared watcher,
+        from the states it reads): each stage's own; in a range run the asset's bounds each
+        partition's task instead of the whole run, otherwise the whole step (all its runs)."""
         scope, asset = self.plan.scope, self.options.max_gpu_hours
         tasks: dict[str, float] = {}
         for row in self.plan.rows_of(run.planned):
@@ -701,38 +698,22 @@ class AirStep:
             if task is not None:
                 tasks[row.task_key] = float(task)
         step = scope.step_budget(asset)
-        if step is None:
-            return None, tasks
-        # The asset's budget bounds the step: a run after a blocking check gets what the runs
-        # before it left (they have ended: their GPU-hours are final).
-        used = sum(r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None)
-        return max(float(step) - used, 1e-9), tasks
-
-    def _task_over_budget(self, run_id: int, budgets: Mapping[str, float]) -> BudgetExceeded | None:
-        """A task of the run past its budget, computed from the last state the wait saw
-        (no request); a breach is confirmed with one read of the run, as the watcher does
-        (that state may predate the task's end)."""
-        state = self._last_state
-        if not budgets or state is None or state.run_id != run_id or state.is_terminal:
-            return None
-        for confirming in (False, True):
-            now_ms = int(time.time() * 1000)
-            over = [
-                (key, used, hours)
-                for key, hours in budgets.items()
-                if not state.has_ended(key) and (used := state.gpu_hours(key, now_ms)) > hours
-            ]
-            if not over:
-                return None
-            if confirming or self._client is None:
-                break
-            try:
-                state = self._last_state = self._client.get_run(run_id)
-            except AirError as error:
-                self.context.log.warning(f"could not read run {run_id}: {self.redact(str(error))}")
-                return None
-        key, used, hours = over[0]
-        return BudgetExceeded(run_id, used, hours, task_key=key)
+        run_budget = None
+        if step is not None:
+            # The asset's budget bounds the step: a run after a blocking check gets what the
+            # runs before it left (they have ended: their GPU-hours are final).
+            used = sum(
+                r.state.gpu_hours() for r in self.runs if r is not run and r.state is not None
+            )
+            run_budget = max(float(step) - used, 1e-9)
+        return WaitPolicy(
+            max_gpu_hours=run_budget,
+            task_budgets=tasks,
+            failure_policy=FailurePolicy.of(
+                self.options.failure_policy, self.options.stop_deterministic_retries
+            ),
+            sweep=self.sweep,
+        )
 
     def _cancel_over_budget(
         self, run: RemoteRun, exceeded: BudgetExceeded | RetriesStopped
@@ -759,18 +740,17 @@ class AirStep:
                 if other.submitted is not None and other.submitted.run_id in stopped:
                     self._over_budget.setdefault(other.submitted.run_id, message)
 
-    def _drain(self, events: queue.SimpleQueue[tuple[str, Any]], run_id: int) -> Iterator[AirEvent]:
+    def _drain(self, events: WatchEvents, run_id: int) -> Iterator[AirEvent]:
         while True:
             try:
-                item = events.get_nowait()
+                event = events.get_nowait()
             except queue.Empty:
                 return
-            yield from self._show(item, run_id)
+            yield from self._show(event, run_id)
 
-    def _show(self, item: tuple[str, Any], run_id: int) -> Iterator[AirEvent]:
-        kind, value = item
-        if kind == "state":
-            state: RunState = value
+    def _show(self, event: WatchEvent, run_id: int) -> Iterator[AirEvent]:
+        if isinstance(event, StateSeen):
+            state = event.state
             text = f"run {run_id}: {state.describe()}"
             if state.is_waiting_for_capacity:
                 text += " (waiting for GPU capacity)"
@@ -778,9 +758,10 @@ class AirStep:
             self._last_state = state
             yield from self._mlflow_links(state)
             yield from self._attempt_ends(state)
-        elif kind == "progress":
+        elif isinstance(event, ProgressSeen):
             # Read for a run of one task only (eta.go reads one MLflow run): that row's.
-            self.context.log.info(f"run {run_id}: training {value.detailed()}")
+            progress = event.progress
+            self.context.log.info(f"run {run_id}: training {progress.detailed()}")
             tasks = self._last_state.tasks if self._last_state is not None else ()
             for task in tasks:
                 row = self.plan.rows.get(task.task_key)
@@ -790,15 +771,14 @@ class AirStep:
                         partition=row.partition,
                         metadata={
                             "dagster-air/run_id": run_id,
-                            "dagster-air/progress_percent": value.percent_complete,
-                            "dagster-air/remaining_s": value.remaining_seconds,
+                            "dagster-air/progress_percent": progress.percent_complete,
+                            "dagster-air/remaining_s": progress.remaining_seconds,
                         },
                     )
-        elif kind == "warning":
-            self.context.log.warning(self.redact(str(value)))
-        elif kind == "log":
-            record, line = value
-            line = self.redact(line)
+        elif isinstance(event, WatchWarning):
+            self.context.log.warning(self.redact(event.text))
+        else:
+            record, line = event.record, self.redact(event.line)
             # Pipes messages of every node; printed lines of every node or the chosen one.
             if self.pipes is not None and self.pipes.reader.handle_line(
                 line, record.task_key, record.attempt
@@ -945,7 +925,7 @@ class AirStep:
             )
         except AirError:
             outcome = None
-        if outcome is not None and outcome.status == RunOutcome.STOPPED_STATUSES[0]:
+        if outcome is not None and outcome.status is RunStatus.BUDGET:
             # Cancelled for a budget elsewhere (a spent sweep's other wait): no retry.
             self._over_budget[submitted.run_id] = outcome.message
             return RowResult.of(row, checks=checks, failure=self.redact(outcome.message))

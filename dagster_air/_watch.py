@@ -8,9 +8,18 @@ import asyncio
 import contextlib
 import queue
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from air_runtime import AirError, FailurePolicy, LineBudget, RunState, RunWatcher, Sweep
+from air_runtime import (
+    AirError,
+    LineBudget,
+    LogRecord,
+    RunState,
+    RunWatcher,
+    TrainingProgress,
+    WaitPolicy,
+)
 
 from ._loop import run_in_background
 
@@ -19,6 +28,32 @@ if TYPE_CHECKING:
 
 # After the run ends, give the log follower this long to read the last lines.
 _LOG_DRAIN_S = 10.0
+
+
+# What the wait hands the step's thread, one kind each.
+@dataclass(frozen=True, slots=True)
+class StateSeen:
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSeen:
+    progress: TrainingProgress
+
+
+@dataclass(frozen=True, slots=True)
+class WatchWarning:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLine:
+    record: LogRecord
+    line: str
+
+
+WatchEvent = StateSeen | ProgressSeen | WatchWarning | NodeLine
+WatchEvents = queue.SimpleQueue[WatchEvent]
 
 
 def shared_watcher(workspace: AirWorkspace) -> RunWatcher:
@@ -41,7 +76,7 @@ async def _follow_logs(
     watcher: RunWatcher,
     run_id: int,
     node: int | None,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
     ended: asyncio.Event,
 ) -> None:
     try:
@@ -51,28 +86,26 @@ async def _follow_logs(
             run_id, node=node, follow=True, until=ended
         ):
             for line in record.body.splitlines() or [""]:
-                events.put(("log", (record, line)))
+                events.put(NodeLine(record, line))
     except AirError as error:
-        events.put(("warning", f"stopped streaming logs of run {run_id}: {error}"))
+        events.put(WatchWarning(f"stopped streaming logs of run {run_id}: {error}"))
 
 
 async def watch_run(
     workspace: AirWorkspace,
     run_id: int,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
     log_node: int | None,
+    policy: WaitPolicy,
     follow_logs: bool = True,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
-    sweep: Sweep | None = None,
 ) -> RunState:
-    """Wait for the run to end through the shared watcher, following every node's logs
-    (only ``log_node``'s when set). Past ``max_gpu_hours`` (the watcher's arithmetic, from
-    the states it reads anyway): ``BudgetExceeded``; an attempt that failed in a way the
-    ``failure_policy`` does not leave to the platform: ``RetriesStopped``; either way the run
-    left going; once ``sweep``'s budget is spent (one listing per poll interval for every step
-    of the process): ``SweepBudgetSpent``. Each retry the policy leaves to the platform is a
-    warning in the step log."""
+    """Wait for the run to end through the shared watcher under ``policy``, following every
+    node's logs (only ``log_node``'s when set). Past one of its budgets (the watcher's
+    arithmetic, from the states it reads anyway): ``BudgetExceeded``; an attempt that failed
+    in a way its ``failure_policy`` does not leave to the platform: ``RetriesStopped``;
+    either way the run left going; once its ``sweep``'s budget is spent (one listing per poll
+    interval for every step of the process): ``SweepBudgetSpent``. Each retry the policy
+    leaves to the platform is a warning in the step log."""
     watcher = shared_watcher(workspace)
     ended = asyncio.Event()
     follower = (
@@ -83,14 +116,12 @@ async def watch_run(
     try:
         state = await watcher.wait(
             run_id,
-            on_update=lambda s: events.put(("state", s)),
-            on_progress=(lambda p: events.put(("progress", p)))
+            policy,
+            on_update=lambda s: events.put(StateSeen(s)),
+            on_progress=(lambda p: events.put(ProgressSeen(p)))
             if workspace.progress_interval
             else None,
-            max_gpu_hours=max_gpu_hours,
-            failure_policy=failure_policy,
-            on_retry=lambda decision: events.put(("warning", decision.line())),
-            sweep=sweep,
+            on_retry=lambda decision: events.put(WatchWarning(decision.line())),
         )
         ended.set()
         if follower is not None:
@@ -105,25 +136,12 @@ async def watch_run(
 def watch_in_background(
     workspace: AirWorkspace,
     run_id: int,
-    events: queue.SimpleQueue[tuple[str, Any]],
+    events: WatchEvents,
+    policy: WaitPolicy,
     follow_logs: bool,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
-    sweep: Sweep | None = None,
 ) -> Future[RunState]:
     """``watch_run`` of every node on this process's background loop: all assets of one
     process share one ``RunWatcher`` per workspace (one coalescing poller under
     ``request_budget``), while the step's main thread stays free to receive Dagster's
     interrupt on run termination."""
-    return run_in_background(
-        watch_run(
-            workspace,
-            run_id,
-            events,
-            None,
-            follow_logs,
-            max_gpu_hours,
-            failure_policy,
-            sweep,
-        )
-    )
+    return run_in_background(watch_run(workspace, run_id, events, None, policy, follow_logs))

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from .._auth import Credentials, resolve_credentials
-from .._failure_policy import FailurePolicy, RetryDecision
+from .._failure_policy import RetryDecision
 from .._redaction import Redactor
 from .._states import RunState
+from .._wait_policy import WaitPolicy
 from . import _cancel_causes, _identity, _runs, _secrets, _submit
 from ._core import (
     AuthHeaders,
@@ -314,42 +315,33 @@ class AirClient(_BaseClient, SyncOperations):
     def wait(
         self,
         run_id: int,
+        policy: WaitPolicy | None = None,
         *,
-        timeout: float | None = None,
         poll_interval: float | None = None,
         on_update: Callable[[RunState], None] | None = None,
-        task_key: str | None = None,
-        deadline: float | None = None,
-        max_gpu_hours: float | None = None,
-        failure_policy: FailurePolicy | None = None,
         on_retry: Callable[[RetryDecision], None] | None = None,
-        stop_deterministic_retries: bool | None = None,
-        sweep: Sweep | None = None,
+        **options: Any,
     ) -> RunState:
         """Poll (every ``poll_interval`` s, by default the client's) until the run ends, or
-        with ``task_key`` until that task of it ends (a workflow stage ends before its run);
-        the state that shows the end. Past ``timeout``
-        (seconds) or ``deadline`` (``time.time()``): ``RunTimeout``, the run goes on. Past
-        ``max_gpu_hours`` (of the run, or of the stage): ``BudgetExceeded``, the run goes on
-        until cancelled. An attempt that failed while the platform will retry it is decided
-        by ``failure_policy`` (default ``FailurePolicy()``: a deterministic failure stops), the
-        decision told to ``on_retry``; one that gets no platform retry: ``RetriesStopped``,
-        the run goes on until cancelled. ``stop_deterministic_retries`` (deprecated) sets the
-        policy's deterministic action. With ``sweep``, one listing of it per poll: once its
-        budget is spent, ``SweepBudgetSpent`` (cancel with ``cancel(run_id, cause=...)``)."""
+        with the policy's ``task_key`` until that task of it ends (a workflow stage ends
+        before its run); the state that shows the end. ``policy`` (``WaitPolicy``, the
+        default when None) says what else ends the wait: past its ``timeout`` (seconds) or
+        ``deadline`` (``time.time()``), ``RunTimeout``, the run goes on; past
+        ``max_gpu_hours`` (of the run, or of the stage), ``BudgetExceeded``, the run goes on
+        until cancelled; an attempt that failed while the platform will retry it is decided
+        by its ``failure_policy`` (a deterministic failure stops by default), the decision
+        told to ``on_retry``: one that gets no platform retry, ``RetriesStopped``; with a
+        ``sweep``, one listing of it per poll: once its budget is spent, ``SweepBudgetSpent``
+        (cancel with ``cancel(run_id, cause=...)``). ``options`` are the policy's fields by
+        name, in place of (or over) ``policy``: ``wait(run_id, timeout=60)``."""
         return self._run(
             _runs.wait(
                 self._core,
                 run_id,
-                timeout=timeout,
+                WaitPolicy.of(policy, **options),
                 poll_interval=self.poll_interval if poll_interval is None else poll_interval,
                 on_update=on_update,
-                task_key=task_key,
-                deadline=deadline,
-                max_gpu_hours=max_gpu_hours,
-                failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
                 on_retry=on_retry,
-                sweep=sweep,
             )
         )
 
@@ -706,31 +698,21 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
     async def wait(
         self,
         run_id: int,
+        policy: WaitPolicy | None = None,
         *,
-        timeout: float | None = None,
         poll_interval: float | None = None,
         on_update: Callable[[RunState], None] | None = None,
-        task_key: str | None = None,
-        deadline: float | None = None,
-        max_gpu_hours: float | None = None,
-        failure_policy: FailurePolicy | None = None,
         on_retry: Callable[[RetryDecision], None] | None = None,
-        stop_deterministic_retries: bool | None = None,
-        sweep: Sweep | None = None,
+        **options: Any,
     ) -> RunState:
         return await self._run(
             _runs.wait(
                 self._core,
                 run_id,
-                timeout=timeout,
+                WaitPolicy.of(policy, **options),
                 poll_interval=self.poll_interval if poll_interval is None else poll_interval,
                 on_update=on_update,
-                task_key=task_key,
-                deadline=deadline,
-                max_gpu_hours=max_gpu_hours,
-                failure_policy=FailurePolicy.of(failure_policy, stop_deterministic_retries),
                 on_retry=on_retry,
-                sweep=sweep,
             )
         )
 

@@ -827,3 +827,26 @@ def gather(flows: Sequence[Flow[Any]], limit: int) -> Flow[list[Any]]:
 def offload(function: Callable[[], T]) -> Flow[T]:
     result: T = yield Offload(function)
     return result
+
+
+def consume(flow: Flow[Any], take: Callable[[Any], bool]) -> Flow[None]:
+    """Run an iterating ``flow`` (one that ``Emit``s, as a log read) inside another flow,
+    each item it emits handed to ``take``; ``take`` answering False stops the reading (the
+    iterating flow is closed). Both clients drive the outer flow as any other."""
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.throw(error) if error is not None else flow.send(answer)
+        except StopIteration:
+            return
+        answer, error = None, None
+        if isinstance(step, Emit):
+            if not take(step.item):
+                flow.close()
+                return
+            continue
+        try:
+            answer = yield step
+        except Exception as exc:  # the iterating flow sees its own step's failure
+            error = exc

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._diagnosis import Diagnosis, Termination, diagnose
 from .._errors import AirError, NotFound, PlatformError, RunFailed
-from .._failure_policy import FailurePolicy, RetryDecision
+from .._failure_policy import RetryDecision
 from .._polling import Examine, Pause, Tally, jittered, until_ended
 from .._states import (
     RunState,
@@ -22,6 +22,7 @@ from .._states import (
     mlflow_run_url,
 )
 from .._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend
+from .._wait_policy import WaitPolicy
 from ._checkpoint_folders import newest_checkpoint_of_task
 from ._core import ClientCore, Emit, EndSignal, Flow, LogRecord, Sleep, gather
 
@@ -138,35 +139,22 @@ def _jittered(seconds: float, core: ClientCore) -> float:
 def wait(
     core: ClientCore,
     run_id: int,
+    policy: WaitPolicy,
     *,
-    timeout: float | None,
     poll_interval: float,
-    on_update: Callable[[RunState], None] | None,
-    task_key: str | None = None,
-    deadline: float | None = None,
-    max_gpu_hours: float | None = None,
-    failure_policy: FailurePolicy | None = None,
+    on_update: Callable[[RunState], None] | None = None,
     on_retry: Callable[[RetryDecision], None] | None = None,
-    sweep: Sweep | None = None,
 ) -> Flow[RunState]:
-    """Poll until the run (with ``task_key``: that task of it) ends; returns the state that
-    shows the end (success or not). ``timeout`` is relative, ``deadline`` wall-clock; past
-    ``max_gpu_hours``, ``BudgetExceeded``; once ``sweep``'s budget is spent (one listing of
-    it per poll), ``SweepBudgetSpent``; an attempt that failed while a retry follows is
-    decided by ``failure_policy`` (told to ``on_retry``): one that gets no platform retry,
-    ``RetriesStopped``."""
+    """Poll until the run (with the policy's ``task_key``: that task of it) ends, under
+    ``policy`` (``WaitPolicy``: its deadline, budgets, failure policy); returns the state that
+    shows the end (success or not). Decisions on failed attempts go to ``on_retry``."""
     loop = until_ended(
         run_id,
+        policy,
         poll_interval=poll_interval,
         rng=core.rng,
-        task_key=task_key,
-        deadline=deadline,
-        timeout=timeout,
         on_update=on_update,
-        max_gpu_hours=max_gpu_hours,
-        failure_policy=failure_policy,
         on_retry=on_retry,
-        sweep=sweep,
     )
     request = next(loop)
     while True:

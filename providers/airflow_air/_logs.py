@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from air_runtime import BudgetExceeded, RetriesStopped
 
 if TYPE_CHECKING:
-    from air_runtime import AirClient, AsyncAirClient, FailurePolicy, RunState, Sweep
+    from air_runtime import AirClient, RunState, WaitPolicy
 
 
 class TaskLog(Protocol):
@@ -116,23 +116,21 @@ def wait_logging(
     client: AirClient,
     run_id: int,
     log: TaskLog,
-    task_key: str | None = None,
+    policy: WaitPolicy,
     *,
     poll_interval: float | None,
     stream: bool,
-    max_gpu_hours: float | None = None,
     on_stop: Callable[[BudgetExceeded | RetriesStopped], None] | None = None,
     on_update: Callable[[RunState], None] | None = None,
-    failure_policy: FailurePolicy | None = None,
-    sweep: Sweep | None = None,
 ) -> RunState:
-    """Wait in the worker for the run (or ``task_key``'s stage) to end, logging each state
-    change (then telling ``on_update``) and, with ``stream``, every node's lines as they come
-    (``poll_interval`` None: the client's); past ``max_gpu_hours``, ``on_stop`` (which
-    cancels the run: the streamer's last read waits for the run to end), then
-    ``BudgetExceeded``; the same once ``sweep``'s budget is spent (``SweepBudgetSpent``), and
-    when ``failure_policy`` stops the platform's retries, then ``RetriesStopped``. Each
-    decision of the policy is logged as it is made."""
+    """Wait in the worker for the run (or the policy's ``task_key`` stage) to end under
+    ``policy``, logging each state change (then telling ``on_update``) and, with ``stream``,
+    every node's lines as they come (``poll_interval`` None: the client's); past the policy's
+    ``max_gpu_hours``, ``on_stop`` (which cancels the run: the streamer's last read waits for
+    the run to end), then ``BudgetExceeded``; the same once its ``sweep``'s budget is spent
+    (``SweepBudgetSpent``), and when its ``failure_policy`` stops the platform's retries, then
+    ``RetriesStopped``. Each decision of the failure policy is logged as it is made."""
+    task_key = policy.task_key
     streaming = LogStreamer(client, run_id, log, task_key) if stream else contextlib.nullcontext()
     logger = StateLogger(log, run_id, task_key)
 
@@ -145,13 +143,10 @@ def wait_logging(
         try:
             return client.wait(
                 run_id,
+                policy,
                 poll_interval=poll_interval,
                 on_update=on_state,
-                task_key=task_key,
-                max_gpu_hours=max_gpu_hours,
-                failure_policy=failure_policy,
                 on_retry=lambda decision: log.warning("%s", decision.line()),
-                sweep=sweep,
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             if on_stop is not None:
@@ -198,9 +193,12 @@ class LiveLines:
             self.on_shown(dict(self.shown))
 
 
-class _BoundedLogCopy:
-    """Writes whole node records into a log until ``max_lines`` would be passed, then one
-    line that says where the rest is; skips the records shown while the run ran."""
+class LogCopy:
+    """Every node's lines of an ended run (or stage), every attempt, into the task log at
+    once: how a try that did not stream them gets them (it waited in the triggerer, or found
+    the run ended). ``add`` is the sink of the core's ``end_of_try_flow``: whole records
+    until ``max_lines`` would be passed, then one line that says where the rest is (``airo
+    logs``); the records ``shown`` live while the run ran (``LiveLines.shown``) are skipped."""
 
     def __init__(
         self,
@@ -235,47 +233,6 @@ class _BoundedLogCopy:
         _log_record(self.log, record, stamped=True)
         self.written += lines
         return True
-
-
-def copy_run_logs(
-    client: AirClient,
-    run_id: int,
-    log: TaskLog,
-    task_key: str | None = None,
-    *,
-    max_lines: int,
-    shown: dict[str, int] | None = None,
-) -> None:
-    """Every node's lines of an ended run (or stage), every attempt, into the task log at
-    once: how a try that waited in the triggerer gets them (see ``AirRunOperator``). At most
-    ``max_lines`` lines; the rest are left to ``airo logs``. ``shown``: what the trigger's
-    live lines showed already (``LiveLines.shown``), not copied again."""
-    copy = _BoundedLogCopy(log, run_id, task_key, max_lines, shown)
-    try:
-        for record in client.iter_run_logs(run_id, task_key=task_key):
-            if not copy.add(record):
-                return
-    except Exception as exc:  # logs are a convenience: never fail the task for them
-        log.info("Could not copy the logs of run %s: %s", run_id, exc)
-
-
-async def acopy_run_logs(
-    client: AsyncAirClient,
-    run_id: int,
-    log: TaskLog,
-    task_key: str | None = None,
-    *,
-    max_lines: int,
-    shown: dict[str, int] | None = None,
-) -> None:
-    """``copy_run_logs`` from a trigger's event loop (a run finished in the triggerer)."""
-    copy = _BoundedLogCopy(log, run_id, task_key, max_lines, shown)
-    try:
-        async for record in client.iter_run_logs(run_id, task_key=task_key):
-            if not copy.add(record):
-                return
-    except Exception as exc:  # logs are a convenience: never fail the task for them
-        log.info("Could not copy the logs of run %s: %s", run_id, exc)
 
 
 # How long a trigger waits for its last line to reach its log file before it ends: the

@@ -22,6 +22,7 @@ the try was asked for after its stage failed (``airflow_air.workflow.StageRerun`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -34,10 +35,13 @@ from air_runtime import (
     RedactingLog,
     RetriesStopped,
     RunOutcome,
+    RunStatus,
     Submission,
     Sweep,
     SweepBudgetSpent,
+    WaitPolicy,
     checkpoint_volume,
+    end_of_try_flow,
     sweep_budget,
 )
 from airflow_air._deferral import (
@@ -380,36 +384,38 @@ class AirTaskRun(TaskRun):
                 return {"run_id": record.run_id, "run_page_url": record.run_page_url}
             return self._wait(client, record)
 
-    def resume(self, event: Mapping[str, Any] | None) -> Any:
-        """``execute_complete``: the trigger's event (a stored event of an earlier version
-        reads the same: ``RunOutcome.from_event``)."""
+    def resume(self, payload: Mapping[str, Any] | None) -> Any:
+        """``execute_complete``: the trigger's event (``RunEvent``; a stored event of an
+        earlier version reads the same)."""
         from airflow.sdk.exceptions import AirflowException
 
-        if not event:
+        from airflow_air._run_event import RunEvent
+
+        if not payload:
             raise AirflowException("the trigger ended without an event")
-        outcome = RunOutcome.from_event(event)
+        event = RunEvent.from_payload(payload)
+        outcome = event.outcome
         if outcome.cost is None and outcome.gpu_hours_by_type:
             outcome = outcome.priced(self.prices)
         if not outcome.run_id:  # the trigger's submit made no run (submit_in_triggerer)
             message = self.redact(outcome.message or "the trigger made no run")
-            if event.get("refused"):  # as a refusal in a worker: no retry can fix it
+            if event.refused:  # as a refusal in a worker: no retry can fix it
                 raise AirConfigurationError(message)
             raise AirflowException(message)
-        self.links = LinkXComs.from_event(event)  # what the trigger wrote itself
+        self.links = event.links  # what the trigger wrote itself
         if self.links.run_pending:  # the trigger submitted but could not write them
             self.push_run_xcoms(outcome.run_id, outcome.run_page_url)
-        if event.get("submission"):  # the one the deferring try wrote keys for
+        if event.submission:  # the one the deferring try wrote keys for
             self.submission = Submission.from_json(
-                event["submission"], log=self.log, redact=self.redact
+                event.submission, log=self.log, redact=self.redact
             )
-        if outcome.status in ("success", "failed", "timeout", *RunOutcome.STOPPED_STATUSES):
-            try:
-                with AirHook(self.task.databricks_conn_id).get_client() as client:
-                    self.log = RedactingLog(self.task.log, self.redactor(client))
-                    self._copy_logs(client, outcome.run_id, shown=event.get("shown_lines"))
-            except Exception as exc:  # the logs are a convenience; the outcome is known
-                self.task.log.info("Could not copy the logs of run %s: %s", outcome.run_id, exc)
-        return self._complete(outcome)
+        # The run's lines were not streamed here: copied now (but those the trigger showed),
+        # unless the trigger could not ask the workspace at all.
+        return self._complete(
+            outcome,
+            copy_lines=outcome.status is not RunStatus.ERROR,
+            shown=dict(event.shown_lines) if event.shown_lines else None,
+        )
 
     def cancel_deferred(self, why: str) -> None:
         """Airflow ended this try's deferral without an event (``__fail__``: the trigger
@@ -538,8 +544,8 @@ class AirTaskRun(TaskRun):
                     record.run_id,
                     f" (stage {self.stage})" if self.stage else "",
                 )
-                self._copy_logs(client, record.run_id)
-                return self._complete(self._outcome(client, state, record), client, state)
+                outcome = self._outcome(client, state, record)
+                return self._complete(outcome, client, state, copy_lines=True)
             self._defer(poll_interval_of(self.task, client), record)
         return self._wait_in_worker(client, record)
 
@@ -552,21 +558,29 @@ class AirTaskRun(TaskRun):
                 client,
                 record.run_id,
                 self.log,
-                self.stage,
+                self.wait_policy(),
                 poll_interval=self.task.poll_interval,  # None: the client's (``[air]``)
                 stream=self.task.stream_logs,
-                max_gpu_hours=gpu_budget_of(self.task),
                 on_stop=lambda stopped: notes.append(
                     self._cancel_stopped_run(client, record, stopped)
                 ),
                 on_update=self._mlflow_link(client),
-                failure_policy=failure_policy_of(self.task),
-                sweep=self.sweep,
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             note = notes[0] if notes else self._cancel_stopped_run(client, record, stopped)
             return self._complete(self._stopped_outcome(record, stopped, note), client)
         return self._complete(self._outcome(client, state, record), client, state)
+
+    def wait_policy(self, deadline: float | None = None) -> WaitPolicy:
+        """What ends this try's wait besides the run's end: its stage, the task's budget and
+        failure policy, its sweep (``read_sweep``), the try's ``deadline`` (a trigger's)."""
+        return WaitPolicy(
+            task_key=self.stage,
+            deadline=deadline,
+            max_gpu_hours=gpu_budget_of(self.task),
+            failure_policy=failure_policy_of(self.task),
+            sweep=self.sweep,
+        )
 
     def _mlflow_link(self, client: AirClient) -> Callable[[RunState], None]:
         """The MLflow link as soon as the run has one (``air_runtime.MlflowLinkReader``), read on
@@ -647,9 +661,8 @@ class AirTaskRun(TaskRun):
                 plan=plan.to_json() if plan is not None else None,
                 databricks_conn_id=task.databricks_conn_id,
                 poll_interval=poll_interval,
-                deadline=deadline,
+                wait=self.wait_policy(deadline).to_json(),
                 cancel_on_kill=task.cancel_on_kill,
-                task_key=self.stage,
                 first_poll_at=first_poll_at(),
                 # References only: the triggerer looks the values up itself to redact them.
                 secret_env=redaction_references(task) or None,
@@ -657,28 +670,11 @@ class AirTaskRun(TaskRun):
                 push_return_value=bool(task.do_xcom_push),
                 submission=submission,
                 stream_logs=task.stream_logs,
-                max_gpu_hours=gpu_budget_of(task),
-                failure_policy=failure_policy_of(task).to_json(),
-                sweep=self.sweep.to_json() if self.sweep is not None else None,
                 cancelled_by=self.submission_key_text(),
                 prices=self.prices.to_json() if self.prices is not None else None,
             ),
             method_name="execute_complete",
             timeout=defer_timeout(deadline),
-        )
-
-    def _copy_logs(
-        self, client: AirClient, run_id: int, shown: dict[str, int] | None = None
-    ) -> None:
-        """The nodes' lines of a run (stage) that ended while this task was not streaming
-        them: it waited in the triggerer, or found the run ended; ``shown``: the lines its
-        trigger showed live (see ``[air] live_lines``), not copied again."""
-        if not self.task.stream_logs:
-            return
-        from airflow_air._logs import copy_run_logs
-
-        copy_run_logs(
-            client, run_id, self.log, self.stage, max_lines=completed_log_lines(), shown=shown
         )
 
     # --- 4. the outcome ---------------------------------------------------------------------
@@ -690,8 +686,16 @@ class AirTaskRun(TaskRun):
         ).priced(self.prices)
 
     def _complete(
-        self, outcome: RunOutcome, client: AirClient | None = None, state: RunState | None = None
+        self,
+        outcome: RunOutcome,
+        client: AirClient | None = None,
+        state: RunState | None = None,
+        *,
+        copy_lines: bool = False,
+        shown: dict[str, int] | None = None,
     ) -> Any:
+        """The end of the try: the core's (``_end_try``), then the outcome as Airflow shows
+        it (XComs, the newest checkpoint, the return value or the exception)."""
         from airflow.sdk.exceptions import (
             AirflowException,
             AirflowFailException,
@@ -702,24 +706,23 @@ class AirTaskRun(TaskRun):
 
         task = self.task
         self.run_id = outcome.run_id
+        self._end_try(outcome, client, state, copy_lines and task.stream_logs, shown)
         result = self.push_outcome_xcoms(outcome)
-        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
+        if outcome.ended:
             self._show_newest_checkpoint(client)
         self.lineage = {**result, "mlflow_run_url": outcome.mlflow_run_url}
         outcome = dataclasses.replace(outcome, message=self.redact(outcome.message))
-        if outcome.status in ("success", "failed", *RunOutcome.STOPPED_STATUSES):
-            self._finish(outcome, client, state)
-        if outcome.status == "success":
+        if outcome.status is RunStatus.SUCCESS:
             task.log.info("%s", outcome.summary())
             return result
-        if outcome.status == "failed":
+        if outcome.status is RunStatus.FAILED:
             raise AirRunFailedError(
                 outcome.message,
                 run_id=outcome.run_id,
                 result_state=outcome.result_state,
                 run_page_url=outcome.run_page_url,
             )
-        if outcome.status == "timeout":
+        if outcome.status is RunStatus.TIMEOUT:
             raise AirflowTaskTimeout(outcome.message)
         if outcome.status in RunOutcome.STOPPED_STATUSES:  # a retry would spend again, for nothing
             raise AirflowFailException(outcome.message)
@@ -761,21 +764,51 @@ class AirTaskRun(TaskRun):
         submission.scopes.extend(s for s in scopes if s not in submission.scopes)
         return submission.attach(run_id, run_page_url)
 
-    def _finish(
-        self, outcome: RunOutcome, client: AirClient | None, state: RunState | None
+    def _end_try(
+        self,
+        outcome: RunOutcome,
+        client: AirClient | None,
+        state: RunState | None,
+        copy_lines: bool,
+        shown: dict[str, int] | None,
     ) -> None:
-        """The run has ended (for a stage: once its whole run has): delete the keys its
-        ``secret_env`` values were written to. Best effort; never fails the task."""
+        """The core's end of a try (``air_runtime.end_of_try_flow``): the run's lines into
+        the task log when asked (``LogCopy``), then, once the run (for a stage: its whole
+        run) ended, the keys its ``secret_env`` values were written to deleted. Best effort;
+        never fails the task."""
+        from airflow_air._logs import LogCopy
+
         try:
-            submission = self._submission_with_keys(outcome.run_id, outcome.run_page_url)
-            if submission is None:
+            submission = (
+                self._submission_with_keys(outcome.run_id, outcome.run_page_url)
+                if outcome.ended
+                else None
+            )
+            if not copy_lines and submission is None:
                 return
-            if client is not None:
-                submission.finish(client, state)
-                return
-            with AirHook(self.task.databricks_conn_id).get_client() as own:
-                submission.finish(own)
+            with contextlib.ExitStack() as stack:
+                if client is None:  # a resumed try: its own client
+                    client = stack.enter_context(AirHook(self.task.databricks_conn_id).get_client())
+                    self.log = RedactingLog(self.task.log, self.redactor(client))
+                copy = (
+                    LogCopy(self.log, outcome.run_id, self.stage, completed_log_lines(), shown)
+                    if copy_lines
+                    else None
+                )
+                ended = client.run_flow(
+                    lambda core: end_of_try_flow(
+                        core,
+                        outcome,
+                        state=state,
+                        task_key=self.stage,
+                        lines=copy.add if copy is not None else None,
+                        submission=submission,
+                    )
+                )
         except Exception as exc:
-            self.task.log.warning(
-                "Could not delete the secret keys of run %s: %s", outcome.run_id, exc
+            self.task.log.warning("Could not end the try on run %s: %s", outcome.run_id, exc)
+            return
+        if ended.lines_error is not None:
+            self.log.info(
+                "Could not copy the logs of run %s: %s", outcome.run_id, ended.lines_error
             )

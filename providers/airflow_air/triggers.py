@@ -149,10 +149,21 @@ class AirRunTrigger(BaseTrigger):
         writes the ``run_id`` and ``run_page_url`` XComs, as a worker does after its submit.
     :param databricks_conn_id: the ``databricks`` connection of the workspace.
     :param poll_interval: seconds between status refreshes (shared watcher interval).
-    :param deadline: wall-clock time (``time.time()``) after which the wait ends with a
-        ``timeout`` event; from the task's ``execution_timeout``.
+    :param wait: ``air_runtime.WaitPolicy.to_json()``, what ends the wait besides the run's
+        end: its ``task_key`` (wait for this task of a multi-task run instead of the whole
+        run); its ``deadline`` (wall clock, from the task's ``execution_timeout``), after
+        which the event's ``status`` is ``timeout``; its ``max_gpu_hours`` (the run's, the
+        stage's budget: once the watcher's states show it passed, the run is cancelled and
+        the event's ``status`` is ``budget``); its ``failure_policy`` (each decision on a
+        failed attempt is logged; one that stops the platform's retries
+        (``air_runtime.RetriesStopped``) cancels the run, and the event's ``status`` is
+        ``retries_stopped``, ``failed`` when the orchestrator's retry takes over); its
+        ``sweep`` (the run's sweep, its Dag run, when the task has a
+        ``sweep_gpu_hours_budget``: the shared watcher lists what the sweep spent once per
+        interval for every trigger on it; once spent, the run and the sweep's other runs
+        still going are cancelled and the event's ``status`` is ``budget``). A trigger an
+        earlier version stored has these keys flat in its kwargs: they are read the same.
     :param cancel_on_kill: cancel the run when the task is killed or times out.
-    :param task_key: wait for this task of a multi-task run instead of the whole run.
     :param first_poll_at: wall-clock time before which the workspace is not asked (see the
         module docstring); None polls at once.
     :param secret_env: the task's ``secret_env`` references (``conn:...``, ``var:...``),
@@ -165,16 +176,6 @@ class AirRunTrigger(BaseTrigger):
         secret keys: deleted here once the run has succeeded (``finish_in_triggerer``), else
         handed back in the event to the worker that resumes and deletes them.
     :param stream_logs: with ``finish_in_triggerer``, copy the nodes' lines into the log.
-    :param max_gpu_hours: the run's (the stage's) budget: once the watcher's states show it
-        passed, the run is cancelled and the event's ``status`` is ``budget``.
-    :param failure_policy: ``air_runtime.FailurePolicy.to_json()`` (None: the default). Each
-        decision on a failed attempt is logged; one that stops the platform's retries
-        (``air_runtime.RetriesStopped``) cancels the run, and the event's ``status`` is
-        ``retries_stopped`` (``failed`` when the orchestrator's retry takes over).
-    :param sweep: ``air_runtime.Sweep.to_json()`` of the run's sweep (its Dag run) when the
-        task has a ``sweep_gpu_hours_budget``: the shared watcher lists what the sweep spent
-        once per interval for every trigger on it; once spent, the run (and the sweep's other
-        runs still going) is cancelled and the event's ``status`` is ``budget``.
     :param cancelled_by: who cancels, kept with the cause of each cancel next to the run
         (``air_runtime.CancelCause``): the task instance.
     :param prices: ``air_runtime.Prices.to_json()`` (the connection's): the event's outcome
@@ -189,22 +190,24 @@ class AirRunTrigger(BaseTrigger):
         plan: dict[str, Any] | None = None,
         databricks_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 5.0,
-        deadline: float | None = None,
+        wait: dict[str, Any] | None = None,
         cancel_on_kill: bool = True,
-        task_key: str | None = None,
         first_poll_at: float | None = None,
         secret_env: dict[str, str] | None = None,
         finish_in_triggerer: bool = False,
         push_return_value: bool = True,
         submission: dict[str, Any] | None = None,
         stream_logs: bool = True,
-        max_gpu_hours: float | None = None,
-        failure_policy: dict[str, str] | None = None,
-        sweep: dict[str, Any] | None = None,
         cancelled_by: str = "",
         prices: dict[str, Any] | None = None,
+        **flat_wait: Any,
     ) -> None:
+        from air_runtime import WaitPolicy
+
         super().__init__()
+        unknown = set(flat_wait) - {f.name for f in dataclasses.fields(WaitPolicy)}
+        if unknown:
+            raise TypeError(f"AirRunTrigger got unexpected arguments: {sorted(unknown)}")
         if run_id is None and not plan:
             raise ValueError("AirRunTrigger needs a run_id or a plan to submit")
         self.run_id = int(run_id) if run_id is not None else 0  # 0: not submitted yet
@@ -212,18 +215,16 @@ class AirRunTrigger(BaseTrigger):
         self.plan = dict(plan) if plan else None
         self.databricks_conn_id = databricks_conn_id
         self.poll_interval = float(poll_interval)
-        self.deadline = None if deadline is None else float(deadline)
+        # ``flat_wait``: the policy's keys as an earlier version stored them (and as a
+        # caller may give them); ``wait`` when both.
+        self.wait_policy = WaitPolicy.from_json(wait if wait is not None else flat_wait)
         self.cancel_on_kill = cancel_on_kill
-        self.task_key = task_key
         self.first_poll_at = None if first_poll_at is None else float(first_poll_at)
         self.secret_env = dict(secret_env) if secret_env else None
         self.finish_in_triggerer = bool(finish_in_triggerer)
         self.push_return_value = bool(push_return_value)
         self.submission = dict(submission) if submission else None
         self.stream_logs = bool(stream_logs)
-        self.max_gpu_hours = None if max_gpu_hours is None else float(max_gpu_hours)
-        self.failure_policy = dict(failure_policy) if failure_policy else None
-        self.sweep = dict(sweep) if sweep else None
         self.cancelled_by = cancelled_by
         self.prices = dict(prices) if prices else None
         self._redact: Redactor | None = None
@@ -249,22 +250,26 @@ class AirRunTrigger(BaseTrigger):
                 "plan": self.plan,
                 "databricks_conn_id": self.databricks_conn_id,
                 "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
+                "wait": self.wait_policy.to_json(),
                 "cancel_on_kill": self.cancel_on_kill,
-                "task_key": self.task_key,
                 "first_poll_at": self.first_poll_at,
                 "secret_env": self.secret_env,
                 "finish_in_triggerer": self.finish_in_triggerer,
                 "push_return_value": self.push_return_value,
                 "submission": self.submission,
                 "stream_logs": self.stream_logs,
-                "max_gpu_hours": self.max_gpu_hours,
-                "failure_policy": self.failure_policy,
-                "sweep": self.sweep,
                 "cancelled_by": self.cancelled_by,
                 "prices": self.prices,
             },
         )
+
+    @property
+    def task_key(self) -> str | None:
+        return self.wait_policy.task_key
+
+    @property
+    def deadline(self) -> float | None:
+        return self.wait_policy.deadline
 
     def _hook(self) -> AirHook:
         return AirHook(self.databricks_conn_id)
@@ -283,11 +288,10 @@ class AirRunTrigger(BaseTrigger):
             AirError,
             BudgetExceeded,
             CancelCause,
-            FailurePolicy,
             RetriesStopped,
             RunOutcome,
+            RunStatus,
             RunTimeout,
-            Sweep,
         )
 
         # Under dag.test() / `airflow dags test` the trigger runs inline: no scheduler to race
@@ -309,17 +313,13 @@ class AirRunTrigger(BaseTrigger):
                 live.on_shown = self._keep_lines_shown
             state = await watcher.wait(
                 self.run_id,
-                deadline=self.deadline,
+                self.wait_policy,
                 on_update=self._on_update(None if inline else self._mlflow_link(watcher)),
-                task_key=self.task_key,
                 on_lines=live,
                 on_progress=self._on_progress(),
-                max_gpu_hours=self.max_gpu_hours,
-                failure_policy=FailurePolicy.of(self.failure_policy),
                 on_retry=self._on_retry,
                 on_workspace=self._on_workspace,
                 lines_shown=live.shown if live is not None else None,
-                sweep=Sweep.from_json(self.sweep) if self.sweep else None,
             )
             outcome = await self._outcome(watcher.client, state)
             if finish_here and outcome.succeeded:
@@ -345,7 +345,7 @@ class AirRunTrigger(BaseTrigger):
             else:
                 message += f"; run {self.run_id} keeps running (cancel_on_kill=False)"
             outcome = RunOutcome.unfinished(
-                "timeout", self.run_id, self.run_page_url, message, self.task_key
+                RunStatus.TIMEOUT, self.run_id, self.run_page_url, message, self.task_key
             )
         except (BudgetExceeded, RetriesStopped) as stopped:
             # Always cancelled (cancel_on_kill or not): the budget is what the user spends,
@@ -368,13 +368,17 @@ class AirRunTrigger(BaseTrigger):
         except (AirError, OSError) as exc:
             what = f"follow run {self.run_id}" if self.run_id else "submit the planned run"
             outcome = RunOutcome.unfinished(
-                "error", self.run_id, self.run_page_url, f"could not {what}: {exc}", self.task_key
+                RunStatus.ERROR,
+                self.run_id,
+                self.run_page_url,
+                f"could not {what}: {exc}",
+                self.task_key,
             )
             # A workspace that refuses the submit fails the task as a worker's refusal would.
             refused = not self.run_id and isinstance(exc, AirError) and not exc.retryable
         except Exception as exc:  # e.g. the connection vanished: still one event, never a hang
             outcome = RunOutcome.unfinished(
-                "error",
+                RunStatus.ERROR,
                 self.run_id,
                 self.run_page_url,
                 f"{type(exc).__name__}: {exc}",
@@ -382,16 +386,15 @@ class AirRunTrigger(BaseTrigger):
             )
         for read in list(self._link_reads):  # the worker that resumes writes what they did not
             read.cancel()
-        event = outcome.to_event()
-        if refused:
-            event["refused"] = True
-        event.update(self._links.to_event())  # the worker that resumes writes the rest
-        if event.get("message"):
-            event["message"] = self.redact(event["message"])
-        if self.submission:  # the worker that resumes deletes its keys
-            event["submission"] = self.submission
-        if self._live is not None and self._live.shown:  # the worker copies only the rest
-            event["shown_lines"] = self._live.shown
+        from airflow_air._run_event import RunEvent
+
+        event = RunEvent(
+            dataclasses.replace(outcome, message=self.redact(outcome.message)),
+            links=self._links,  # the worker that resumes writes the rest
+            refused=refused,
+            submission=self.submission,  # the worker that resumes deletes its keys
+            shown_lines=self._live.shown if self._live is not None else None,
+        )
         await self._forget_lines_shown()
         if finish_here:  # the task resumes in a worker: not before the deferral's exit is read
             await _sleep_until(self.first_poll_at, None)
@@ -399,7 +402,7 @@ class AirRunTrigger(BaseTrigger):
             handover = f"Run {self.run_id}: the task resumes in a worker"
             self.log.info("%s", handover)
             await self._until_logged(handover)
-        yield TriggerEvent(event)
+        yield TriggerEvent(event.to_payload())
 
     async def _until_logged(self, line: str) -> None:
         """Until ``line``, the last this trigger logs, is in the task's trigger log (so are
@@ -576,23 +579,35 @@ class AirRunTrigger(BaseTrigger):
             self.log.warning("Resuming in a worker: %s", self.redact(f"{exc!r}"))
             return None
 
-        from air_runtime import RedactingLog, Submission
-        from airflow_air._logs import acopy_run_logs
+        from air_runtime import RedactingLog, Submission, end_of_try_flow
+        from airflow_air._logs import LogCopy
         from airflow_air.hooks import completed_log_lines
 
         log = RedactingLog(self.log, self.redact)
-        if self.stream_logs:
-            await acopy_run_logs(
-                client,
-                self.run_id,
-                log,
-                self.task_key,
-                max_lines=completed_log_lines(),
-                shown=self._live.shown if self._live is not None else None,
+        shown = self._live.shown if self._live is not None else None
+        copy = (
+            LogCopy(log, self.run_id, self.task_key, completed_log_lines(), shown)
+            if self.stream_logs
+            else None
+        )
+        submission = (
+            Submission.from_json(self.submission, log=log, redact=self.redact)
+            if self.submission
+            else None
+        )
+        # The same end of a try as a worker's (``AirTaskRun._end_try``), on this loop.
+        ended = await client.run_flow(
+            lambda core: end_of_try_flow(
+                core,
+                outcome,
+                state=state,
+                task_key=self.task_key,
+                lines=copy.add if copy is not None else None,
+                submission=submission,
             )
-        if self.submission:
-            submission = Submission.from_json(self.submission, log=log, redact=self.redact)
-            await submission.afinish(client, state)
+        )
+        if ended.lines_error is not None:
+            log.info("Could not copy the logs of run %s: %s", self.run_id, ended.lines_error)
         try:
             await self._push_xcoms(xcoms)
         except Exception as exc:  # the worker pushes them instead

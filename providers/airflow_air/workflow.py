@@ -167,10 +167,8 @@ class AirWorkflowSubmitOperator(BaseOperator):
             raise AirConfigurationError(f"{self.task_id} is not inside an AirWorkflowTaskGroup")
         return group
 
-    def _stage_plan(
-        self, context: Context, group: AirWorkflowTaskGroup
-    ) -> list[tuple[Any, dict[str, Any], Any]]:
-        """(operator, rendered fields, Stage) per stage, workloads rendered and validated; no secrets yet."""
+    def _stage_plan(self, context: Context, group: AirWorkflowTaskGroup) -> list[PlannedStage]:
+        """Each stage planned: workloads rendered and validated; no secrets yet."""
         from air_runtime import Stage
         from airflow_air.exceptions import AirConfigurationError
 
@@ -219,7 +217,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
         if problems:
             raise AirConfigurationError("invalid workflow:\n  - " + "\n  - ".join(problems))
         return [
-            (
+            PlannedStage(
                 stage,
                 rendered,
                 Stage(
@@ -265,7 +263,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                         if stage.depends_on
                         else ""
                     )
-                    for _, _, stage in planned
+                    for stage in (p.stage for p in planned)
                 ),
             )
             # One submission for the run the stages share; each stage's values under keys
@@ -281,7 +279,7 @@ class AirWorkflowSubmitOperator(BaseOperator):
                 lambda: stages_with_secrets(client, context, submission, planned),
                 run_name=group.run_name or group.group_id,
             )
-            for _, _, stage in planned:
+            for stage in (p.stage for p in planned):
                 folder = submission.checkpoint_dir(stage)
                 if folder is not None:
                     self.log.info("Checkpoints of stage %s: %s", stage.task_key, folder)
@@ -295,26 +293,36 @@ class AirWorkflowSubmitOperator(BaseOperator):
         asks for it (``StageRerun``); and whether its XComs were pushed already."""
         return StageRerun(attempt, client, self).run_record()
 
-    def rerun_plan(self, context: Context, task_keys: Sequence[str]) -> list[Any]:
-        """(operator, rendered fields, Stage) of the stages ``task_keys`` only, rendered as
-        the submit renders them, each depending only on the others re-run (the stages kept
-        have succeeded)."""
+    def rerun_plan(self, context: Context, task_keys: Sequence[str]) -> list[PlannedStage]:
+        """The stages ``task_keys`` only, rendered as the submit renders them, each depending
+        only on the others re-run (the stages kept have succeeded)."""
         keep = set(task_keys)
         return [
-            (
-                op,
-                rendered,
-                dataclasses.replace(
-                    stage, depends_on=tuple(d for d in stage.depends_on if d in keep)
+            dataclasses.replace(
+                planned,
+                stage=dataclasses.replace(
+                    planned.stage,
+                    depends_on=tuple(d for d in planned.stage.depends_on if d in keep),
                 ),
             )
-            for op, rendered, stage in self._stage_plan(context, self.workflow_group())
-            if stage.task_key in keep
+            for planned in self._stage_plan(context, self.workflow_group())
+            if planned.stage.task_key in keep
         ]
 
 
+@dataclasses.dataclass(frozen=True)
+class PlannedStage:
+    """One stage of a workflow group as its submit task plans it: the stage's operator, its
+    template fields rendered into a copy (the operator objects may be shared), and the core's
+    ``Stage`` (its workload, task key, dependencies and ``run_if``; no secrets yet)."""
+
+    operator: AirRunOperator
+    rendered: dict[str, Any]
+    stage: Stage
+
+
 def stages_with_secrets(
-    client: AirClient, context: Context, submission: Submission, planned: Sequence[Any]
+    client: AirClient, context: Context, submission: Submission, planned: Sequence[PlannedStage]
 ) -> list[Stage]:
     """The planned stages as submitted: each stage's ``secret_env`` values under keys of
     ``submission`` (in the scope that stage names), the workloads carrying references only."""
@@ -322,7 +330,8 @@ def stages_with_secrets(
     from airflow_air._secret_env import resolve_secret_env, secret_scope_of
 
     stages = []
-    for op, rendered, stage in planned:
+    for each in planned:
+        stage, rendered = each.stage, each.rendered
         workload = with_parent_job_env(stage.workload, context)
         references = rendered["secret_env"] or {}
         if references:
@@ -330,7 +339,7 @@ def stages_with_secrets(
                 client,
                 workload,
                 resolve_secret_env(references),
-                scope=secret_scope_of(op, rendered["secret_scope"]),
+                scope=secret_scope_of(each.operator, rendered["secret_scope"]),
                 stage=stage.task_key,
             )
         stages.append(dataclasses.replace(stage, workload=workload))
@@ -550,14 +559,14 @@ class StageRerun:
         if not any(s.secret_env for s in stages if (s.workflow_task_key or s.task_id) in rerun):
             return
         submission = self.attempt.submission or self.attempt.open_submission()
-        for op, rendered, stage in self.submit.rerun_plan(self.attempt.context, rerun):
-            references = rendered["secret_env"] or {}
+        for planned in self.submit.rerun_plan(self.attempt.context, rerun):
+            references = planned.rendered["secret_env"] or {}
             if references:
                 submission.store(
                     self.client,
                     resolve_secret_env(references),
-                    scope=secret_scope_of(op, rendered["secret_scope"]),
-                    stage=stage.task_key,
+                    scope=secret_scope_of(planned.operator, planned.rendered["secret_scope"]),
+                    stage=planned.stage.task_key,
                 )
 
     def _stages_to_rerun(self, state: RunState) -> list[str]:

@@ -135,9 +135,9 @@ def test_a_scheme_less_host_of_the_local_workspace_fails_at_once_with_the_fix(
 
 def test_copied_logs_are_labelled_and_capped(local_workspace):
     """What a resumed deferred task writes: every node's lines, labelled, at most N lines."""
-    from airflow_air._logs import copy_run_logs
+    from airflow_air._logs import LogCopy
 
-    from air_runtime import AirClient, load_workload
+    from air_runtime import AirClient, RunOutcome, RunStatus, end_of_try_flow, load_workload
 
     class Lines:
         def __init__(self) -> None:
@@ -159,8 +159,10 @@ def test_copied_logs_are_labelled_and_capped(local_workspace):
         run_id = client.submit_workload(workload).run_id
         assert client.wait(run_id, timeout=60, poll_interval=0.1).is_success
         every, capped = Lines(), Lines()
-        copy_run_logs(client, run_id, every, max_lines=1000)
-        copy_run_logs(client, run_id, capped, max_lines=3)
+        ended = RunOutcome(RunStatus.SUCCESS, run_id, "")
+        for log, cap in ((every, 1000), (capped, 3)):
+            copy = LogCopy(log, run_id, None, cap)
+            client.run_flow(lambda core, c=copy: end_of_try_flow(core, ended, lines=c.add))
     for rank in (0, 1):
         for word in ("one", "two"):
             assert any(

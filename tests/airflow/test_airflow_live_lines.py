@@ -34,8 +34,10 @@ def _held_run(workspace, release: Path) -> int:
 def test_a_deferred_task_shows_node_lines_while_its_run_runs(
     workspace, task_log, monkeypatch, tmp_path
 ):
-    from airflow_air._logs import copy_run_logs
+    from airflow_air._logs import LogCopy
     from airflow_air.triggers import AirRunTrigger
+
+    from air_runtime import RunOutcome, end_of_try_flow
 
     monkeypatch.setenv("AIRFLOW__AIR__LIVE_LINES_INTERVAL", "0.3")
     release = tmp_path / "release"
@@ -68,8 +70,12 @@ def test_a_deferred_task_shows_node_lines_while_its_run_runs(
     # The copy the resumed worker makes (AirRunOperator.execute_complete) with what the event
     # says was shown: together, every line of every node once.
     copied = _Lines()
+    copy = LogCopy(copied, run_id, None, 1000, payload["shown_lines"])
     with AirClient(workspace.host, workspace.token) as client:
-        copy_run_logs(client, run_id, copied, max_lines=1000, shown=payload["shown_lines"])
+        ended = client.run_flow(
+            lambda core: end_of_try_flow(core, RunOutcome.from_event(payload), lines=copy.add)
+        )
+    assert ended.lines_error is None and ended.keys_deleted is None  # no keys written
     both = live + "\n" + "\n".join(copied.lines)
     for node in (0, 1):
         for line in (f"rank {node} first", f"rank {node} last"):

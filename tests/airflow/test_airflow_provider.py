@@ -83,6 +83,26 @@ def test_run_trigger_serialization_round_trip():
     json.dumps(kwargs)  # small and plain: the triggerer stores it in the database
     again = AirRunTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
+    # The wait's policy is one value, stored whole.
+    assert kwargs["wait"]["deadline"] == 1_900_000_000.5 and kwargs["wait"]["task_key"] == "train"
+    assert "deadline" not in kwargs and "task_key" not in kwargs
+    assert (again.deadline, again.task_key) == (1_900_000_000.5, "train")
+
+    # A trigger an earlier version stored has the policy's keys flat: read the same.
+    flat = {k: v for k, v in kwargs.items() if k != "wait"}
+    flat.update(
+        deadline=1_900_000_000.5,
+        task_key="train",
+        max_gpu_hours=2.5,
+        failure_policy={"infrastructure": "platform", "deterministic": "platform"},
+        sweep=None,
+    )
+    earlier = AirRunTrigger(**flat)
+    assert earlier.wait_policy.max_gpu_hours == 2.5
+    assert earlier.wait_policy.task_key == "train" and earlier.deadline == 1_900_000_000.5
+    assert not earlier.wait_policy.failure_policy.examines  # every class left to the platform
+    with pytest.raises(TypeError, match="max_gpu_hour"):
+        AirRunTrigger(42, max_gpu_hour=1.0)  # a misspelt key is refused, not dropped
 
     image = AirImageTrigger(
         "docker.io/library/ubuntu:latest", deadline=None, first_poll_at=1_800_000_000.25
@@ -239,3 +259,40 @@ def test_a_task_instances_submission_is_named_in_its_deployment(monkeypatch, map
     assert submission_key({"ti": ti}, "trial") == SubmissionKey(  # type: ignore[arg-type]
         "airflow", "pinned-prod", "sweep", "manual__1", "trial", index
     )
+
+
+def test_the_trigger_event_is_one_value_and_an_earlier_version_s_payload_reads_the_same():
+    from airflow_air._run_event import RunEvent
+    from airflow_air.links import LinkXComs
+
+    from air_runtime import RunOutcome, RunStatus
+
+    outcome = RunOutcome(RunStatus.BUDGET, 42, "http://127.0.0.1:1/jobs/runs/42", gpu_hours=1.5)
+    event = RunEvent(
+        outcome,
+        links=LinkXComs({"run_id": 42}, run_pending=False),
+        submission={"key": {"orchestrator": "airflow"}, "scopes": ["s"]},
+        shown_lines={"train/0/0": 17},
+    )
+    payload = event.to_payload()
+    assert json.loads(json.dumps(payload)) == payload  # Airflow stores it as JSON
+    again = RunEvent.from_payload(payload)
+    assert again.outcome == outcome and again.outcome.status is RunStatus.BUDGET
+    assert again.links.written == {"run_id": 42} and not again.refused
+    assert again.shown_lines == {"train/0/0": 17} and again.submission == event.submission
+
+    # As a version before RunEvent stored it: the outcome's fields flat, its own keys beside.
+    stored = {
+        "status": "failed",
+        "run_id": 7,
+        "run_page_url": "u",
+        "message": "boom",
+        "attempt": 2,  # before attempts were counted from 0
+        "run_xcoms_pending": True,
+        "refused": True,
+        "shown_lines": {"a/0/0": 5},
+    }
+    earlier = RunEvent.from_payload(stored)
+    assert earlier.outcome.status is RunStatus.FAILED and earlier.outcome.attempt_number == 1
+    assert earlier.links.run_pending and earlier.refused and earlier.shown_lines == {"a/0/0": 5}
+    assert earlier.submission is None

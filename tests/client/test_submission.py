@@ -18,6 +18,7 @@ from air_runtime import (
     AirError,
     AsyncAirClient,
     RunOutcome,
+    RunStatus,
     Stage,
     Submission,
     SubmissionKey,
@@ -252,6 +253,23 @@ def test_the_outcome_event_form_is_stable():
     assert outcome.attempt_number is None and outcome.mlflow_run_id is None
     assert outcome.to_event() == stored  # nothing added that was not there
     assert RunOutcome.from_event({**stored, "from_a_newer_version": 1}) == outcome
+
+
+def test_an_outcome_s_status_is_a_run_status_stored_as_its_plain_value():
+    import json
+
+    url = "https://ws/#job/1/run/12"
+    outcome = RunOutcome("budget", 12, url)  # a stored event's string
+    assert outcome.status is RunStatus.BUDGET and not outcome.succeeded
+    event = outcome.to_event()
+    assert json.loads(json.dumps(event))["status"] == "budget"
+    assert type(event["status"]) is str  # Airflow's trigger table stores plain JSON
+    assert RunOutcome.from_event(event) == outcome
+    assert RunOutcome(RunStatus.SUCCESS, 12, url).succeeded
+    # A status a newer version wrote and this one does not know is no success.
+    newer = RunOutcome.from_event({"status": "paused_for_later", "run_id": 12, "run_page_url": url})
+    assert newer.status is RunStatus.ERROR and not newer.succeeded
+    assert set(RunOutcome.STOPPED_STATUSES) == {RunStatus.BUDGET, RunStatus.RETRIES_STOPPED}
 
 
 def test_an_outcome_summary_is_one_line_for_a_log():
