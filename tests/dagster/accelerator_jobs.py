@@ -5,8 +5,8 @@
   by the multiprocess executor (every step at once, each in its own process):
   ``python accelerator_jobs.py`` with DAGSTER_HOME set;
 - ``defs``, the code location of a deployment (tests/e2e/test_dagster_accelerator_caps.py):
-  ``sweep``, whose partitions ask for 1 or 2 accelerators (6 in all), each long enough that
-  a backfill's runs overlap; and ``range_sweep``, six partitions of 1 and 2 accelerators (9
+  ``sweep``, whose partitions ask for 1 or 2 accelerators (6 in all), each holding until
+  HOLD_FILE exists (the test releases them once a step waited for its accelerators); and ``range_sweep``, six partitions of 1 and 2 accelerators (9
   in all) backfilled as one run (``BackfillPolicy.single_run()``), each partition's size a
   ``partition_overrides`` entry, each rank appending its partition and world size to
   RANKS_FILE."""
@@ -40,7 +40,9 @@ def _workspace() -> AirWorkspace:
         "experiment_name": "mixed_sweep",
         "compute": {"accelerator_type": "GPU_1xA10", "num_accelerators": 1, "pool_id": GPU_POOL},
         "max_retries": 0,
-        "command": 'echo "$AIRO_PARTITION_KEY on $WORLD_SIZE"; sleep 20',
+        "env_variables": {"HOLD_FILE": os.environ.get("HOLD_FILE", "/dev/null")},
+        "command": 'echo "$AIRO_PARTITION_KEY on $WORLD_SIZE"; '
+        'while [ ! -e "$HOLD_FILE" ]; do sleep 0.2; done',
     },
     partitions_def=dg.StaticPartitionsDefinition(list(PARTITION_SIZES)),
     accelerator_pool=ACCELERATOR_POOL,

@@ -285,13 +285,22 @@ class DagsterDeployment:
     def backfill(self, asset: str, partitions: Sequence[str], *, timeout: float) -> dict[str, Any]:
         """Launch a backfill of ``partitions`` of ``asset`` (as from the UI: the daemon starts
         its runs) and wait until it ended: its id, status and runs (id, status, tags)."""
+        return self.wait_for_backfill(self.launch_backfill(asset, partitions), timeout)
+
+    def launch_backfill(self, asset: str, partitions: Sequence[str]) -> str:
+        """Launch a backfill of ``partitions`` of ``asset``; its id."""
         launched = self.graphql(
             LAUNCH_BACKFILL,
             {"params": {"partitionNames": list(partitions), "assetSelection": [{"path": [asset]}]}},
         )["launchPartitionBackfill"]
         if launched["__typename"] != "LaunchBackfillSuccess":
             pytest.fail(f"launchPartitionBackfill returned {launched}")
-        return self._wait_for_backfill(launched["backfillId"], timeout)
+        return str(launched["backfillId"])
+
+    def backfill_runs(self, backfill_id: str) -> list[dict[str, Any]]:
+        """The runs a backfill has launched so far (id, status, tags)."""
+        backfill = self.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+        return list(backfill.get("runs") or [])
 
     def reexecute_backfill(
         self, backfill_id: str, strategy: str, *, timeout: float
@@ -303,9 +312,9 @@ class DagsterDeployment:
         )["reexecutePartitionBackfill"]
         if launched["__typename"] != "LaunchBackfillSuccess":
             pytest.fail(f"reexecutePartitionBackfill returned {launched}")
-        return self._wait_for_backfill(launched["backfillId"], timeout)
+        return self.wait_for_backfill(launched["backfillId"], timeout)
 
-    def _wait_for_backfill(self, backfill_id: str, timeout: float) -> dict[str, Any]:
+    def wait_for_backfill(self, backfill_id: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             backfill = self.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from dagster_deployment import DagsterDeployment
-from managed_process import own_database
+from managed_process import own_database, wait_for
 
 from air_runtime import AirClient, decode_name_part
 
@@ -38,6 +38,7 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
     gpu_pool = {"pool_id": "pool-a10", "accelerator_type": "GPU_1xA10", "accelerator_count": 4}
     workspace = start_local_workspace(data_dir=tmp_path / "workspace", gpu_pools=[gpu_pool])
     ranks = tmp_path / "ranks"
+    hold = tmp_path / "release"
     deployment = DagsterDeployment(
         tmp_path,
         database_dsn=own_database(postgres, "airo_dagster_accelerator_caps"),
@@ -52,6 +53,7 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
             "AIRO_HOST": workspace.host,
             "AIRO_TOKEN": workspace.token,
             "RANKS_FILE": str(ranks),
+            "HOLD_FILE": str(hold),
         },
         # Every partition's run at once: only the accelerator pool holds them back.
         instance_settings={
@@ -64,7 +66,20 @@ def test_a_mixed_backfill_never_asks_the_gpu_pool_for_more_than_it_reserves(
     )
     try:
         deployment.start()
-        backfill = deployment.backfill("sweep", list(PARTITIONS), timeout=600)
+        backfill_id = deployment.launch_backfill("sweep", list(PARTITIONS))
+        # Every trial holds its accelerators until released: with 6 asked of 4, a step
+        # waits for its accelerators in Dagster, before submitting. Released once one says so.
+        wait_for(
+            lambda: any(
+                "waiting for" in deployment.run_messages(r["runId"], last=300)
+                for r in deployment.backfill_runs(backfill_id)
+            ),
+            timeout=600,
+            what="a step of the backfill waiting for its accelerators",
+            processes=deployment.processes,
+        )
+        hold.touch()
+        backfill = deployment.wait_for_backfill(backfill_id, timeout=600)
         runs = backfill["runs"]
         messages = {r["runId"]: deployment.run_messages(r["runId"], last=300) for r in runs}
         assert backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill, messages)
