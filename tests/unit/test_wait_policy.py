@@ -162,7 +162,6 @@ def test_waits_on_runs_take_the_policy_whole_never_its_fields(package: str):
     import dataclasses
     import inspect
 
-    pytest.importorskip(package)
     fields = {f.name for f in dataclasses.fields(WaitPolicy)} | {"stop_deterministic_retries"}
     listed = {}
     for qualname, function in _functions(package):
