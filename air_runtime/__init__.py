@@ -101,7 +101,7 @@ if TYPE_CHECKING:
         workload_template_environment as workload_template_environment,
     )
     from air_runtime._wait_policy import WaitPolicy as WaitPolicy
-    from air_runtime._watcher import LineBudget as LineBudget
+    from air_runtime._watch_lines import LineBudget as LineBudget
     from air_runtime._watcher import RunWatcher as RunWatcher
     from air_runtime._watcher import WorkspaceNotice as WorkspaceNotice
     from air_runtime.client import AirClient as AirClient
@@ -124,7 +124,7 @@ _LAZY = {
     "LogRecord": "air_runtime.client",
     "RetryPolicy": "air_runtime.client",
     "SubmittedRun": "air_runtime.client",
-    "LineBudget": "air_runtime._watcher",
+    "LineBudget": "air_runtime._watch_lines",
     "RunWatcher": "air_runtime._watcher",
     "WorkspaceNotice": "air_runtime._watcher",
     "WaitPolicy": "air_runtime._wait_policy",

@@ -7,7 +7,7 @@ observation of the asset), read the same way.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from air_runtime._states import RunState, mlflow_ids, mlflow_run_url
@@ -65,21 +65,15 @@ class MlflowLinkReader:
                 return url
         return None
 
-    async def aread(
-        self,
-        client: AsyncAirClient,
-        task_run_id: int,
-        before_request: Callable[[], Awaitable[None]],
-    ) -> str | None:
-        """``read`` from an event loop, each request after ``before_request`` (a trigger's:
-        its share of the shared watcher's request budget)."""
+    async def aread(self, client: AsyncAirClient, task_run_id: int) -> str | None:
+        """``read`` from an event loop (a trigger's, within its share of the shared watcher's
+        request budget: ``RunWatcher.aside``)."""
         import asyncio
 
         for attempt in range(MLFLOW_LINK_READS):
             if attempt:
                 await asyncio.sleep(MLFLOW_LINK_READ_INTERVAL)
             try:
-                await before_request()
                 url = self.url_of(client.host, await client.get_output(task_run_id))
             except Exception:
                 return None

@@ -19,8 +19,9 @@ watched run at most once per interval and picks the cheaper of two ways each cyc
   learnt with ``runs/get`` when few, else from one pass over all active runs. A sweep costs
   about the smaller side of each range over 25, not one request per 25 watched runs.
 
-Every request passes a token bucket, so requests to the workspace stay under
-``budget_rps`` however many runs are watched (the cycle stretches instead).
+Every request passes the watcher's ``RequestBudget`` (``_request_budget``: admitted and
+counted by the client's transport), so requests to the workspace stay under ``budget_rps``
+however many runs are watched (the cycle stretches instead).
 
 Young runs. A run watched for less than 25 s is looked at more often (``_polling``: a fifth of
 its age, at least 1 s): one by one with ``runs/get``, or, while the watcher lists, by sweeping
@@ -64,12 +65,12 @@ import time
 import weakref
 from collections.abc import (
     AsyncGenerator,
+    AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
     Iterable,
     Mapping,
-    Sequence,
 )
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -98,13 +99,21 @@ from ._polling import (
     workspace_name,
     young_interval,
 )
-from ._progress import TrainingProgress
+from ._request_budget import Lane, RequestBudget, timeout_once_admitted
 from ._states import RunState
 from ._sweeps import MAX_LIST_PAGES, Sweep, SweepSpend, spent_error
 from ._wait_policy import WaitPolicy
-from .client import AsyncAirClient, LogRecord
+from ._watch_lines import (
+    FollowedRun,
+    LineBudget,
+    LineReader,
+    OnLines,
+    OnProgress,
+    RunLines,
+)
+from .client import AsyncAirClient
 from .client._core import NO_RETRY
-from .client._live_lines import LineStream, running_streams
+from .client._live_lines import LineStream
 from .client._runs import RUNS_API, attempt_diagnosis
 
 logger = logging.getLogger("air_runtime.watcher")
@@ -114,11 +123,6 @@ LIST_PAGE_SIZE = 25
 _PARALLEL_GETS = 8
 
 OnUpdate = Callable[[RunState], None]
-# A running run's newest node lines, oldest first, and whether older unread ones were passed
-# over to keep within the line budget.
-OnLines = Callable[[Sequence[LogRecord], bool], None]
-# A running run's training progress and time left (eta.go), when it changed.
-OnProgress = Callable[[TrainingProgress], None]
 # The workspace stopped answering, or answers again (once each per outage).
 OnWorkspace = Callable[[WorkspaceNotice], None]
 OnRetry = Callable[[RetryDecision], None]
@@ -127,16 +131,6 @@ T = TypeVar("T")
 # before the workspace is called unreachable: a request the client is still retrying (a 429
 # storm) does not make an outage.
 CONFIRM_TIMEOUT_S = 5.0
-# What one progress read costs: the task's runs/get-output, then its MLflow run and history.
-_PROGRESS_REQUESTS = 3
-_PROGRESS_SLACK_S = 1.0
-# The share of the request budget the waiters' own reads (``acquire_aside``) may take.
-ASIDE_SHARE = 0.2
-# While line reads fall behind (more running nodes than the line share reads every
-# ``LineBudget.interval``, or a read came more than an interval late), the waiters' own reads
-# and the progress reads each drop to this share, so the lines of many runs stay within a
-# minute of being printed.
-BEHIND_SHARE = 0.02
 
 
 def _in_waiter_context(on_update: Callable[..., None]) -> Callable[..., None]:
@@ -203,51 +197,6 @@ class _SweepBudget:
     listing: asyncio.Task[SweepSpend] | None = None
 
 
-class TokenBucket:
-    """At most ``rate`` acquisitions per second, bursts of ``burst`` (default 1: requests
-    evenly spaced, so a list sweep is spread out rather than fired at once).
-
-    Acquirers reserve a token even when none is left and sleep until it is theirs, so
-    concurrent acquirers queue in order without a lock."""
-
-    def __init__(self, rate: float, burst: float | None = None) -> None:
-        if rate <= 0:
-            raise ValueError("the request budget must be positive")
-        self.rate = rate
-        self.capacity = burst if burst is not None else 1.0
-        self._tokens = self.capacity
-        self._stamp = time.monotonic()
-
-    def retune(self, rate: float) -> None:
-        """From now on ``rate`` per second (the tokens earned so far kept)."""
-        self._refill()
-        self.rate = rate
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-
-    def seconds_to_token(self) -> float:
-        """How long until one token is there at the current rate (0: now)."""
-        self._refill()
-        return max(0.0, (1.0 - self._tokens) / self.rate)
-
-    def try_acquire(self, count: int = 1) -> bool:
-        """Take ``count`` tokens if they are there now; never waits, never borrows."""
-        self._refill()
-        if self._tokens < count:
-            return False
-        self._tokens -= count
-        return True
-
-    async def acquire(self) -> None:
-        self._refill()
-        self._tokens -= 1
-        if self._tokens < 0:
-            await asyncio.sleep(-self._tokens / self.rate)
-
-
 class _Watched:
     """One run and the waiters on it."""
 
@@ -256,17 +205,12 @@ class _Watched:
         "examined",
         "interval",
         "key",
-        "lines_due",
-        "lines_shown",
+        "lines",
         "next_due",
-        "progress",
-        "progress_due",
-        "progress_since",
         "run_id",
         "since",
         "start_ms",
         "state",
-        "streams",
         "waiters",
         "warned",
     )
@@ -275,15 +219,7 @@ class _Watched:
         self.run_id = run_id
         self.start_ms: int | None = None  # the run's start_time, once a listing or get shows it
         self.waiters: list[_Waiter] = []
-        # Live lines: the node streams read so far (cursors) and when the run is next read.
-        self.streams: dict[tuple[str, int, int], LineStream] = {}
-        self.lines_due = now
-        # Per stream (``LogRecord.stream``), the newest line a waiter's log already holds.
-        self.lines_shown: dict[str, int] = {}
-        # Live progress: the last one told, when it is next read, and when it was first read.
-        self.progress: TrainingProgress | None = None
-        self.progress_due = now
-        self.progress_since: float | None = None
+        self.lines = RunLines(now)  # its live lines and progress
         self.key: tuple[Any, Any, Any] | None = None
         self.state: RunState | None = None
         self.since = now
@@ -312,39 +248,6 @@ class _Segment:
     high: int
     members: list[_Watched]
     completed_side: bool
-
-
-@dataclass(frozen=True, slots=True)
-class LineBudget:
-    """How much of a watcher's request budget goes to the live lines of running runs.
-
-    Each running run with a line waiter is read every ``interval`` seconds at the most, one
-    request per node of each running attempt, each bringing at most ``lines_per_read`` of
-    its newest lines; all line reads together take at most ``share`` of the watcher's
-    requests per second. Status polls keep the rest and never wait behind more than one line
-    read (the reads are sent one at a time through the same first-come bucket), so lines take
-    what the status polls leave: little while many runs all run, since a sweep then lists
-    the smaller, completed side. With many runs a run's turn comes less often, never the
-    budget more. Progress reads have ``progress_share`` of their own, taken only when it is
-    there at once: the first with the run's first line read (as soon as it runs), then at
-    every line read during its first ``progress_interval`` (a trainer's first steps, and a
-    short run, show), then every ``progress_interval``. While the line reads fall behind (more running
-    nodes than ``share`` of the budget reads every ``interval``, or a read came more than an
-    interval late), progress reads and the waiters' own reads (``RunWatcher.acquire_aside``)
-    drop to ``BEHIND_SHARE`` each: with 500 runs each one's lines are then read about every
-    55 s at 10 req/s."""
-
-    interval: float = 15.0
-    lines_per_read: int = 50
-    share: float = 0.95
-    progress_interval: float = 60.0
-    # Progress reads (three requests each) take only this share, and only when it has them
-    # at once: they never hold up a line read, and with many runs come less often.
-    progress_share: float = 0.05
-
-
-def _is_running(state: RunState | None) -> bool:
-    return state is not None and state.life_cycle_state in ("RUNNING", "TERMINATING")
 
 
 def _loop_limit(deadline: float | None) -> float | None:
@@ -382,17 +285,10 @@ class RunWatcher:
         self.client = client
         self.interval = interval
         self.page_size = page_size
-        self.bucket = TokenBucket(budget_rps)
         self.lines = lines or LineBudget()
-        self._lines_bucket = TokenBucket(budget_rps * self.lines.share)
-        self._progress_bucket = TokenBucket(
-            budget_rps * self.lines.progress_share, burst=_PROGRESS_REQUESTS
+        self.budget = RequestBudget(
+            budget_rps, lines_share=self.lines.share, progress_share=self.lines.progress_share
         )
-        self._aside_bucket = TokenBucket(budget_rps * ASIDE_SHARE)
-        self._aside_turn = asyncio.Lock()
-        self._lines_behind = False
-        self.requests = 0  # sent by this watcher, for budget checks and benchmarks
-        self.line_requests = 0  # of which for live lines
         # A workspace that stops answering (see the module docstring).
         self.host = workspace_name(client.host)
         self.request_timeout = UNANSWERED_AFTER_S
@@ -407,7 +303,8 @@ class RunWatcher:
         self._sweeps: dict[tuple[Any, ...], _SweepBudget] = {}
         self.sweep_listings = 0  # listings of sweeps (their pages are in ``requests``)
         self._poller: asyncio.Task[None] | None = None
-        self._line_reader: asyncio.Task[None] | None = None
+        self._lines_reader = LineReader(client, self.budget, self.lines, self._ask)
+        self._lines_task: asyncio.Task[None] | None = None
         self._active_estimate = 0  # runs a sweep costs, in list entries (pages x page size)
         self._active_total = 0  # active runs the last pass over all of them saw
         self._rng = random.Random()
@@ -455,11 +352,22 @@ class RunWatcher:
         return len(self._runs)
 
     @property
+    def requests(self) -> int:
+        """Requests this watcher sent (its budget's count), for budget checks and
+        benchmarks."""
+        return self.budget.requests
+
+    @property
+    def line_requests(self) -> int:
+        """Of which line and progress reads."""
+        return self.budget.sent[Lane.LINES] + self.budget.sent[Lane.PROGRESS]
+
+    @property
     def lines_behind(self) -> bool:
         """Whether the line reads fall behind (see ``LineBudget``): more running nodes than
         the line share reads every interval, or the last read came more than an interval
         late."""
-        return self._lines_behind
+        return self._lines_reader.behind
 
     async def wait(
         self,
@@ -561,7 +469,7 @@ class RunWatcher:
         )
         watched.waiters.append(entry)
         for name, shown in lines_shown.items():
-            watched.lines_shown[name] = max(shown, watched.lines_shown.get(name, shown))
+            watched.lines.shown[name] = max(shown, watched.lines.shown.get(name, shown))
         if watched.state is not None:
             self._check_budgets(watched, watched.state)
         # Contexts of their own: the poller and the line reader belong to no waiter (see
@@ -570,9 +478,13 @@ class RunWatcher:
             self._poller = loop.create_task(
                 self._poll_forever(), name="air-run-watcher", context=contextvars.Context()
             )
-        if entry.follows and (self._line_reader is None or self._line_reader.done()):
-            self._line_reader = loop.create_task(
-                self._read_lines_forever(), name="air-run-lines", context=contextvars.Context()
+        if entry.follows and (self._lines_task is None or self._lines_task.done()):
+            self._lines_task = loop.create_task(
+                self._lines_reader.read_forever(
+                    self._following, lambda: self._outage is not None, self._until_back
+                ),
+                name="air-run-lines",
+                context=contextvars.Context(),
             )
         try:
             async with asyncio.timeout_at(limit):
@@ -595,20 +507,15 @@ class RunWatcher:
             if not watched.waiters and self._runs.get(run_id) is watched:
                 del self._runs[run_id]
 
-    async def acquire_aside(self) -> None:
-        """Before one request a waiter sends of its own (an MLflow link read): first from a
-        share of the budget (``ASIDE_SHARE``, ``BEHIND_SHARE`` while line reads are behind),
-        then from the budget itself, so that many waiters' reads never queue ahead of the
-        status polls. The waiters take turns (a fair lock) and the one whose turn it is waits
-        for a token at the share's current rate, so a share that drops while hundreds of
-        reads wait applies to them all (a reservation would keep the old rate). While the
-        workspace does not answer, they wait until it does."""
+    @contextlib.asynccontextmanager
+    async def aside(self) -> AsyncIterator[None]:
+        """For reads a waiter sends of its own (an MLflow link): once the workspace answers,
+        each request in the block is admitted from the budget's share for them
+        (``Lane.ASIDE``), so that many waiters' reads never queue ahead of the status
+        polls."""
         await self._until_back()
-        async with self._aside_turn:
-            while not self._aside_bucket.try_acquire():
-                await asyncio.sleep(min(1.0, max(0.01, self._aside_bucket.seconds_to_token())))
-        await self.bucket.acquire()
-        self.requests += 1
+        with self.budget.spending(Lane.ASIDE):
+            yield
 
     async def _wait_for_stage(
         self,
@@ -648,8 +555,8 @@ class RunWatcher:
                 if on_lines is not None and state is not None and lines_due <= now:
                     lines_due = now + self.lines.interval
                     try:
-                        await self._read_streams(
-                            streams, state, task_key, [on_lines], lines_shown or {}
+                        await self._lines_reader.read_streams(
+                            streams, state, task_key, lambda: [on_lines], lines_shown or {}
                         )
                     except AuthError:
                         raise
@@ -665,9 +572,8 @@ class RunWatcher:
                     elif isinstance(request, Tally):
                         answer = await self.sweep_spend(request.sweep)
                     else:
-                        await self.bucket.acquire()
-                        self.requests += 1
-                        answer = state = await self._ask(self.client.get_run(run_id))
+                        with self.budget.spending(Lane.POLL):
+                            answer = state = await self._ask(self.client.get_run(run_id))
                 except _Down:
                     if not await self._until_back(limit):
                         raise RunTimeout(
@@ -726,18 +632,18 @@ class RunWatcher:
         if self._outage is not None:  # a waiter that comes during an outage hears it at once
             self._tell_down(ear, self._outage)
 
-    async def _ask(self, request: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """One request of the watcher (its retries by the client included), without an
-        answer for at most ``request_timeout``; one that finds nobody answering marks the
-        workspace down and raises ``_Down``. While it is down nothing is sent (the probe
-        asks for everyone)."""
+    async def _ask(self, request: Coroutine[Any, Any, T], reads: int = 1) -> T:
+        """One request of the watcher (its retries by the client included), or a flow of
+        ``reads`` requests, without an answer for at most ``request_timeout`` each; one that
+        finds nobody answering marks the workspace down and raises ``_Down``. While it is
+        down nothing is sent (the probe asks for everyone)."""
         if self._outage is not None:
             request.close()
             raise _Down
         sent = time.time()
-        bound = timeout or self.request_timeout
+        bound = reads * self.request_timeout
         try:
-            async with asyncio.timeout(bound):
+            async with timeout_once_admitted(bound):
                 return await request
         except TimeoutError:
             # Still retrying inside the client (a refused connection, 5xx) or held: one
@@ -745,7 +651,6 @@ class RunWatcher:
             async with self._confirming:  # requests timing out together ask once
                 if self._outage is not None:
                     raise _Down from None
-                await self.bucket.acquire()
                 cause = await self._ask_directly(min(CONFIRM_TIMEOUT_S, self.request_timeout))
             if cause is None:
                 raise PlatformError(
@@ -810,7 +715,6 @@ class RunWatcher:
                 self._outage = None
                 outage.back.set()
                 return
-            await self.bucket.acquire()
             if await self._ask_directly(self.request_timeout) is not None:
                 failed += 1
                 continue
@@ -830,11 +734,11 @@ class RunWatcher:
                 timeout_s=timeout,
             )
 
-        self.requests += 1
         self.probes += 1
         try:
-            async with asyncio.timeout(timeout + 1.0):
-                await self.client.run_flow(probe)
+            with self.budget.spending(Lane.POLL):
+                async with timeout_once_admitted(timeout + 1.0):
+                    await self.client.run_flow(probe)
         except TimeoutError:
             return f"no answer within {timeout:g} s"
         except Exception as error:
@@ -880,7 +784,7 @@ class RunWatcher:
                 await self._until_back(loop.time() + 1.0)
                 continue
             started = loop.time()
-            sent = self.requests
+            sent = self.budget.sent[Lane.POLL]
             try:
                 await self._cycle(started)
                 await self._check_every_budget()
@@ -895,7 +799,7 @@ class RunWatcher:
                 logger.exception("run watcher cycle failed; retrying next interval")
             pause = (
                 min(
-                    self._next_cycle_at(loop.time(), started, self.requests - sent),
+                    self._next_cycle_at(loop.time(), started, self.budget.sent[Lane.POLL] - sent),
                     self._next_sweep_due(),
                 )
                 - loop.time()
@@ -903,139 +807,16 @@ class RunWatcher:
             if pause > 0 and self._runs:
                 await asyncio.sleep(pause)
 
-    # --- live lines ---------------------------------------------------------------------
-
-    async def _read_lines_forever(self) -> None:
-        """Read the newest lines of each running run that has a line waiter, the longest
-        unread first, each at most every ``lines.interval``, within ``lines.share`` of the
-        request budget; ends when no waiter wants lines."""
-        loop = asyncio.get_running_loop()
-        while True:
-            following = [w for w in self._runs.values() if any(x.follows for x in w.waiters)]
-            if not following:
-                return
-            if self._outage is not None:
-                await self._until_back(loop.time() + self.lines.interval)
-                continue
-            now = loop.time()
-            due = sorted(
-                (w for w in following if w.lines_due <= now and _is_running(w.state)),
-                key=lambda w: w.lines_due,
-            )
-            # Behind ahead of time when the running runs' nodes, each read every interval,
-            # want more than the line share: a sweep's start is behind from its first pass.
-            streams = sum(max(1, len(w.streams)) for w in following if _is_running(w.state))
-            too_many = streams / self.lines.interval > self._lines_bucket.rate
-            if not due:
-                self._note_lines_behind(too_many)
-            for watched in due:
-                read_at = loop.time()
-                # A run read before is late by the budget, not by its start.
-                late = bool(watched.streams) and read_at - watched.lines_due > self.lines.interval
-                self._note_lines_behind(too_many or late)
-                watched.lines_due = read_at + self.lines.interval
-                try:
-                    await self._read_lines(watched)
-                except AuthError:
-                    return  # the poller tells the waiters
-                except Exception as error:  # lines are a convenience: the wait goes on
-                    logger.debug("live lines of run %s: %s", watched.run_id, error)
-            upcoming = min((w.lines_due for w in following), default=now + self.lines.interval)
-            await asyncio.sleep(max(0.5, min(upcoming - loop.time(), self.lines.interval)))
-
-    def _note_lines_behind(self, behind: bool) -> None:
-        """Line reads late or on time again: the other reads' shares follow (``LineBudget``)."""
-        if behind == self._lines_behind:
-            return
-        self._lines_behind = behind
-        rate = self.bucket.rate
-        self._aside_bucket.retune(rate * (BEHIND_SHARE if behind else ASIDE_SHARE))
-        self._progress_bucket.retune(rate * (BEHIND_SHARE if behind else self.lines.progress_share))
-        logger.debug("live line reads %s", "behind" if behind else "on time again")
-
-    async def _read_lines(self, watched: _Watched) -> None:
-        assert watched.state is not None
-        waiters = list(watched.waiters)
-        now = asyncio.get_running_loop().time()
-        if (
-            any(w.on_progress for w in waiters)
-            # Slack: the line read that is due sets the pace; a progress read set due with
-            # it must not miss it by the microseconds between the two.
-            and watched.progress_due <= now + _PROGRESS_SLACK_S
-            and self._progress_bucket.try_acquire(_PROGRESS_REQUESTS)
-        ):
-            if watched.progress_since is None:
-                watched.progress_since = now
-            interval = self.lines.progress_interval
-            if now - watched.progress_since < interval:  # the first minute: every line read
-                interval = min(interval, self.lines.interval)
-            watched.progress_due = now + interval
-            await self._read_progress(watched, waiters)
-        hearing = [w.on_lines for w in waiters if w.on_lines is not None]
-        if hearing and not await self._read_streams(
-            watched.streams, watched.state, None, hearing, watched.lines_shown
-        ):
-            watched.lines_due = math.inf  # the workspace serves no logs: stop asking
-
-    async def _read_streams(
-        self,
-        streams: dict[tuple[str, int, int], LineStream],
-        state: RunState,
-        task_key: str | None,
-        hearing: list[OnLines],
-        lines_shown: Mapping[str, int],
-    ) -> bool:
-        """One read of each running node stream of the run (of the stage ``task_key``), the
-        newest lines to each of ``hearing``, after those ``lines_shown`` says a log already
-        holds; False when the workspace serves no logs."""
-        for stream in running_streams(state, task_key):
-            kept = streams.get(stream.key)
-            if kept is None:
-                kept = streams[stream.key] = stream
-                if stream.name in lines_shown:
-                    stream.cursor.resume_after(lines_shown[stream.name])
-            await self._lines_bucket.acquire()
-            await self.bucket.acquire()
-            self.requests += 1
-            self.line_requests += 1
-            read = await self._ask(self.client.read_newest_lines(kept, self.lines.lines_per_read))
-            if read is None:
-                return False
-            if not read.records and not read.passed_over:
-                continue
-            for on_lines in hearing:
-                try:
-                    on_lines(read.records, read.passed_over)
-                except Exception:
-                    logger.exception("on_lines callback for run %s failed", state.run_id)
-        return True
-
-    async def _read_progress(self, watched: _Watched, waiters: list[_Waiter]) -> None:
-        assert watched.state is not None
-        for _ in range(_PROGRESS_REQUESTS):
-            await self.bucket.acquire()
-        self.requests += _PROGRESS_REQUESTS
-        self.line_requests += _PROGRESS_REQUESTS
-        progress = await self._ask(
-            self.client.training_progress(watched.state, live=True),
-            _PROGRESS_REQUESTS * self.request_timeout,
-        )
-        if progress is None or progress == watched.progress:
-            return
-        watched.progress = progress
-        for waiter in waiters:
-            if waiter.on_progress is not None:
-                try:
-                    waiter.on_progress(progress)
-                except Exception:
-                    logger.exception("on_progress callback for run %s failed", watched.run_id)
+    def _following(self) -> list[FollowedRun]:
+        """The runs with a waiter on their lines or progress."""
+        return [w for w in self._runs.values() if any(x.follows for x in w.waiters)]
 
     def _next_cycle_at(self, now: float, started: float, cost: int = 0) -> float:
         if self._prefers_list(len(self._runs)):
             # While a run is young, sweep as often as its own pause would be (see _polling),
             # with at most half the budget; else once per interval.
             youngest = now - max((w.since for w in self._runs.values()), default=now)
-            pause = max(young_interval(self.interval, youngest), 2 * cost / self.bucket.rate)
+            pause = max(young_interval(self.interval, youngest), 2 * cost / self.budget.rate)
             return started + jittered(min(pause, self.interval), self._rng)
         upcoming = min((w.next_due for w in self._runs.values()), default=now)
         return max(upcoming, now + 0.01)
@@ -1062,14 +843,13 @@ class RunWatcher:
             if self._outage is not None:
                 break  # the probe asks now
             await slots.acquire()
-            await self.bucket.acquire()
             pending.append(loop.create_task(self._refresh(watched, slots)))
         await asyncio.gather(*pending)
 
     async def _refresh(self, watched: _Watched, slots: asyncio.Semaphore) -> None:
         try:
-            self.requests += 1
-            state = await self._ask(self.client.get_run(watched.run_id))
+            with self.budget.spending(Lane.POLL):
+                state = await self._ask(self.client.get_run(watched.run_id))
         except _Down:
             return  # refreshed once the workspace answers again
         except NotFound as error:
@@ -1100,10 +880,9 @@ class RunWatcher:
         }
         pages = 0
         while max_pages is None or pages < max_pages:
-            await self.bucket.acquire()
-            self.requests += 1
             pages += 1
-            body = await self._ask(self.client.list_runs_raw(params))
+            with self.budget.spending(Lane.POLL):
+                body = await self._ask(self.client.list_runs_raw(params))
             yield body
             token = body.get("next_page_token")
             if not token or not body.get("has_more", True):
@@ -1111,7 +890,7 @@ class RunWatcher:
             params["page_token"] = token
 
     async def _sweep_list(self, started: float) -> None:
-        requests_before = self.requests
+        requests_before = self.budget.sent[Lane.POLL]
         segments: list[_Segment] | None = None
         unknown = [w for w in self._runs.values() if w.start_ms is None]
         if unknown:
@@ -1139,7 +918,7 @@ class RunWatcher:
         now = asyncio.get_running_loop().time()
         for watched in self._runs.values():
             watched.next_due = now
-        self._active_estimate = (self.requests - requests_before) * self.page_size
+        self._active_estimate = (self.budget.sent[Lane.POLL] - requests_before) * self.page_size
 
     def _completed_between(self, low: int, high: int) -> int:
         starts = self._completed_starts
@@ -1349,9 +1128,8 @@ class RunWatcher:
                 if not w.future.done()
             ):
                 continue
-            await self.bucket.acquire()
-            self.requests += 1
-            fresh = await self._ask(self.client.get_run(watched.run_id))
+            with self.budget.spending(Lane.POLL):
+                fresh = await self._ask(self.client.get_run(watched.run_id))
             if fresh.is_terminal:
                 self._finish(watched, fresh)
             else:
@@ -1482,18 +1260,16 @@ class RunWatcher:
             tell_retry(on_retry, policy.decide(diagnosis), state.run_id)
 
     async def _diagnose(self, request: Examine) -> Any:
-        nodes = min(request.attempt.node_count, 8)
-        # One log read per node, then the task's variables and its checkpoint folder.
-        reads = nodes + 2
-        for _ in range(reads):
-            await self.bucket.acquire()
-        self.requests += reads
-        return await self._ask(
-            self.client.run_flow(
-                lambda core: attempt_diagnosis(core, request.state, request.attempt)
-            ),
-            reads * self.request_timeout,
-        )
+        # One log read per node (8 at most), then the task's variables and its checkpoint
+        # folder: one timeout each.
+        reads = min(request.attempt.node_count, 8) + 2
+        with self.budget.spending(Lane.POLL):
+            return await self._ask(
+                self.client.run_flow(
+                    lambda core: attempt_diagnosis(core, request.state, request.attempt)
+                ),
+                reads,
+            )
 
     def _check_budgets(self, watched: _Watched, state: RunState) -> None:
         """End the wait of each waiter whose budget (``WaitPolicy.over_budget``) the run has

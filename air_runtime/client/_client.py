@@ -14,6 +14,7 @@ import os
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,6 +24,7 @@ import httpx
 from .._auth import Credentials, resolve_credentials
 from .._failure_policy import RetryDecision
 from .._redaction import Redactor
+from .._request_budget import BudgetedTransport
 from .._states import RunState
 from .._wait_policy import WaitPolicy
 from . import _cancel_causes, _identity, _runs, _secrets, _submit
@@ -127,6 +129,18 @@ def tls_context() -> ssl.SSLContext:
 
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def environment_proxy(host: str) -> str | None:
+    """The proxy the environment names for requests to ``host`` (``HTTPS_PROXY``,
+    ``HTTP_PROXY``, ``ALL_PROXY``, minus ``NO_PROXY``), as httpx reads them."""
+    proxies = urllib.request.getproxies_environment()
+    scheme, _, rest = host.partition("://")
+    hostname = rest.split("/", 1)[0]
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(hostname):
+        return None
+    return proxy
 
 
 def verify_for(host: str) -> ssl.SSLContext | bool:
@@ -550,11 +564,17 @@ class AsyncAirClient(_BaseClient, AsyncOperations):
             poll_interval=poll_interval,
             host_source=host_source,
         )
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(
+                verify=verify_for(self._core.host),
+                limits=self._limits(),
+                proxy=environment_proxy(self._core.host),
+            )
+        # Every request passes the budget transport, so a watcher's reads are admitted and
+        # counted where they are sent (``_request_budget``). The proxy is the transport's:
+        # httpx would route proxied requests past it (``trust_env``).
         self._http = httpx.AsyncClient(
-            transport=transport,
-            timeout=self._core.timeout,
-            limits=self._limits(),
-            verify=verify_for(self._core.host),
+            transport=BudgetedTransport(transport), timeout=self._core.timeout, trust_env=False
         )
         self._identity_ahead: asyncio.Task[None] | None = None  # see ``prefetch_identity``
 

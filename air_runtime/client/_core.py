@@ -37,6 +37,7 @@ from .._errors import (
 )
 from .._loopback import is_loopback_name
 from .._redaction import Redactor, credential_secrets
+from .._request_budget import request_extensions
 
 logger = logging.getLogger("air_runtime.client")
 
@@ -614,12 +615,21 @@ class ClientCore:
         content: bytes | None = None,
     ) -> httpx.Request:
         headers = {"User-Agent": self.user_agent, "Accept": "application/json", **auth}
+        # A watcher's read carries its budget and lane to the transport that admits it.
+        extensions = request_extensions()
         if content is not None:
             headers["Content-Type"] = "application/octet-stream"
             return httpx.Request(
-                method, self.url(path), params=params, content=content, headers=headers
+                method,
+                self.url(path),
+                params=params,
+                content=content,
+                headers=headers,
+                extensions=extensions,
             )
-        return httpx.Request(method, self.url(path), params=params, json=json, headers=headers)
+        return httpx.Request(
+            method, self.url(path), params=params, json=json, headers=headers, extensions=extensions
+        )
 
     def error_for(self, response: httpx.Response, method: str, path: str) -> Exception:
         """The typed error for an error answer. Messages carry the server's error code and

@@ -687,7 +687,8 @@ class AirRunTrigger(BaseTrigger):
         reader = MlflowLinkReader(self.task_key)
 
         async def write(task_run: int) -> None:
-            url = await reader.aread(watcher.client, task_run, watcher.acquire_aside)
+            async with watcher.aside():
+                url = await reader.aread(watcher.client, task_run)
             if not url or not self._links.unwritten({MLFLOW_URL_KEY: url}):
                 return
             try:

@@ -393,7 +393,7 @@ async def test_other_reads_yield_to_line_reads_that_fall_behind(local_workspace)
     """More running runs than the budget reads every interval: the line reads fall behind and
     the waiters' own reads and the progress reads drop to BEHIND_SHARE; once the reads keep up
     again (runs cancelled), both get their shares back."""
-    from air_runtime._watcher import ASIDE_SHARE, BEHIND_SHARE
+    from air_runtime._request_budget import ASIDE_SHARE, BEHIND_SHARE
 
     budget = 2.0
     async with AsyncAirClient(local_workspace.host, local_workspace.token) as client:
@@ -419,14 +419,14 @@ async def test_other_reads_yield_to_line_reads_that_fall_behind(local_workspace)
         try:
             # 6 runs of 2 nodes read every 2 s want 6 req/s of a 2 req/s budget.
             await until(True)
-            assert watcher._aside_bucket.rate == pytest.approx(budget * BEHIND_SHARE)
-            assert watcher._progress_bucket.rate == pytest.approx(budget * BEHIND_SHARE)
+            assert watcher.budget.aside_rate == pytest.approx(budget * BEHIND_SHARE)
+            assert watcher.budget.progress_rate == pytest.approx(budget * BEHIND_SHARE)
             for run_id in run_ids[1:]:
                 await client.cancel(run_id)
             # One run of 2 nodes read every 2 s: 1 req/s, on time.
             await until(False)
-            assert watcher._aside_bucket.rate == pytest.approx(budget * ASIDE_SHARE)
-            assert watcher._progress_bucket.rate == pytest.approx(
+            assert watcher.budget.aside_rate == pytest.approx(budget * ASIDE_SHARE)
+            assert watcher.budget.progress_rate == pytest.approx(
                 budget * watcher.lines.progress_share
             )
         finally:
@@ -438,22 +438,22 @@ async def test_other_reads_yield_to_line_reads_that_fall_behind(local_workspace)
 async def test_reads_waiting_aside_slow_down_as_soon_as_line_reads_fall_behind():
     """Link reads already waiting for their share (hundreds queue when a sweep starts) take
     the lower share from the moment line reads fall behind, not after their old turn."""
-    from air_runtime._watcher import ASIDE_SHARE, BEHIND_SHARE
+    from air_runtime._request_budget import ASIDE_SHARE, BEHIND_SHARE, Lane
 
     async with AsyncAirClient("http://127.0.0.1:9", "unused-token") as client:
         watcher = RunWatcher(client, budget_rps=10.0)
         done: list[float] = []
 
         async def link_read() -> None:
-            await watcher.acquire_aside()
+            await watcher.budget.admit(Lane.ASIDE)
             done.append(time.monotonic())
 
         reads = [asyncio.ensure_future(link_read()) for _ in range(30)]
         async with asyncio.timeout(60):
             while len(done) < 2:  # the share's pace: 2 req/s
                 await asyncio.sleep(0.05)
-        watcher._note_lines_behind(True)
-        assert watcher._aside_bucket.rate == pytest.approx(10.0 * BEHIND_SHARE)
+        watcher.budget.fall_behind(True)
+        assert watcher.budget.aside_rate == pytest.approx(10.0 * BEHIND_SHARE)
         before, since = len(done), time.monotonic()
         # At 0.2 req/s: a token's worth plus one already past the share come at once, the
         # third read a whole interval (5 s) later; the reservations made at the old 2 req/s
@@ -463,8 +463,8 @@ async def test_reads_waiting_aside_slow_down_as_soon_as_line_reads_fall_behind()
                 await asyncio.sleep(0.05)
         third = done[before + 2] - since
         assert third >= 0.9 / (10.0 * BEHIND_SHARE), (third, done[before:])
-        watcher._note_lines_behind(False)
-        assert watcher._aside_bucket.rate == pytest.approx(10.0 * ASIDE_SHARE)
+        watcher.budget.fall_behind(False)
+        assert watcher.budget.aside_rate == pytest.approx(10.0 * ASIDE_SHARE)
         async with asyncio.timeout(60):
             await asyncio.gather(*reads)
         assert len(done) == 30
