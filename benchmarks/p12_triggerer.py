@@ -81,17 +81,19 @@ def _deferred(deployment: Any, run_id: str) -> int:
 
 async def _running_runs(host: str) -> int:
     from air_runtime import AsyncAirClient
+    from air_runtime.cli._run_views import active_runs_of_current_user
 
     async with AsyncAirClient(host, TOKEN) as client:
-        runs = await client.active_runs_of_current_user()
+        runs = await client.run_flow(active_runs_of_current_user)
     return sum(1 for r in runs if r.life_cycle_state == "RUNNING")
 
 
 async def _cancel_all(host: str) -> None:
     from air_runtime import AsyncAirClient
+    from air_runtime.cli._run_views import cancel_all_active
 
     async with AsyncAirClient(host, TOKEN) as client:
-        await client.cancel_all_active()
+        await client.run_flow(cancel_all_active)
 
 
 def _shown_lines(logs: Path, start: float, end: float) -> tuple[list[float], dict[int, float]]:

@@ -149,10 +149,12 @@ def _retries(attempt_number: int, max_retries: int | None) -> str:
 
 
 def _get(args: argparse.Namespace) -> int:
+    from air_runtime.cli._run_views import run_summary
+
     client = None
     try:
         with open_client(args) as client:
-            summary = client.run_summary(args.run_id)
+            summary = client.run_flow(lambda core: run_summary(core, args.run_id))
     except AirError as error:
         return fail(error, client)
     if args.json:
@@ -227,7 +229,7 @@ def _list(args: argparse.Namespace) -> int:
             f"airo list: invalid --limit {args.limit}: must be a positive integer", file=sys.stderr
         )
         return EXIT_USAGE
-    from air_runtime.client._run_views import RunFilters
+    from air_runtime.cli._run_views import RunFilters, list_runs
 
     client = None
     try:
@@ -239,11 +241,14 @@ def _list(args: argparse.Namespace) -> int:
         args.all_status = True  # an ended state is only found among every state's runs
     try:
         with open_client(args) as client:
-            runs = client.list_run_summaries(
-                limit=args.limit,
-                all_status=args.all_status,
-                filters=filters,
-                all_users=args.all_users,
+            runs = client.run_flow(
+                lambda core: list_runs(
+                    core,
+                    limit=args.limit,
+                    all_status=args.all_status,
+                    filters=filters,
+                    all_users=args.all_users,
+                )
             )
     except AirError as error:
         return fail(error, client)

@@ -574,7 +574,9 @@ def _print_logs(client: Any, run_id: int, show: Callable[[LogRecord], None]) -> 
 
 def _task_run_given(client: Any, run_id: int, command: str) -> int | None:
     """The usage exit code, with what the id is, when it names a task run, not a run."""
-    ref = client.task_run_ref(run_id)
+    from air_runtime.cli._run_views import task_run_ref
+
+    ref = client.run_flow(lambda core: task_run_ref(core, run_id))
     if ref is None:
         return None
     fix = ""
@@ -715,6 +717,8 @@ def _download(args: argparse.Namespace, client: Any, records: Iterator[LogRecord
 def _cancel(args: argparse.Namespace) -> int:
     """Best effort, as cancel.go: every id that names an active run is cancelled, and every
     one that cannot be (not found, a task run's id, refused) is reported; non-zero if any."""
+    from air_runtime.cli._run_views import cancel_runs
+
     if args.all == bool(args.run_ids):
         print("airo cancel: give RUN_IDs, or --all (not both)", file=sys.stderr)
         return EXIT_USAGE
@@ -741,7 +745,8 @@ def _cancel(args: argparse.Namespace) -> int:
                         print(client.redactor(message))
                 else:
                     active.append(run_id)
-            result = client.cancel_runs(active, _user_cause(client, "airo cancel"))
+            cause = _user_cause(client, "airo cancel")
+            result = client.run_flow(lambda core: cancel_runs(core, active, cause))
         failed = refused + list(result.failed)
         if args.json:
             payload: dict[str, Any] = {"cancelled": [str(i) for i in result.cancelled]}
@@ -786,8 +791,10 @@ def _not_found(run_id: int) -> str:
 def _run_or_task_run(client: Any, run_id: int) -> tuple[RunState | None, str | None]:
     """The run's state, or why ``run_id`` names a task run (with the run to cancel);
     ``(None, None)`` when no run has that id."""
+    from air_runtime.cli._run_views import task_run_ref
+
     try:
-        ref = client.task_run_ref(run_id)
+        ref = client.run_flow(lambda core: task_run_ref(core, run_id))
         if ref is None:
             return client.get_run(run_id), None
     except NotFound:
@@ -809,7 +816,9 @@ def _confirm(question: str) -> bool:
 
 def _cancel_all(args: argparse.Namespace, client: Any) -> int:
     """Every active run of the caller, all listed before the first cancel (cancel.go)."""
-    runs = client.active_runs_of_current_user()
+    from air_runtime.cli._run_views import active_runs_of_current_user, cancel_runs
+
+    runs = client.run_flow(active_runs_of_current_user)
     if not runs:
         if args.json:
             print(json.dumps({"cancelled": [], "all": True, "workspace": client.host}))
@@ -830,9 +839,8 @@ def _cancel_all(args: argparse.Namespace, client: Any) -> int:
         if not _confirm(f"\nCancel {len(runs)} run(s) in {client.host}?"):
             print("Cancellation aborted.", file=sys.stderr)
             return EXIT_USAGE
-    result = client.cancel_runs(
-        [run.run_id for run in runs], _user_cause(client, "airo cancel --all")
-    )
+    cause = _user_cause(client, "airo cancel --all")
+    result = client.run_flow(lambda core: cancel_runs(core, [run.run_id for run in runs], cause))
     failed = [{"run_id": str(r), "error": message} for r, message in result.failed]
     if args.json:
         body: dict[str, Any] = {"cancelled": [str(r) for r in result.cancelled], "all": True}

@@ -1,8 +1,10 @@
-"""Operations both clients get from these mixins (the ones behind ``airo pools``, ``get``,
-``list``, ``logs --tail``, ``cancel --all`` and ``run --dry-run``, and a run's repair): each
-method drives one flow of ``_pools``, ``_run_views``, ``_log_reads``, ``_dry_run`` or
-``_runs`` with the client's own driver (``_run``, ``_steps``, ``_items``). Those modules are
-imported by the methods that use them: a task that submits and defers uses none of them."""
+"""Operations both clients get from these mixins (the ones behind ``airo pools``,
+``logs --tail`` and ``run --dry-run``, a run's repair, its newest checkpoint and its training
+progress): each method drives one flow of ``_pools``, ``_training_progress``, ``_log_reads``,
+``_dry_run``, ``_checkpoint_folders`` or ``_runs`` with the client's own driver (``_run``,
+``_steps``, ``_items``). Those modules are imported by the methods that use them: a task
+that submits and defers uses none of them. What only ``airo get``, ``list`` and ``cancel``
+show is not here: ``air_runtime.cli._run_views`` runs its flows with ``run_flow``."""
 
 from __future__ import annotations
 
@@ -19,10 +21,8 @@ if TYPE_CHECKING:
     from .._states import RunState
     from ..plan import Stage
     from ..workload import Workload
-    from ._cancel_causes import CancelCause
     from ._dry_run import SecretCheck
     from ._pools import GpuPool
-    from ._run_views import CancelResult, RunFilters, RunSummary, TaskRunRef
 
 T = TypeVar("T")
 
@@ -65,40 +65,6 @@ class SyncOperations:
 
         return self._run(_checkpoint_folders.newest_checkpoint_of_run(self._core, state, task_key))
 
-    def run_summary(self, run_id: int) -> RunSummary:
-        """State, duration, newest attempt, experiment, MLflow link and GPU-hours."""
-        from . import _run_views
-
-        return self._run(_run_views.run_summary(self._core, run_id))
-
-    def list_run_summaries(
-        self,
-        *,
-        limit: int = 20,
-        all_status: bool = False,
-        filters: RunFilters | None = None,
-        all_users: bool = False,
-    ) -> list[RunSummary]:
-        """The caller's newest AI Runtime runs (``all_users``: everyone's) that pass
-        ``filters``: active ones, or with ``all_status`` all."""
-        from . import _run_views
-
-        return self._run(
-            _run_views.list_runs(
-                self._core,
-                limit=limit,
-                all_status=all_status,
-                filters=filters,
-                all_users=all_users,
-            )
-        )
-
-    def task_run_ref(self, run_id: int) -> TaskRunRef | None:
-        """None when ``run_id`` is a run; the task (and its run) when it is a task run."""
-        from . import _run_views
-
-        return self._run(_run_views.task_run_ref(self._core, run_id))
-
     def training_progress(
         self, run: RunState | int, task_key: str | None = None, *, live: bool = False
     ) -> TrainingProgress | None:
@@ -107,27 +73,9 @@ class SyncOperations:
         (``live``: from the first logged step, as a waiter shows it); None when it has
         ended or logs no progress. Pass the ``RunState`` you already have to save its
         runs/get."""
-        from . import _run_views
+        from . import _training_progress
 
-        return self._run(_run_views.training_progress(self._core, run, task_key, live=live))
-
-    def active_runs_of_current_user(self) -> list[RunSummary]:
-        from . import _run_views
-
-        return self._run(_run_views.active_runs_of_current_user(self._core))
-
-    def cancel_runs(self, run_ids: list[int], cause: CancelCause | None = None) -> CancelResult:
-        """Cancel each run (keeping ``cause`` next to each first); the ones that could not
-        be, with why."""
-        from . import _run_views
-
-        return self._run(_run_views.cancel_runs(self._core, run_ids, cause))
-
-    def cancel_all_active(self) -> CancelResult:
-        """Cancel every active run of the caller (listed in full first)."""
-        from . import _run_views
-
-        return self._run(_run_views.cancel_all_active(self._core))
+        return self._run(_training_progress.training_progress(self._core, run, task_key, live=live))
 
     def preflight(
         self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None
@@ -210,59 +158,14 @@ class AsyncOperations:
             _checkpoint_folders.newest_checkpoint_of_run(self._core, state, task_key)
         )
 
-    async def run_summary(self, run_id: int) -> RunSummary:
-        from . import _run_views
-
-        return await self._run(_run_views.run_summary(self._core, run_id))
-
-    async def list_run_summaries(
-        self,
-        *,
-        limit: int = 20,
-        all_status: bool = False,
-        filters: RunFilters | None = None,
-        all_users: bool = False,
-    ) -> list[RunSummary]:
-        from . import _run_views
-
-        return await self._run(
-            _run_views.list_runs(
-                self._core,
-                limit=limit,
-                all_status=all_status,
-                filters=filters,
-                all_users=all_users,
-            )
-        )
-
-    async def task_run_ref(self, run_id: int) -> TaskRunRef | None:
-        from . import _run_views
-
-        return await self._run(_run_views.task_run_ref(self._core, run_id))
-
     async def training_progress(
         self, run: RunState | int, task_key: str | None = None, *, live: bool = False
     ) -> TrainingProgress | None:
-        from . import _run_views
+        from . import _training_progress
 
-        return await self._run(_run_views.training_progress(self._core, run, task_key, live=live))
-
-    async def active_runs_of_current_user(self) -> list[RunSummary]:
-        from . import _run_views
-
-        return await self._run(_run_views.active_runs_of_current_user(self._core))
-
-    async def cancel_runs(
-        self, run_ids: list[int], cause: CancelCause | None = None
-    ) -> CancelResult:
-        from . import _run_views
-
-        return await self._run(_run_views.cancel_runs(self._core, run_ids, cause))
-
-    async def cancel_all_active(self) -> CancelResult:
-        from . import _run_views
-
-        return await self._run(_run_views.cancel_all_active(self._core))
+        return await self._run(
+            _training_progress.training_progress(self._core, run, task_key, live=live)
+        )
 
     async def preflight(
         self, workload: Workload | Sequence[Stage], *, idempotency_token: str | None = None

@@ -147,10 +147,11 @@ def test_a_submitting_try_imports_only_what_its_submit_needs():
         "build_plan(w, user_name='u@example.com', idempotency_token='t'); "
         "print(sorted(m for m in ('tarfile', 'difflib', 'air_runtime.client._images', "
         "'air_runtime._docker_ref', 'air_runtime._docker_credentials', "
-        "'air_runtime._templates', 'air_runtime.client._run_views', "
+        "'air_runtime._templates', 'air_runtime.cli', 'air_runtime.cli._run_views', "
         "'air_runtime.client._pools', 'air_runtime.client._log_reads', "
         "'air_runtime.client._dry_run', 'air_runtime.client._live_lines', "
-        "'air_runtime._progress', 'air_runtime._watcher') if m in sys.modules))"
+        "'air_runtime.client._training_progress', 'air_runtime._progress', "
+        "'air_runtime._watcher') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300

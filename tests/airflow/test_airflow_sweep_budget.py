@@ -19,6 +19,7 @@ from airflow_runs import load_test_dag, xcom
 from sqlalchemy import select
 
 from air_runtime import AirClient, RunState
+from air_runtime.cli._run_views import run_summary
 
 DAG_ID = "air_test_sweep_budget"
 RELEASED = 2  # the first trials to start end at once; the next one runs until stopped
@@ -112,7 +113,7 @@ def test_a_sweep_budget_stops_the_spending_and_refuses_the_trials_after_it(
         results = sorted(r.result_state or "" for r in runs)
         assert results == ["CANCELED"] + ["SUCCESS"] * RELEASED, [r.describe() for r in runs]
         (held,) = [r for r in runs if r.result_state == "CANCELED"]
-        summary = client.run_summary(held.run_id)
+        summary = client.run_flow(lambda core: run_summary(core, held.run_id))
 
     # Spending stopped within one poll interval of the moment the budget was spent (the
     # platform's own end of the held run, its cancel included).

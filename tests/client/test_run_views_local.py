@@ -1,5 +1,5 @@
-"""The core operations behind `airo get/list/logs/cancel --all/run --dry-run`, in both
-clients, over HTTP against the local workspace: what they send (list.go, aitraining.go,
+"""The operations behind `airo get/list/logs/cancel --all/run --dry-run`, run by both
+clients (`airo`'s run views with `run_flow`), over HTTP against the local workspace: what they send (list.go, aitraining.go,
 logs.go, logmlflow.go, validateconfig.go) and what they make of the answers."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from run_states import wait_for_state
 
 from air_runtime import AirClient, AsyncAirClient, load_workload
 from air_runtime._errors import ConfigurationError
+from air_runtime.cli import _run_views
 
 
 def _workload(name: str, command: str, **extra):
@@ -34,10 +35,12 @@ def test_summary_list_and_the_workflows_index(workspace_factory, recorder, tmp_p
             _workload("going", f"while [ ! -e {release} ]; do sleep 0.05; done")
         )
         wait_for_state(ws.host, ws.token, going.run_id, "RUNNING")
-        summary = client.run_summary(done.run_id)
-        active = client.list_run_summaries()
-        every = client.list_run_summaries(all_status=True, limit=5)
-        newest = client.list_run_summaries(all_status=True, limit=1)
+        summary = client.run_flow(lambda core: _run_views.run_summary(core, done.run_id))
+        active = client.run_flow(
+            lambda core: _run_views.list_runs(core, limit=20, all_status=False)
+        )
+        every = client.run_flow(lambda core: _run_views.list_runs(core, limit=5, all_status=True))
+        newest = client.run_flow(lambda core: _run_views.list_runs(core, limit=1, all_status=True))
         release.touch()
         client.wait(going.run_id, poll_interval=0.1)
     assert summary.status == "SUCCESS" and summary.experiment_name == "done"
@@ -63,9 +66,11 @@ async def test_async_twin_and_the_index_fallback(workspace_factory):
     async with AsyncAirClient(ws.host, ws.token) as client:
         run = await client.submit_workload(_workload("fallback", "echo hi"))
         await client.wait(run.run_id, poll_interval=0.1)
-        every = await client.list_run_summaries(all_status=True)
-        summary = await client.run_summary(run.run_id)
-        assert await client.task_run_ref(run.run_id) is None
+        every = await client.run_flow(
+            lambda core: _run_views.list_runs(core, limit=20, all_status=True)
+        )
+        summary = await client.run_flow(lambda core: _run_views.run_summary(core, run.run_id))
+        assert await client.run_flow(lambda core: _run_views.task_run_ref(core, run.run_id)) is None
     # The index is not there: the runs/list scan answers instead (list.go newListStrategy).
     assert [r.run_id for r in every] == [run.run_id]
     assert summary.status == "SUCCESS"
@@ -82,11 +87,11 @@ def test_task_run_ids_and_active_runs(workspace_factory, tmp_path: Path):
         wait_for_state(ws.host, ws.token, run.run_id, "RUNNING")
         task_run = client.get_run(run.run_id).tasks[0].run_id
         assert task_run is not None
-        ref = client.task_run_ref(task_run)
-        active = client.active_runs_of_current_user()
+        ref = client.run_flow(lambda core: _run_views.task_run_ref(core, task_run))
+        active = client.run_flow(_run_views.active_runs_of_current_user)
         release.touch()
         client.wait(run.run_id, poll_interval=0.1)
-        assert client.active_runs_of_current_user() == []
+        assert client.run_flow(_run_views.active_runs_of_current_user) == []
     assert ref is not None and (ref.task_key, ref.parent_run_id) == ("active", run.run_id)
     assert ref.describe() == f"{task_run} is task `active` of run {run.run_id}"
     assert [r.run_id for r in active] == [run.run_id]
@@ -280,10 +285,10 @@ async def test_cancel_all_active_in_the_async_client(workspace_factory, tmp_path
             )
             for i in range(2)
         ]
-        result = await client.cancel_all_active()
+        result = await client.run_flow(_run_views.cancel_all_active)
         ended = [await client.wait(r.run_id, poll_interval=0.1) for r in runs]
-        assert (await client.cancel_all_active()).cancelled == ()
-        missing = await client.cancel_runs([999])
+        assert (await client.run_flow(_run_views.cancel_all_active)).cancelled == ()
+        missing = await client.run_flow(lambda core: _run_views.cancel_runs(core, [999]))
     assert sorted(result.cancelled) == sorted(r.run_id for r in runs) and result.failed == ()
     assert [s.result_state for s in ended] == ["CANCELED", "CANCELED"]
     assert missing.cancelled == () and "999 does not exist" in missing.failed[0][1]

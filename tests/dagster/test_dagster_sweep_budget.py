@@ -16,6 +16,7 @@ import pytest
 from dagster_checks import failure_data
 
 from air_runtime import AirClient, RunState
+from air_runtime.cli._run_views import run_summary
 from air_runtime.local import LocalWorkspace
 from dagster_air import AirStage, AirWorkspace, build_air_assets
 
@@ -144,7 +145,7 @@ def test_a_backfill_stops_at_its_budget_and_refuses_its_later_partitions(
     _stopped_within_a_poll(runs)
     (cancelled,) = [r for r in runs if r.result_state == "CANCELED"]
     with AirClient(local_workspace.host, local_workspace.token) as client:
-        cause = client.run_summary(cancelled.run_id).cancel_cause
+        cause = client.run_flow(lambda core: run_summary(core, cancelled.run_id)).cancel_cause
     assert cause is not None and cause.kind == "budget", cause
     assert "sweep backfill sweepbf1 spent" in cause.message
 
@@ -176,5 +177,8 @@ def test_a_range_run_cancels_all_its_runs_when_the_budget_is_spent(
     assert [r.result_state for r in runs] == ["CANCELED"] * 3, runs
     _stopped_within_a_poll(runs)
     with AirClient(local_workspace.host, local_workspace.token) as client:
-        causes = [client.run_summary(r.run_id).cancel_cause for r in runs]
+        causes = [
+            client.run_flow(lambda core, r=r: run_summary(core, r.run_id)).cancel_cause
+            for r in runs
+        ]
     assert all(c is not None and c.kind == "budget" for c in causes), causes

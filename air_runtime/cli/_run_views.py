@@ -1,7 +1,8 @@
-"""What ``airo get``, ``airo list`` and ``airo cancel --all`` show of runs: one run's summary
+"""What ``airo get``, ``airo list`` and ``airo cancel`` show of runs: one run's summary
 (acceptance/air/get's fields: state, duration, attempt, experiment, MLflow link; and GPU-hours), the
-caller's AI Runtime runs newest first (list.go), and what a task-run id given for a run id
-belongs to."""
+caller's AI Runtime runs newest first (list.go), what a task-run id given for a run id
+belongs to, and what a cancel of several runs did. Flows over the client's core, each run
+with ``client.run_flow``: only ``airo`` shows them, so the clients do not carry them."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .._checkpoints import Checkpoint
-from .._diagnosis import Diagnosis, Termination
-from .._errors import AirError, ConfigurationError
-from .._progress import PROGRESS_METRIC, MetricPoint, TrainingProgress, compute_progress, has_total
-from .._states import RunState, mlflow_ids, mlflow_run_url
-from ._cancel_causes import CancelCause, cancel_with_cause, read_cause
-from ._checkpoint_folders import newest_checkpoint_of_task
-from ._core import ClientCore, Flow, gather
-from ._identity import whoami
-from ._runs import RUNS_API, failure_report, get_output, get_run_body
+from air_runtime._checkpoints import Checkpoint
+from air_runtime._diagnosis import Diagnosis, Termination
+from air_runtime._errors import AirError, ConfigurationError
+from air_runtime._progress import TrainingProgress
+from air_runtime._states import RunState, mlflow_ids, mlflow_run_url
+from air_runtime.client._cancel_causes import CancelCause, cancel_with_cause, read_cause
+from air_runtime.client._checkpoint_folders import newest_checkpoint_of_task
+from air_runtime.client._core import ClientCore, Flow, gather
+from air_runtime.client._identity import whoami
+from air_runtime.client._runs import RUNS_API, failure_report, get_output, get_run_body
+from air_runtime.client._training_progress import mlflow_progress, training_progress
 
 # list.go: runs/list pages of 25, at most 2,000 runs scanned, 8 lookups at once.
 LIST_PAGE_LIMIT = 25
@@ -32,7 +34,6 @@ _HYDRATE_CONCURRENCY = 8
 WORKFLOWS_PATH = "/api/2.0/ai-training/workflows"
 # How many of the newest runs are searched for the parent of a task run.
 _PARENT_SEARCH_RUNS = 200
-MLFLOW_API = "/api/2.0/mlflow"
 
 
 def _text(value: Any) -> str | None:
@@ -332,75 +333,6 @@ def summarize(
         tasks=lines,
         termination=state.termination,
     )
-
-
-def mlflow_progress(
-    core: ClientCore, mlflow_run_id: str, *, live: bool = False
-) -> Flow[TrainingProgress | None]:
-    """A running MLflow run's progress as eta.go estimateTrainingETA reads it: runs/get for
-    the params, and only when they hold a total, every page of the ``epoch`` history. Any
-    failure is "no estimate": progress is a convenience, never an error of the run.
-    ``live``: as a waiter shows it, from the first logged step (``compute_progress``)."""
-    try:
-        body = yield from core.call(
-            "GET", f"{MLFLOW_API}/runs/get", params={"run_id": mlflow_run_id}
-        )
-        data = (body.get("run") or {}).get("data") or {}
-        params = {
-            str(p.get("key")): str(p.get("value"))
-            for p in data.get("params") or []
-            if isinstance(p, Mapping)
-        }
-        if not has_total(params):
-            return None
-        points: list[MetricPoint] = []
-        token: str | None = None
-        seen: set[str] = set()
-        while True:
-            query = {"run_id": mlflow_run_id, "metric_key": PROGRESS_METRIC}
-            if token:
-                query["page_token"] = token
-            page = yield from core.call("GET", f"{MLFLOW_API}/metrics/get-history", params=query)
-            for item in page.get("metrics") or []:
-                point = MetricPoint.from_api(item) if isinstance(item, Mapping) else None
-                if point is not None:
-                    points.append(point)
-            token = _text(page.get("next_page_token"))
-            if token is None or token in seen:
-                break
-            seen.add(token)
-    except AirError:
-        return None
-    return compute_progress(params, points, live=live)
-
-
-def training_progress(
-    core: ClientCore, run: RunState | int, task_key: str | None = None, *, live: bool = False
-) -> Flow[TrainingProgress | None]:
-    """The progress of a run's newest attempt (of ``task_key`` in a multi-task run): its
-    MLflow run from runs/get-output, then ``mlflow_progress`` (``live`` as there). None for
-    an ended attempt, or when the attempt logs no progress."""
-    state = run if isinstance(run, RunState) else (yield from _state_of(core, run))
-    if not state.attempts and not state.is_terminal:
-        state = yield from _state_of(core, state.run_id)  # a runs/list entry has no tasks
-    attempts = state.task_attempts(task_key) if task_key is not None else state.attempts
-    if task_key is None and len(state.tasks) != 1:
-        return None
-    newest = max(attempts, key=lambda a: a.attempt_number, default=None)
-    if newest is None or newest.run_id is None or newest.is_terminal or state.is_terminal:
-        return None
-    try:
-        output = yield from get_output(core, newest.run_id)
-    except AirError:
-        return None
-    _, mlflow_run = mlflow_ids(output)
-    if mlflow_run is None:
-        return None
-    return (yield from mlflow_progress(core, mlflow_run, live=live))
-
-
-def _state_of(core: ClientCore, run_id: int) -> Flow[RunState]:
-    return RunState.from_api((yield from get_run_body(core, run_id)))
 
 
 def run_summary(core: ClientCore, run_id: int) -> Flow[RunSummary]:
