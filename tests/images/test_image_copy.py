@@ -26,7 +26,7 @@ from air_runtime.images import (
     registry_host,
 )
 from air_runtime.local import LocalWorkspace
-from air_runtime.local._image_builder import push_generated_image
+from image_fixtures.image_builder import push_generated_image
 
 MIB = 1024 * 1024
 

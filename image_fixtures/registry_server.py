@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from air_runtime.local._server import LocalWorkspace
+    from air_runtime.local import LocalWorkspace
 
 PROGRAM = "docker-registry"
 _LISTENING = re.compile(r"listening on (\S+?)(?:\"|\s|$)")
