@@ -153,10 +153,15 @@ def start_registry_server(
 
 def start_artifact_registry(workspace: LocalWorkspace, directory: str | Path) -> RegistryServer:
     """The stand-in Artifact Registry of ``workspace``: a registry whose token service is
-    the workspace (``_registry_tokens``), so it takes user ``oauthtoken`` with a workspace
+    the workspace (``air_runtime.local.registry_tokens``), so it takes user ``oauthtoken`` with a workspace
     token, as the real one takes the workspace's OAuth token. The workspace then checks
     submitted Unity Catalog images there."""
-    from air_runtime.local._registry_tokens import ISSUER, SERVICE, TOKEN_PATH, signing_material
+    from air_runtime.local.registry_tokens.backend import (
+        ISSUER,
+        SERVICE,
+        TOKEN_PATH,
+        signing_material,
+    )
 
     _, certificate = signing_material(workspace.data_dir)
     server = start_registry_server(
