@@ -27,7 +27,7 @@ $(STAMP): uv.lock pyproject.toml
 	# (PYTHONDONTWRITEBYTECODE), ~2 s of CPU per `import airflow.sdk`.
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --frozen --all-extras --group dev --inexact \
 		--compile-bytecode --python $(BIN)/python
-	$(BIN)/python -m compileall -q air_runtime providers dagster_air demo
+	$(BIN)/python -m compileall -q air_runtime providers dagster_air demo image_fixtures
 	touch $(STAMP)
 
 venv-lowest: $(LOWEST_STAMP)

@@ -136,12 +136,9 @@ def main() -> int:
     parser.add_argument("--layer-mib", type=int, default=None, help="size of each layer")
     args = parser.parse_args()
     from air_runtime.images import Login
-    from air_runtime.local import (
-        start_artifact_registry,
-        start_local_workspace,
-        start_registry_server,
-    )
-    from air_runtime.local._image_builder import push_generated_image
+    from air_runtime.local import start_local_workspace
+    from image_fixtures.image_builder import push_generated_image
+    from image_fixtures.registry_server import start_artifact_registry, start_registry_server
 
     if shutil.which("skopeo") is None or shutil.which("docker-registry") is None:
         print("skopeo and docker-registry are needed: bash .ci/services.sh installs them")

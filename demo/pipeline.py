@@ -238,12 +238,12 @@ class Demo:
         return 0 if ok else 1
 
     def _start_registries(self, workspace: Any, stack: contextlib.ExitStack) -> None:
-        from air_runtime.local import (
+        from image_fixtures.image_builder import push_generated_image
+        from image_fixtures.registry_server import (
             registry_program,
             start_artifact_registry,
             start_registry_server,
         )
-        from air_runtime.local._image_builder import push_generated_image
 
         if registry_program() is None:
             raise SystemExit(

@@ -15,13 +15,13 @@ from pathlib import Path
 from deployment_services import DOCKER_REGISTRY, require_services
 
 from air_runtime.images import Login
-from air_runtime.local import (
-    LocalWorkspace,
+from air_runtime.local import LocalWorkspace
+from image_fixtures.image_builder import GeneratedImage, push_generated_image
+from image_fixtures.registry_server import (
     RegistryServer,
     start_artifact_registry,
     start_registry_server,
 )
-from air_runtime.local._image_builder import GeneratedImage, push_generated_image
 
 HUB_USER = "hubuser"
 HUB_PASSWORD = "hub-pw-Secret-0123456789"

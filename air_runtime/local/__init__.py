@@ -14,12 +14,6 @@ if TYPE_CHECKING:
     from air_runtime.local._app import create_app as create_app
     from air_runtime.local._faults import endpoint_key as endpoint_key
     from air_runtime.local._options import WorkspaceOptions as WorkspaceOptions
-    from air_runtime.local._registry_server import RegistryServer as RegistryServer
-    from air_runtime.local._registry_server import registry_program as registry_program
-    from air_runtime.local._registry_server import (
-        start_artifact_registry as start_artifact_registry,
-    )
-    from air_runtime.local._registry_server import start_registry_server as start_registry_server
     from air_runtime.local._server import AdminClient as AdminClient
     from air_runtime.local._server import LocalWorkspace as LocalWorkspace
     from air_runtime.local._server import serve as serve
@@ -29,10 +23,6 @@ _LAZY = {
     "AdminClient": "air_runtime.local._server",
     "LocalWorkspace": "air_runtime.local._server",
     "WorkspaceOptions": "air_runtime.local._options",
-    "RegistryServer": "air_runtime.local._registry_server",
-    "registry_program": "air_runtime.local._registry_server",
-    "start_artifact_registry": "air_runtime.local._registry_server",
-    "start_registry_server": "air_runtime.local._registry_server",
     "create_app": "air_runtime.local._app",
     "endpoint_key": "air_runtime.local._faults",
     "serve": "air_runtime.local._server",

@@ -3,20 +3,20 @@ behind the authentication it needs, the platform's error shape, and the ASGI lay
 
 | router | serves |
 | --- | --- |
-| `_api_identity` | SCIM `Me`, host metadata, OIDC discovery and the OAuth token endpoint |
-| `_api_files` | workspace files and Unity Catalog volumes |
-| `_api_secrets` | secret scopes and secrets (`_secret_store`) |
-| `_api_images` | Docker image registrations |
-| `_api_runs` | Jobs API one-time runs: submit, get, get-output, cancel, list |
-| `_api_permissions` | permissions of runs and of their MLflow experiments |
-| `_api_usage_policies` | usage (serverless budget) policies |
-| `_api_ai_training` | workload validation and task log records |
-| `_api_pools` | GPU pools (provisioned capacities) and their usage |
-| `_api_mlflow` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
-| `_api_admin` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
-| `_api_unity_catalog` | the metastore summary (the region of the Artifact Registry host) |
-| `_api_registry_tokens` | the token service of the Artifact Registry stand-in |
-| `_pages` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
+| `identity.routes` | SCIM `Me`, host metadata, OIDC discovery and the OAuth token endpoint |
+| `files.routes` | workspace files and Unity Catalog volumes |
+| `secrets.routes` | secret scopes and secrets (`secrets.backend`) |
+| `images.routes` | Docker image registrations |
+| `runs.routes` | Jobs API one-time runs: submit, get, get-output, cancel, list |
+| `permissions.routes` | permissions of runs and of their MLflow experiments |
+| `usage_policies.routes` | usage (serverless budget) policies |
+| `ai_training.routes` | workload validation and task log records |
+| `pools.routes` | GPU pools (provisioned capacities) and their usage |
+| `mlflow.routes` | MLflow runs and log artifacts (the log fallback), pre-signed downloads |
+| `admin.routes` | the workspace's own admin API (`/api/2.0/airo-admin/`) |
+| `unity_catalog.routes` | the metastore summary (the region of the Artifact Registry host) |
+| `registry_tokens.routes` | the token service of the Artifact Registry stand-in |
+| `pages.routes` | the run pages (HTML) and their browser login (`/jobs/runs`, `/login`) |
 """
 
 from __future__ import annotations
@@ -32,55 +32,53 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from air_runtime.local import (
-    _api_admin,
-    _api_ai_training,
-    _api_files,
-    _api_identity,
-    _api_images,
-    _api_mlflow,
-    _api_permissions,
-    _api_pools,
-    _api_registry_tokens,
-    _api_runs,
-    _api_secrets,
-    _api_unity_catalog,
-    _api_usage_policies,
-    _pages,
-)
-from air_runtime.local._auth import authenticate, authenticate_admin
 from air_runtime.local._errors import ApiError
 from air_runtime.local._faults import FaultInjector
 from air_runtime.local._options import WorkspaceOptions
 from air_runtime.local._security import RequestGuard
 from air_runtime.local._workspace_state import WorkspaceState
+from air_runtime.local.admin import routes as admin_routes
+from air_runtime.local.ai_training import routes as ai_training_routes
+from air_runtime.local.files import routes as files_routes
+from air_runtime.local.identity import routes as identity_routes
+from air_runtime.local.identity.auth import authenticate, authenticate_admin
+from air_runtime.local.images import routes as images_routes
+from air_runtime.local.mlflow import routes as mlflow_routes
+from air_runtime.local.pages import routes as pages_routes
+from air_runtime.local.permissions import routes as permissions_routes
+from air_runtime.local.pools import routes as pools_routes
+from air_runtime.local.registry_tokens import routes as registry_tokens_routes
+from air_runtime.local.runs import routes as runs_routes
+from air_runtime.local.secrets import routes as secrets_routes
+from air_runtime.local.unity_catalog import routes as unity_catalog_routes
+from air_runtime.local.usage_policies import routes as usage_policies_routes
 
 logger = logging.getLogger("air_runtime.local")
 
 # Databricks API routers: every call needs a bearer token of the workspace (or an OAuth
 # access token it issued).
 _API_ROUTERS = (
-    _api_identity.router,
-    _api_files.router,
-    _api_secrets.router,
-    _api_images.router,
-    _api_runs.router,
-    _api_permissions.router,
-    _api_usage_policies.router,
-    _api_ai_training.router,
-    _api_pools.router,
-    _api_mlflow.router,
-    _api_unity_catalog.router,
+    identity_routes.router,
+    files_routes.router,
+    secrets_routes.router,
+    images_routes.router,
+    runs_routes.router,
+    permissions_routes.router,
+    usage_policies_routes.router,
+    ai_training_routes.router,
+    pools_routes.router,
+    mlflow_routes.router,
+    unity_catalog_routes.router,
 )
 # Answered without a token: what a client reads before it has one, and the health check.
 # The run pages check their own credentials (a browser without a session is sent to the
 # login form instead of getting the API's JSON error).
 _PUBLIC_ROUTERS = (
-    _api_identity.public_router,
-    _api_admin.public_router,
-    _api_mlflow.public_router,  # pre-signed artifact URLs: the signature is the credential
-    _pages.router,
-    _api_registry_tokens.public_router,  # Basic oauthtoken:<workspace token> is the credential
+    identity_routes.public_router,
+    admin_routes.public_router,
+    mlflow_routes.public_router,  # pre-signed artifact URLs: the signature is the credential
+    pages_routes.router,
+    registry_tokens_routes.public_router,  # Basic oauthtoken:<workspace token> is the credential
 )
 
 
@@ -144,7 +142,7 @@ def create_app(options: WorkspaceOptions, data_dir: Path) -> FastAPI:
     _add_error_handlers(app)
     for router in _PUBLIC_ROUTERS:
         app.include_router(router)
-    app.include_router(_api_admin.router, dependencies=[Depends(authenticate_admin)])
+    app.include_router(admin_routes.router, dependencies=[Depends(authenticate_admin)])
     for router in _API_ROUTERS:
         app.include_router(router, dependencies=[Depends(authenticate)])
     # Served as the outermost ASGI layer (see `asgi_app`), so a dropped connection really

@@ -71,7 +71,7 @@ FAULT_FIELDS = {
 _ALIASES = {"submit_response_lost": "rate_response_lost"}
 _SENSITIVE_QUERY = re.compile(r"token|secret|password|credential|value|auth", re.I)
 ADMIN_PREFIX = "/api/2.0/airo-admin/"
-# The run pages (`_pages`) are not the REST API: never faulted, counted or logged here.
+# The run pages (`pages`) are not the REST API: never faulted, counted or logged here.
 PAGE_PREFIXES = ("/jobs/runs", "/login", "/logout", "/ml/experiments/")
 
 

@@ -29,7 +29,7 @@ class WorkspaceOptions:
     # The metastore's region (`GET /api/2.1/unity-catalog/metastore_summary`).
     region: str = "us-west-2"
     # The Artifact Registry this workspace pairs with (`host:port` of a registry whose token
-    # service is this workspace, see `_registry_tokens.py`). When set, a submitted run's
+    # service is this workspace, see `registry_tokens/backend.py`). When set, a submitted run's
     # Unity Catalog images must be there; empty: they are not checked.
     artifact_registry_host: str = ""
     # endpoint key (or "*") -> fault settings, plus an optional "seed"; see _faults.py

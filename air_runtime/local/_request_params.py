@@ -1,17 +1,27 @@
 """Reading a request as the platform does: JSON bodies, GET parameters (query string or JSON
-body), typed values, and the page tokens this workspace issues."""
+body), typed values, the page tokens this workspace issues, and the workspace that serves it."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
 from air_runtime.local._errors import ApiError, invalid
 from air_runtime.local._security import check_int64, parse_json
+
+if TYPE_CHECKING:
+    # For the annotation only: the state imports every API family's backend, and each
+    # family's routes read their request here.
+    from air_runtime.local._workspace_state import WorkspaceState
+
+
+def workspace_state(request: Request) -> WorkspaceState:
+    state: WorkspaceState = request.app.state.workspace
+    return state
 
 
 async def json_body(request: Request) -> dict[str, Any]:

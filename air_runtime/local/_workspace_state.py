@@ -1,5 +1,5 @@
 """The backend of one local workspace server, built once by `create_app`: it owns the
-state and the rules. A handler (`_api_*`) reads the request, calls one operation of a part
+state and the rules. A handler (each API family's `routes`) reads the request, calls one operation of a part
 here (`runs.submit`, `permissions.update_job`, `mlflow.log`, `secrets.put`, ...) and renders
 the answer; the parts keep their data in the `Store`, the only place with SQL."""
 
@@ -7,29 +7,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import Request
-
 from air_runtime.local._faults import Counters, FaultInjector, RequestLog
-from air_runtime.local._files import VolumeTree, WorkspaceTree
-from air_runtime.local._images import ImageRegistry
 from air_runtime.local._logs import LogBook
-from air_runtime.local._mlflow_runs import MlflowRuns
 from air_runtime.local._options import WorkspaceOptions
-from air_runtime.local._permissions import Permissions
-from air_runtime.local._pool_ledger import GpuPools
-from air_runtime.local._run_engine import RunEngine
-from air_runtime.local._runs import Runs
-from air_runtime.local._secret_store import SecretStore
 from air_runtime.local._security import ensure_token, private_dir
 from air_runtime.local._store import Store
-from air_runtime.local._tokens import Tokens
-from air_runtime.local._uc_images import CatalogImages
-from air_runtime.local._usage_policies import UsagePolicies
+from air_runtime.local.files.backend import VolumeTree, WorkspaceTree
+from air_runtime.local.identity.backend import Tokens
+from air_runtime.local.images.backend import ImageRegistry
+from air_runtime.local.images.catalog_images import CatalogImages
+from air_runtime.local.mlflow.backend import MlflowRuns
+from air_runtime.local.permissions.backend import Permissions
+from air_runtime.local.pools.backend import GpuPools
+from air_runtime.local.runs.backend import Runs
+from air_runtime.local.runs.engine import RunEngine
+from air_runtime.local.secrets.backend import SecretStore
+from air_runtime.local.usage_policies.backend import UsagePolicies
 
 
 class WorkspaceState:
     """The state, files, runs and counters of one server; reachable as
-    `app.state.workspace` (and from a request with `workspace_state`)."""
+    `app.state.workspace` (and from a request with `_request_params.workspace_state`)."""
 
     def __init__(self, options: WorkspaceOptions, data_dir: Path) -> None:
         private_dir(data_dir)  # state, secrets, logs and the token: nobody else reads them
@@ -69,8 +67,3 @@ class WorkspaceState:
     def close(self) -> None:
         self.request_log.close()
         self.store.close()
-
-
-def workspace_state(request: Request) -> WorkspaceState:
-    state: WorkspaceState = request.app.state.workspace
-    return state

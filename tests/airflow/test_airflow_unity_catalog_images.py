@@ -12,7 +12,7 @@ import json
 from airflow_runs import load_test_dag, rendered_fields_text, task_states, xcom
 from image_registries import HUB_PASSWORD, HUB_USER, image_registries
 
-from air_runtime.local._image_builder import push_generated_image
+from image_fixtures.image_builder import push_generated_image
 
 
 def test_copy_into_unity_catalog_then_train_on_the_copy(workspace, task_log, monkeypatch, tmp_path):

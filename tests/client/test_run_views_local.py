@@ -126,7 +126,7 @@ def test_dry_run_reports_every_field_the_service_refuses(workspace_factory, reco
 
 
 def test_the_service_check_names_refused_variable_names():
-    from air_runtime.local._validation import validate_config
+    from air_runtime.local.runs.validation import validate_config
 
     body = {
         "task": {

@@ -17,7 +17,7 @@ from image_registries import HUB_PASSWORD, Registries
 
 from air_runtime.cli._connection import EXIT_INVALID_WORKLOAD, EXIT_USAGE
 from air_runtime.local import LocalWorkspace
-from air_runtime.local._image_builder import push_generated_image
+from image_fixtures.image_builder import push_generated_image
 
 # The console script a user runs, beside the interpreter of this environment.
 # airo as subprocesses, a cold start each: make test-fast leaves it out.

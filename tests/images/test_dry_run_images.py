@@ -17,7 +17,7 @@ from air_runtime.cli import main as airo
 from air_runtime.cli._connection import EXIT_INVALID_WORKLOAD, EXIT_OK
 from air_runtime.images import push_image
 from air_runtime.local import LocalWorkspace
-from air_runtime.local._image_builder import push_generated_image
+from image_fixtures.image_builder import push_generated_image
 
 pytestmark = pytest.mark.slow  # real registry servers
 

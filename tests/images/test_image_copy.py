@@ -26,13 +26,13 @@ from air_runtime.images import (
     registry_host,
 )
 from air_runtime.local import LocalWorkspace
-from air_runtime.local._image_builder import push_generated_image
+from image_fixtures.image_builder import push_generated_image
 
 MIB = 1024 * 1024
 
 
 def _target_digest(registries: Registries, workspace: LocalWorkspace, repository: str, tag: str):
-    from air_runtime.local._registry_tokens import issue_token
+    from air_runtime.local.registry_tokens.backend import issue_token
 
     token = issue_token(workspace.data_dir, "test", [f"repository:{repository}:pull"])
     response = httpx.head(

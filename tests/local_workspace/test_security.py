@@ -19,7 +19,7 @@ import pytest
 
 from air_runtime.local import LocalWorkspace, start_local_workspace
 from air_runtime.local._logs import LogBook
-from air_runtime.local._run_engine import _kill_orphans
+from air_runtime.local.runs.engine import _kill_orphans
 from tests.local_workspace.conftest import Workloads
 
 ME = "/api/2.0/preview/scim/v2/Me"

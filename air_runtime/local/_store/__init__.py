@@ -1,7 +1,7 @@
 """The SQLite state of a local workspace, and the only place its SQL is written: runs and
 their task runs, secrets, tokens, access lists, images, usage policies and MLflow data.
 
-Workspace and volume files live as plain files under the data dir (see `_files.py`); only
+Workspace and volume files live as plain files under the data dir (see `files/backend.py`); only
 the state that needs queries or atomic updates is here. Reads come back as the records of
 `_records` (JSON columns decoded there); the rules of what may be written are the
 backend's (`_workspace_state`)."""

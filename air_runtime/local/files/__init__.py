@@ -1,0 +1,1 @@
+"""Files: the workspace tree and Unity Catalog volumes (`routes`, kept by `backend`)."""

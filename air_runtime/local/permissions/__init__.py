@@ -1,0 +1,1 @@
+"""Permissions of runs and of their MLflow experiments (`routes`, kept by `backend`)."""

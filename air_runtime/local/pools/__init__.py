@@ -1,0 +1,2 @@
+"""GPU pools: their configuration and usage (`routes`) and the accelerators attempts hold
+(`backend`)."""

@@ -1,0 +1,1 @@
+"""Secrets: scopes and secrets (`routes`, kept by `backend`)."""

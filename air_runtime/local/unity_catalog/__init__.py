@@ -1,0 +1,1 @@
+"""Unity Catalog: the metastore summary (`routes`)."""

@@ -1,0 +1,1 @@
+"""Usage (serverless budget) policies (`routes`, kept by `backend`)."""
