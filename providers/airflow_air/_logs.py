@@ -245,27 +245,52 @@ NO_LOG_FILE_SECONDS = 3.0
 _TAIL_BYTES = 64 * 1024
 
 
-def trigger_log_files(task_instance: Any) -> list[Path]:
-    """The files the triggerers on this machine write this try's trigger lines to
-    (``<attempt's log>.trigger.<triggerer job>.log``); empty when they cannot be found."""
+def _attempt_log(task_instance: Any) -> Path | None:
+    """This try's log file as the log filename template names it; None when it cannot be
+    rendered (an unusual template)."""
     try:
         from airflow.configuration import conf
         from airflow.utils.helpers import log_filename_template_renderer
 
         relative = log_filename_template_renderer()(ti=task_instance)
-        attempt = Path(conf.get("logging", "base_log_folder")) / relative
-    except Exception:  # an unusual log_filename_template: nothing to wait for
-        return []
+        return Path(conf.get("logging", "base_log_folder")) / relative
+    except Exception:
+        return None
+
+
+def _trigger_files_of(attempt: Path) -> list[Path]:
     return sorted(attempt.parent.glob(f"{attempt.name}.trigger.*.log"))
 
 
-def _holds(path: Path, needle: bytes) -> bool:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - _TAIL_BYTES))
-            return needle in f.read()
-    except OSError:
-        return False
+def trigger_log_files(task_instance: Any) -> list[Path]:
+    """The files the triggerers on this machine write this try's trigger lines to
+    (``<attempt's log>.trigger.<triggerer job>.log``); empty when they cannot be found."""
+    attempt = _attempt_log(task_instance)
+    return [] if attempt is None else _trigger_files_of(attempt)
+
+
+class _TailSearch:
+    """Looks for one line in files that grow, reading each byte once: the first look reads
+    a file's last ``_TAIL_BYTES``, each later one only what was appended since (and the
+    needle's length before it, for a line split across two looks)."""
+
+    def __init__(self, needle: bytes) -> None:
+        self.needle = needle
+        self._searched: dict[Path, int] = {}  # file -> bytes searched up to
+
+    def found_in(self, path: Path) -> bool:
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, 2)
+                start = self._searched.get(path, size - _TAIL_BYTES)
+                if start > size:  # a file written anew
+                    start = size - _TAIL_BYTES
+                f.seek(max(0, start - len(self.needle) + 1))
+                appended = f.read()
+                self._searched[path] = f.tell()
+        except OSError:
+            return False
+        return self.needle in appended
 
 
 async def wait_until_in_trigger_log(task_instance: Any, line: str) -> bool:
@@ -275,12 +300,16 @@ async def wait_until_in_trigger_log(task_instance: Any, line: str) -> bool:
     import asyncio
     import json
 
-    needle = json.dumps(line, ensure_ascii=False)[1:-1].encode()
+    search = _TailSearch(json.dumps(line, ensure_ascii=False)[1:-1].encode())
     loop = asyncio.get_running_loop()
     started = loop.time()
+    # Rendered once: with hundreds of triggers ending together, each look is a few small
+    # reads, not a template render and a 64 KiB read ten times a second per trigger.
+    attempt = _attempt_log(task_instance)
     while True:
-        files = trigger_log_files(task_instance)
-        if any(_holds(path, needle) for path in files):
+        # Listed each time: a trigger taken over by another triggerer writes a new file.
+        files = [] if attempt is None else _trigger_files_of(attempt)
+        if any(search.found_in(path) for path in files):
             return True
         waited = loop.time() - started
         if waited >= LAST_LINE_WAIT_SECONDS or (not files and waited >= NO_LOG_FILE_SECONDS):

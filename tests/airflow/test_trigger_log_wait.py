@@ -59,11 +59,11 @@ def test_waits_for_the_line_to_be_written(log_folder: Path) -> None:
     trigger_log.write_text(_json_line("Run 12: RUNNING"))
     line = 'Run 12 succeeded: http://127.0.0.1/jobs/runs/12 "quoted" é'
     looked = threading.Event()
-    real_holds = _logs._holds
+    real_found_in = _logs._TailSearch.found_in
 
-    def holds(path: Path, needle: bytes) -> bool:
+    def found_in(search: _logs._TailSearch, path: Path) -> bool:
         looked.set()
-        return real_holds(path, needle)
+        return real_found_in(search, path)
 
     def write_after_a_look() -> None:
         looked.wait()
@@ -72,10 +72,26 @@ def test_waits_for_the_line_to_be_written(log_folder: Path) -> None:
 
     writer = threading.Thread(target=write_after_a_look)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_logs, "_holds", holds)
+        patch.setattr(_logs._TailSearch, "found_in", found_in)
         writer.start()
         assert asyncio.run(_logs.wait_until_in_trigger_log(TI, line)) is True
     writer.join()
+
+
+def test_a_line_is_found_when_it_lands_across_two_looks(tmp_path: Path) -> None:
+    """Each look reads only what was appended since the one before, and the needle's length
+    before it: a line whose first half was there at one look and the rest at the next is
+    found; so is one in a file written anew, shorter than what was read of it."""
+    log = tmp_path / "attempt=1.log.trigger.3.log"
+    log.write_bytes(b"x" * 100_000 + b'{"event": "Run 12 succ')
+    search = _logs._TailSearch(b"Run 12 succeeded")
+    assert not search.found_in(log)
+    with log.open("ab") as f:
+        f.write(b'eeded"}\n')
+    assert search.found_in(log)
+    assert not search.found_in(log)  # nothing appended since: nothing read
+    log.write_bytes(b'{"event": "Run 12 succeeded"}\n')  # a triggerer took the try back
+    assert search.found_in(log)
 
 
 def test_gives_up_on_a_line_that_never_comes(
