@@ -12,7 +12,7 @@ written to a Databricks secret scope under keys of this submission alone
 an operator field, so they cannot reach rendered template fields or XCom; the only copy kept
 is inside the try's ``air_runtime.Redactor``, which removes them (and their base64, URL and
 JSON encodings) from failure messages and streamed log lines. The triggerer looks the same
-references up again (``asecret_values``): a trigger's serialized kwargs carry references,
+references up again (``secret_values``): a trigger's serialized kwargs carry references,
 never values.
 """
 
@@ -21,6 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_air._lookups import (
+    ConnectionLookup,
+    Lookup,
+    MaskSecret,
+    VariableLookup,
+    run_lookups,
+)
 from airflow_air.exceptions import AirConfigurationError
 
 if TYPE_CHECKING:
@@ -51,17 +58,27 @@ def check_references(secret_env: Mapping[str, str]) -> None:
         raise AirConfigurationError("invalid secret_env:\n  - " + "\n  - ".join(problems))
 
 
-def _connection_field(name: str, conn_id: str, field: str) -> str:
-    from airflow.sdk import BaseHook
+def _reference_value(name: str, ref: str) -> Lookup[str]:
+    """The value a well-formed reference points to; an ``AirConfigurationError`` naming the
+    reference when it cannot be looked up or is empty."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException as exc:
+    if ref.startswith("conn:"):
+        _, conn_id, field = ref.split(":", 2)
+        try:
+            conn = yield ConnectionLookup(conn_id)
+        except AirflowNotFoundException as exc:
+            raise AirConfigurationError(
+                f"secret_env {name}: Airflow connection {conn_id!r} is not defined"
+            ) from exc
+        return _field_of(conn, name, conn_id, field)
+    key = ref.removeprefix("var:")
+    value = yield VariableLookup(key)
+    if value is None or value == "":
         raise AirConfigurationError(
-            f"secret_env {name}: Airflow connection {conn_id!r} is not defined"
-        ) from exc
-    return _field_of(conn, name, conn_id, field)
+            f"secret_env {name}: Airflow variable {key!r} is not defined or empty"
+        )
+    return str(value)
 
 
 def _field_of(conn: Any, name: str, conn_id: str, field: str) -> str:
@@ -83,98 +100,37 @@ def _field_of(conn: Any, name: str, conn_id: str, field: str) -> str:
     return str(value)
 
 
-def _variable(name: str, key: str) -> str:
-    from airflow.sdk import Variable
-
-    value = Variable.get(key, default=None)
-    if value is None or value == "":
-        raise AirConfigurationError(
-            f"secret_env {name}: Airflow variable {key!r} is not defined or empty"
-        )
-    return str(value)
-
-
 def resolve_secret_env(secret_env: Mapping[str, str]) -> dict[str, str]:
     """Look every reference up and mask each value before anything can log it."""
-    from airflow.sdk.log import mask_secret
-
     check_references(secret_env)
+    return run_lookups(_resolved(secret_env))
+
+
+def _resolved(secret_env: Mapping[str, str]) -> Lookup[dict[str, str]]:
     values: dict[str, str] = {}
     for name, ref in secret_env.items():
-        if ref.startswith("conn:"):
-            _, conn_id, field = ref.split(":", 2)
-            value = _connection_field(name, conn_id, field)
-        else:
-            value = _variable(name, ref.removeprefix("var:"))
-        mask_secret(value, name)
+        value = yield from _reference_value(name, ref)
+        yield MaskSecret(value, name)
         values[name] = value
     return values
 
 
-def secret_values(
-    secret_env: Mapping[str, str], strict: Mapping[str, str] | None = None
-) -> list[str]:
-    """The values the references point to, for redaction; a reference that cannot be looked
-    up is skipped (the submit reports it; a reattaching try may never need it). ``strict``
-    references are checked first: a malformed one is an error (``check_references``)."""
-    from airflow.sdk.log import mask_secret
-
-    if strict:
-        check_references(strict)
+def secret_values(secret_env: Mapping[str, str]) -> Lookup[list[str]]:
+    """The values the references point to, for redaction, each masked once looked up; a
+    reference that cannot be looked up is skipped (the submit reports it; a reattaching try
+    may never need it). The triggerer looks the references up again with
+    ``run_lookups_in_loop``: a trigger's serialized kwargs carry references, never values."""
     values = []
     for name, ref in secret_env.items():
+        if not isinstance(ref, str) or not ref.startswith(("conn:", "var:")):
+            continue
         try:
-            if not isinstance(ref, str):
-                continue
-            if ref.startswith("conn:"):
-                _, conn_id, field = ref.split(":", 2)
-                value = _connection_field(name, conn_id, field)
-            elif ref.startswith("var:"):
-                value = _variable(name, ref.removeprefix("var:"))
-            else:
-                continue
+            value = yield from _reference_value(name, ref)
         except Exception:
             continue
-        mask_secret(value, name)
+        yield MaskSecret(value, name)
         values.append(value)
     return values
-
-
-async def asecret_values(secret_env: Mapping[str, str]) -> list[str]:
-    """``secret_values`` for the triggerer's event loop (async connection lookups; variables
-    have no async lookup, so theirs runs in a thread)."""
-    from airflow_air.hooks import aget_connection
-
-    values = []
-    for name, ref in secret_env.items():
-        try:
-            if not isinstance(ref, str):
-                continue
-            if ref.startswith("conn:"):
-                _, conn_id, field = ref.split(":", 2)
-                conn = await aget_connection(conn_id)
-                value = _field_of(conn, name, conn_id, field)
-            elif ref.startswith("var:"):
-                from asgiref.sync import sync_to_async
-
-                value = await sync_to_async(_variable)(name, ref.removeprefix("var:"))
-            else:
-                continue
-        except Exception:
-            continue
-        _mask(value, name)
-        values.append(value)
-    return values
-
-
-def _mask(value: str, name: str) -> None:
-    """Also tell the triggerer's own masker (best effort: it is the second line of defence)."""
-    try:
-        from airflow.sdk.log import mask_secret
-
-        mask_secret(value, name)
-    except Exception:
-        pass
 
 
 # --- a try's scopes and redaction ------------------------------------------------------------
@@ -229,8 +185,9 @@ def try_redactor(
     from air_runtime import Redactor, credential_secrets
     from airflow_air.hooks import AirHook
 
-    strict = task.secret_env if check and not task.workflow_submit_task_id else None
-    values = secret_values(redaction_references(task), strict=strict)
+    if check and not task.workflow_submit_task_id and task.secret_env:
+        check_references(task.secret_env)
+    values = run_lookups(secret_values(redaction_references(task)))
     if client is not None:
         redactor = client.redactor.with_values(values)
     else:

@@ -23,11 +23,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
+from airflow_air._lookups import (
+    BlockingCall,
+    ConnectionLookup,
+    Lookup,
+    run_lookups,
+    run_lookups_in_loop,
+)
 from airflow_air.exceptions import AirConfigurationError
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     )
 
 DEFAULT_CONN_ID = "databricks_default"
+ClientT = TypeVar("ClientT", bound="AirClient | AsyncAirClient")
 
 
 @functools.cache
@@ -131,27 +139,6 @@ def default_secret_scope() -> str:
     return conf.get("air", "default_secret_scope", fallback="airflow-air")
 
 
-async def aget_connection(conn_id: str) -> Connection:
-    """A connection, from a trigger's event loop, wherever it is stored.
-
-    The Task SDK's async lookup first (the triggerer answers it for every secrets backend).
-    When it finds nothing, the synchronous lookup in a thread, as apache-airflow-providers-
-    databricks does (``sync_to_async(get_connection)``): ``airflow dags test`` and
-    ``dag.test()`` run triggers with an in-process supervisor whose comms answer only
-    synchronous requests (Airflow 3.3 has no ``asend`` there), so the async lookup misses
-    connections stored in the metadata database and finds only environment variables.
-    Raises ``AirflowNotFoundException`` when neither finds it.
-    """
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        return await BaseHook.aget_connection(conn_id)
-    except AirflowNotFoundException:
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(BaseHook.get_connection)(conn_id)
-
-
 @dataclass(frozen=True)
 class WorkspaceAccess:
     """Where the workspace is and how to authenticate: what the core client is built from."""
@@ -194,8 +181,8 @@ def prices_of(conn: Connection, conn_id: str) -> Prices | None:
 def access_from_connection(conn: Connection) -> WorkspaceAccess:
     """Map a ``databricks`` connection to the core's credentials, in the order the
     Databricks provider checks them, so both providers agree on what a connection means.
-    Blocking (the databricks-sdk's configuration asks the host): from async code, in a
-    thread (``AirHook.aworkspace_access``)."""
+    Blocking (the databricks-sdk's configuration asks the host): a lookup's ``BlockingCall``
+    (``AirHook.workspace_access_lookup``), which a trigger runs in a thread."""
     access = _access_from_connection(conn)
     if access.host_source is None:
         host_source = (
@@ -265,6 +252,13 @@ class AirHook(BaseHook):
     """Builds ``AirClient`` / ``AsyncAirClient`` and the shared ``RunWatcher`` for one
     Databricks connection.
 
+    In a worker: ``get_client()`` (``get_conn()``). In a trigger, without blocking the
+    triggerer's event loop: ``await aget_watcher()``, the workspace's shared watcher, or a
+    client of its own with ``await run_lookups_in_loop(hook.client_lookup(AsyncAirClient))``.
+    The ``*_lookup`` methods read the connection once for both: ``run_lookups`` performs
+    them with blocking calls, ``run_lookups_in_loop`` from an event loop (both in
+    ``airflow_air.hooks``).
+
     :param databricks_conn_id: an Airflow connection of type ``databricks``.
     :param timeout: seconds per HTTP request.
     """
@@ -279,51 +273,51 @@ class AirHook(BaseHook):
         self.databricks_conn_id = databricks_conn_id
         self.timeout = timeout
 
-    def _connection(self) -> Connection:
+    def connection_lookup(self) -> Lookup[Connection]:
+        """The hook's Airflow connection; an ``AirConfigurationError`` when it is not defined."""
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            return self.get_connection(self.databricks_conn_id)
+            return (yield ConnectionLookup(self.databricks_conn_id))
         except AirflowNotFoundException as exc:
             raise AirConfigurationError(
                 f"Airflow connection {self.databricks_conn_id!r} is not defined: create a "
                 "'databricks' connection with the workspace host and a token"
             ) from exc
 
-    async def _aconnection(self) -> Connection:
-        from airflow.sdk.exceptions import AirflowNotFoundException
+    def workspace_access_lookup(self) -> Lookup[WorkspaceAccess]:
+        """Where the workspace is and how to authenticate (``access_from_connection``)."""
+        conn = yield from self.connection_lookup()
+        # A blocking call: the databricks-sdk's configuration (profile, Azure and default-chain
+        # connections) probes the host, which must never hold the triggerer's event loop.
+        return (yield BlockingCall(functools.partial(access_from_connection, conn)))
 
-        try:
-            return await aget_connection(self.databricks_conn_id)
-        except AirflowNotFoundException as exc:
-            raise AirConfigurationError(
-                f"Airflow connection {self.databricks_conn_id!r} is not defined: create a "
-                "'databricks' connection with the workspace host and a token"
-            ) from exc
+    def client_lookup(self, client_class: type[ClientT]) -> Lookup[ClientT]:
+        """A new ``AirClient`` or ``AsyncAirClient`` of the workspace (the caller closes it)."""
+        access = yield from self.workspace_access_lookup()
+        return client_class(
+            access.host,
+            credentials=access.credentials,
+            timeout=self.timeout,
+            user_agent_extra=user_agent_extra(),
+            poll_interval=default_poll_interval(),
+            host_source=access.host_source,
+        )
 
     def checkpoint_volume(self) -> str | None:
         """The connection's ``checkpoint_volume`` extra (``/Volumes/<catalog>/<schema>/
         <volume>``): where the tasks that use it keep their checkpoints; None when unset."""
-        value = (self._connection().extra_dejson or {}).get("checkpoint_volume")
+        value = (run_lookups(self.connection_lookup()).extra_dejson or {}).get("checkpoint_volume")
         return str(value) if value else None
 
     def prices(self) -> Prices | None:
         """The connection's ``gpu_hour_prices`` and ``currency`` extras, checked (None when
-        unset): a bad entry fails the task before anything is submitted, naming it."""
-        return prices_of(self._connection(), self.databricks_conn_id)
-
-    async def aprices(self) -> Prices | None:
-        return prices_of(await self._aconnection(), self.databricks_conn_id)
+        unset): a bad entry fails the task before anything is submitted, naming it. Read in
+        the worker: a deferred task's trigger gets them in its kwargs."""
+        return prices_of(run_lookups(self.connection_lookup()), self.databricks_conn_id)
 
     def workspace_access(self) -> WorkspaceAccess:
-        return access_from_connection(self._connection())
-
-    async def aworkspace_access(self) -> WorkspaceAccess:
-        import asyncio
-
-        # In a thread: the databricks-sdk's configuration (profile, Azure and default-chain
-        # connections) probes the host, which must never hold the triggerer's event loop.
-        return await asyncio.to_thread(access_from_connection, await self._aconnection())
+        return run_lookups(self.workspace_access_lookup())
 
     def get_conn(self) -> AirClient:
         return self.get_client()
@@ -331,38 +325,14 @@ class AirHook(BaseHook):
     def get_client(self) -> AirClient:
         from air_runtime import AirClient
 
-        access = self.workspace_access()
-        return AirClient(
-            access.host,
-            credentials=access.credentials,
-            timeout=self.timeout,
-            user_agent_extra=user_agent_extra(),
-            poll_interval=default_poll_interval(),
-            host_source=access.host_source,
-        )
-
-    def _async_client(self, access: WorkspaceAccess) -> AsyncAirClient:
-        from air_runtime import AsyncAirClient
-
-        return AsyncAirClient(
-            access.host,
-            credentials=access.credentials,
-            timeout=self.timeout,
-            user_agent_extra=user_agent_extra(),
-            poll_interval=default_poll_interval(),
-            host_source=access.host_source,
-        )
-
-    async def aget_client(self) -> AsyncAirClient:
-        """A new async client (the caller closes it); triggers use ``aget_watcher`` instead."""
-        return self._async_client(await self.aworkspace_access())
+        return run_lookups(self.client_lookup(AirClient))
 
     async def aget_watcher(self, *, interval: float | None = None) -> RunWatcher:
         """The process-wide watcher of this workspace in the running event loop: thousands of
         deferred tasks share its connection pool and its coalesced status requests."""
         from air_runtime import RunWatcher
 
-        access = await self.aworkspace_access()
+        access = await run_lookups_in_loop(self.workspace_access_lookup())
         return RunWatcher.shared(
             access.host,
             credentials=access.credentials,

@@ -29,9 +29,11 @@ fail. Resize the Airflow pool when the reservation changes.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
+from airflow_air._lookups import BlockingCall, Lookup
 from airflow_air.exceptions import AirConfigurationError
 from airflow_air.hooks import AirHook
 
@@ -46,14 +48,17 @@ class MetadataDatabaseHook(AirHook):
     finds a connection only in the environment and the secrets backends, while a deployment's
     own connections are in its metadata database, which such a command may read."""
 
-    def _connection(self) -> Any:
+    def connection_lookup(self) -> Lookup[Any]:
         try:
-            return super()._connection()
+            return (yield from super().connection_lookup())
         except AirConfigurationError:
             from airflow.models.connection import Connection
 
+            read = functools.partial(
+                Connection.get_connection_from_secrets, self.databricks_conn_id
+            )
             try:
-                return Connection.get_connection_from_secrets(self.databricks_conn_id)
+                return (yield BlockingCall(read))
             except Exception:
                 pass
             raise

@@ -55,9 +55,10 @@ workspace is unreachable since when and once that it is reachable again. A plan 
 submitted (``submit_in_triggerer``) is sent again once the workspace answers, with the same
 idempotency token, so it is the same run.
 
-Connections. ``AirHook`` looks a connection up with the Task SDK's async call and, when that
-finds nothing, with the synchronous one in a thread: ``airflow dags test`` runs triggers with
-an in-process supervisor that only answers synchronous requests (see ``hooks.aget_connection``).
+Connections. A trigger performs the hook's lookups with ``run_lookups_in_loop``, which looks a
+connection up with the Task SDK's async call and, when that finds nothing, with the synchronous
+one in a thread: ``airflow dags test`` runs triggers with an in-process supervisor that only
+answers synchronous requests.
 
 Secrets. The event's failure message carries the run's last log lines, and the event is
 stored in Airflow's database (and shown in the triggerer's log) before any task code sees it.
@@ -81,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_air.hooks import DEFAULT_CONN_ID, AirHook
+from airflow_air.hooks import DEFAULT_CONN_ID, AirHook, run_lookups_in_loop
 from airflow_air.links import RUN_ID_KEY, RUN_PAGE_URL_KEY, LinkXComs
 
 if TYPE_CHECKING:
@@ -278,9 +279,9 @@ class AirRunTrigger(BaseTrigger):
         return self._redact(text) if self._redact is not None else text
 
     async def _redactor(self, client: AsyncAirClient) -> Redactor:
-        from airflow_air._secret_env import asecret_values
+        from airflow_air._secret_env import secret_values
 
-        values = await asecret_values(self.secret_env) if self.secret_env else []
+        values = await run_lookups_in_loop(secret_values(self.secret_env or {}))
         return client.redactor.with_values(values)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -761,8 +762,10 @@ class AirRunTrigger(BaseTrigger):
     async def _cancel(self, why: str, cause: CancelCause | None = None) -> str:
         """Cancel the run with a client of its own (the shared one may be closing), keeping
         ``cause`` next to it first (a spent sweep's cancels its other runs still going)."""
+        from air_runtime import AsyncAirClient
+
         try:
-            client = await self._hook().aget_client()
+            client = await run_lookups_in_loop(self._hook().client_lookup(AsyncAirClient))
             async with client:
                 await asyncio.wait_for(
                     client.cancel(self.run_id, cause=cause),
@@ -848,12 +851,13 @@ class AirImageTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from air_runtime import AirError
+        from air_runtime import AirError, AsyncAirClient
 
         payload: dict[str, Any] = {"image": self.image}
         try:
             await _sleep_until(self.first_poll_at, self.deadline)
-            client = await AirHook(self.databricks_conn_id).aget_client()
+            hook = AirHook(self.databricks_conn_id)
+            client = await run_lookups_in_loop(hook.client_lookup(AsyncAirClient))
             async with client:
                 payload.update(await self._poll(client))
         except (AirError, OSError) as exc:

@@ -207,7 +207,9 @@ def test_the_hooks_clients_wait_at_the_configured_interval(monkeypatch):
     clients carry it (``AirClient.poll_interval``)."""
     import asyncio
 
-    from airflow_air.hooks import AirHook
+    from airflow_air.hooks import AirHook, run_lookups_in_loop
+
+    from air_runtime import AsyncAirClient
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_AIR_INTERVAL",
@@ -219,7 +221,7 @@ def test_the_hooks_clients_wait_at_the_configured_interval(monkeypatch):
         assert client.poll_interval == 0.25
 
     async def async_interval() -> float:
-        async with await hook.aget_client() as client:
+        async with await run_lookups_in_loop(hook.client_lookup(AsyncAirClient)) as client:
             return client.poll_interval
 
     assert asyncio.run(async_interval()) == 0.25

@@ -81,10 +81,12 @@ def test_the_hook_with_a_profile_names_a_wrong_host(kind, no_sdk_environment, mo
 def test_the_hooks_async_client_resolves_a_profile_off_the_event_loop(
     no_sdk_environment, monkeypatch
 ):
-    """What a trigger does (``aget_client``, ``aget_watcher``): the connection's databricks-sdk
-    configuration is read in a thread, so the loop keeps ticking while the SDK probes a black
-    hole, and the first request names it."""
-    from airflow_air.hooks import AirHook
+    """What a trigger does (``aget_watcher``, ``client_lookup`` in ``run_lookups_in_loop``): the
+    connection's databricks-sdk configuration is read in a thread, so the loop keeps ticking
+    while the SDK probes a black hole, and the first request names it."""
+    from airflow_air.hooks import AirHook, run_lookups_in_loop
+
+    from air_runtime import AsyncAirClient
 
     with black_hole() as host:
         config = write_profile(no_sdk_environment, host)
@@ -107,7 +109,8 @@ def test_the_hooks_async_client_resolves_a_profile_off_the_event_loop(
             try:
                 hook = AirHook()
                 watcher = await hook.aget_watcher()
-                async with await hook.aget_client() as client:
+                client = await run_lookups_in_loop(hook.client_lookup(AsyncAirClient))
+                async with client:
                     with pytest.raises(WorkspaceUnreachable) as raised:
                         await client.get_run(1)
             finally:

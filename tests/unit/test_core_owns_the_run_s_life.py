@@ -57,25 +57,42 @@ def test_no_orchestrator_copies_a_run_s_lines_or_deletes_its_keys_at_the_end_of_
     assert found == [], "the end of a try is the core's (air_runtime.end_of_try_flow)"
 
 
+def _twins(source: str, filename: str) -> list[str]:
+    """``x / ax`` for each function ``x`` defined beside an ``ax`` in ``source``."""
+    tree = ast.parse(source, filename)
+    names = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    return [f"{filename}: {name} / a{name}" for name in sorted(names) if f"a{name}" in names]
+
+
 def test_no_sync_and_async_twins_in_the_airflow_provider():
     """A function ``x`` beside an ``ax`` doing the same from a trigger's loop: the step is
-    written once in the core as a flow, which either client runs. The hook's ``get_client``
-    and ``aget_client`` stay (they make the two clients), and the secret lookups, whose
-    Airflow APIs differ (``BaseHook.aget_connection``)."""
-    kept = {"get_client", "aget_client", "prices", "aprices", "workspace_access"}
-    kept |= {"aworkspace_access", "_connection", "_aconnection", "secret_values"}
-    kept |= {"asecret_values"}
+    written once, as a flow the core's two clients run, or as a lookup of Airflow's
+    connections and variables that ``run_lookups`` and ``run_lookups_in_loop`` perform
+    (``airflow_air._lookups``)."""
     twins = []
     for path in sorted((ROOT / "providers" / "airflow_air").rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-        names = {
-            node.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        }
-        twins += [
-            f"{path.name}: {name} / a{name}"
-            for name in sorted(names)
-            if f"a{name}" in names and name not in kept
-        ]
+        twins += _twins(path.read_text(), path.name)
     assert twins == []
+
+
+def test_a_planted_twin_is_found():
+    planted = """
+class Hook:
+    def prices(self): ...
+
+    async def aprices(self): ...
+
+
+def _connection(): ...
+
+
+async def a_connection(): ...
+"""
+    assert _twins(planted, "hooks.py") == [
+        "hooks.py: _connection / a_connection",
+        "hooks.py: prices / aprices",
+    ]
