@@ -128,9 +128,6 @@ def tls_context() -> ssl.SSLContext:
     return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 
 
-_PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-
-
 def environment_proxy(host: str) -> str | None:
     """The proxy the environment names for requests to ``host`` (``HTTPS_PROXY``,
     ``HTTP_PROXY``, ``ALL_PROXY``, minus ``NO_PROXY``), as httpx reads them."""
@@ -147,7 +144,7 @@ def verify_for(host: str) -> ssl.SSLContext | bool:
     """What the client verifies TLS with. Every request goes to the host itself, so a
     plain-HTTP host (the local workspace) is never reached over TLS and needs no CA bundle;
     unless a proxy from the environment (which could be an https one) carries its requests."""
-    if host.startswith("http://") and not any(os.environ.get(v) for v in _PROXY_VARIABLES):
+    if host.startswith("http://") and environment_proxy(host) is None:
         return False
     return tls_context()
 
