@@ -12,12 +12,12 @@ from dagster_air._assets import AirInvocation, air_workload_asset, build_air_ass
 from dagster_air._component import AirWorkloadComponent, AirWorkloadScaffolder
 from dagster_air._config import AirRunConfig
 from dagster_air._images import build_image_registration_asset
+from dagster_air._options import AirAssetOptions
 from dagster_air._partitions import DEFAULT_PARTITION_ENV
 from dagster_air._resource import AirWorkspace
 from dagster_air._stage import AirStage, workload_hash
 from dagster_air._translator import DagsterAirTranslator
 from dagster_air._uc_images import build_unity_catalog_image_asset
-from dagster_air._workflow import AirAssetOptions
 
 __all__ = [
     "DEFAULT_PARTITION_ENV",

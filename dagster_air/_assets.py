@@ -10,17 +10,18 @@ from typing import Any
 
 import dagster as dg
 
-from air_runtime import FailurePolicy, WorkloadError
+from air_runtime import WorkloadError
 
 from ._config import AirRunConfig
-from ._partitions import DEFAULT_MAX_TASKS_PER_RUN, PartitionOverrides, PartitionParameters
+from ._options import AirAssetOptions
+from ._partitions import PartitionParameters
 from ._record import AirEvent
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage, Overrides, WorkloadSource
 from ._step import AirStep
 from ._translator import DagsterAirTranslator, stage_asset_key
-from ._workflow import AirAssetOptions, AirWorkflow, LoadedStage
+from ._workflow import AirWorkflow, LoadedStage
 
 
 def _load_stages(
@@ -109,14 +110,22 @@ def check_env_vars_set(names: Mapping[str, str], what: str) -> None:
         )
 
 
-def _given(options: AirAssetOptions | None, arguments: Mapping[str, Any]) -> AirAssetOptions:
-    """The options a factory was given: ``options``, or its keyword arguments named as the
-    fields of ``AirAssetOptions`` (``arguments``: the factory's; both ways at once is
-    refused: which would win is not obvious)."""
-    keywords = AirAssetOptions(**{f.name: arguments[f.name] for f in fields(AirAssetOptions)})
+_OPTION_NAMES = frozenset(f.name for f in fields(AirAssetOptions))
+
+
+def _given(options: AirAssetOptions | None, by_name: Mapping[str, Any]) -> AirAssetOptions:
+    """The options a factory was given: ``options``, or ``AirAssetOptions``' fields as
+    keyword arguments (``by_name``); both ways at once is refused: which would win is not
+    obvious."""
+    unknown = sorted(set(by_name) - _OPTION_NAMES)
+    if unknown:
+        raise dg.DagsterInvalidDefinitionError(
+            f"unknown option(s) {', '.join(unknown)}: the options are the fields of "
+            f"AirAssetOptions ({', '.join(sorted(_OPTION_NAMES))})"
+        )
     if options is None:
-        return keywords
-    if keywords != AirAssetOptions():
+        return AirAssetOptions(**by_name)
+    if by_name:
         raise dg.DagsterInvalidDefinitionError(
             "give the asset options either as options=AirAssetOptions(...) or as keyword "
             "arguments, not both"
@@ -128,13 +137,15 @@ def _workflow_and_specs(
     name: str,
     stages: Sequence[AirStage],
     options: AirAssetOptions,
+    translator: DagsterAirTranslator | None,
+    base_dir: str | os.PathLike[str] | None,
     check_specs: Sequence[dg.AssetCheckSpec] = (),
 ) -> tuple[AirWorkflow, list[dg.AssetSpec], list[dg.AssetCheckSpec]]:
     _check_partition_coverage(options.partitions_def, options.partition_parameters)
     options.check(len(stages))
     check_env_vars_set(options.secret_env or {}, "secret_env")
-    translator = options.translator or DagsterAirTranslator()
-    loaded, specs = _load_stages(stages, translator, options.base_dir, options.partitions_def)
+    translator = translator or DagsterAirTranslator()
+    loaded, specs = _load_stages(stages, translator, base_dir, options.partitions_def)
     workflow = AirWorkflow(name=name, stages=tuple(loaded), options=options, translator=translator)
     checks = [c for s in loaded for c in s.stage.asset_check_specs(s.asset_key)]
     checks.extend(check_specs)
@@ -176,30 +187,11 @@ def build_air_assets(
     *,
     name: str | None = None,
     options: AirAssetOptions | None = None,
-    check_specs: Sequence[dg.AssetCheckSpec] = (),
-    op_description: str | None = None,
-    # The fields of AirAssetOptions one by one, as before ``options``.
     translator: DagsterAirTranslator | None = None,
     base_dir: str | os.PathLike[str] | None = None,
-    partitions_def: dg.PartitionsDefinition | None = None,
-    partition_parameters: PartitionParameters | None = None,
-    partition_overrides: PartitionOverrides | None = None,
-    partition_env: str | None = "DAGSTER_PARTITION_KEY",
-    secret_env: Mapping[str, str] | None = None,
-    resource_key: str = "air_workspace",
-    log_node: int | None = None,
-    run_env: Mapping[str, str] | None = None,
-    retry_policy: dg.RetryPolicy | None = None,
-    pool: str | None = None,
-    op_tags: Mapping[str, Any] | None = None,
-    backfill_policy: dg.BackfillPolicy | None = None,
-    io_manager_key: str | None = None,
-    output_env: str | None = None,
-    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
-    accelerator_pool: str | None = None,
-    max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool | None = None,
-    failure_policy: FailurePolicy | Mapping[str, str] | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec] = (),
+    op_description: str | None = None,
+    **option_fields: Any,
 ) -> dg.AssetsDefinition:
     """Assets for a workflow of AI Runtime workloads: one asset per stage, one op.
 
@@ -212,16 +204,25 @@ def build_air_assets(
         stages: the stages (``AirStage``), in any order; ``depends_on`` orders them.
         name: the op name (default: the stage key for one stage, else the keys joined).
         options: the asset options (:class:`AirAssetOptions`).
+        translator: derives asset keys, descriptions and metadata (subclass
+            :class:`DagsterAirTranslator` to change them).
+        base_dir: where relative workload paths are looked up (default: the working dir).
         check_specs: asset checks of the stages' assets (see also ``AirStage.check_specs``);
             the workload reports their results through Dagster Pipes.
         op_description: the description of the op (the step).
-        translator, base_dir, partitions_def, ...: the fields of :class:`AirAssetOptions`
-            one by one, as before ``options`` (give ``options`` or these, not both).
+        **option_fields: the fields of :class:`AirAssetOptions` by name (``pool="gpu"``),
+            instead of ``options`` (give one or the other, not both).
     """
-    options = _given(options, locals())
     stage_list = [stages] if isinstance(stages, AirStage) else list(stages)
-    return air_assets(stage_list, options, name=name, check_specs=check_specs,
-                      op_description=op_description)  # fmt: skip
+    return air_assets(
+        stage_list,
+        _given(options, option_fields),
+        name=name,
+        translator=translator,
+        base_dir=base_dir,
+        check_specs=check_specs,
+        op_description=op_description,
+    )
 
 
 def air_assets(
@@ -229,12 +230,16 @@ def air_assets(
     options: AirAssetOptions,
     *,
     name: str | None = None,
+    translator: DagsterAirTranslator | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
     check_specs: Sequence[dg.AssetCheckSpec] = (),
     op_description: str | None = None,
 ) -> dg.AssetsDefinition:
     """``build_air_assets`` with its options as one object (what the component builds)."""
     op_name = name or "__".join(s.key for s in stages)
-    workflow, specs, checks = _workflow_and_specs(op_name, stages, options, check_specs)
+    workflow, specs, checks = _workflow_and_specs(
+        op_name, stages, options, translator, base_dir, check_specs
+    )
 
     @_multi_asset(op_name, specs, checks, options, op_description)
     def _air_assets(context: dg.AssetExecutionContext, config: AirRunConfig) -> Iterator[AirEvent]:
@@ -290,29 +295,9 @@ def air_workload_asset(
     overrides: Overrides | None = None,
     deps: Sequence[Any] = (),
     options: AirAssetOptions | None = None,
-    check_specs: Sequence[dg.AssetCheckSpec | str] = (),
-    # The fields of AirAssetOptions one by one, as before ``options``.
     translator: DagsterAirTranslator | None = None,
     base_dir: str | os.PathLike[str] | None = None,
-    partitions_def: dg.PartitionsDefinition | None = None,
-    partition_parameters: PartitionParameters | None = None,
-    partition_overrides: PartitionOverrides | None = None,
-    partition_env: str | None = "DAGSTER_PARTITION_KEY",
-    secret_env: Mapping[str, str] | None = None,
-    resource_key: str = "air_workspace",
-    log_node: int | None = None,
-    run_env: Mapping[str, str] | None = None,
-    retry_policy: dg.RetryPolicy | None = None,
-    pool: str | None = None,
-    op_tags: Mapping[str, Any] | None = None,
-    backfill_policy: dg.BackfillPolicy | None = None,
-    io_manager_key: str | None = None,
-    output_env: str | None = None,
-    max_tasks_per_run: int = DEFAULT_MAX_TASKS_PER_RUN,
-    accelerator_pool: str | None = None,
-    max_gpu_hours: float | None = None,
-    stop_deterministic_retries: bool | None = None,
-    failure_policy: FailurePolicy | Mapping[str, str] | None = None,
+    check_specs: Sequence[dg.AssetCheckSpec | str] = (),
     **asset_attributes: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Decorator: an asset (or a multi-stage multi-asset) whose body runs the workload.
@@ -325,12 +310,14 @@ def air_workload_asset(
             yield from air.run({"env_variables.OUTPUT_DIR": f"/tmp/out/{context.run_id}"})
 
     Give either ``workload`` (one stage, keyed by the function name unless ``key`` is set)
-    or ``stages``. Other keyword arguments are ``AssetSpec`` attributes for a single stage
-    (``group_name``, ``description``, ``owners``, ``tags``, ``kinds``, ``metadata``...).
-    The options are an :class:`AirAssetOptions` (``options=``) or its fields one by one, as
-    in :func:`build_air_assets`.
+    or ``stages``. The options are an :class:`AirAssetOptions` (``options=``) or its fields
+    as keyword arguments; ``translator`` and ``base_dir`` are as in
+    :func:`build_air_assets`. Other keyword arguments are ``AssetSpec`` attributes for a
+    single stage (``group_name``, ``description``, ``owners``, ``tags``, ``kinds``,
+    ``metadata``...).
     """
-    given = _given(options, locals())
+    given = _given(options, {k: v for k, v in asset_attributes.items() if k in _OPTION_NAMES})
+    asset_attributes = {k: v for k, v in asset_attributes.items() if k not in _OPTION_NAMES}
     if (workload is None) == (stages is None):
         raise dg.DagsterInvalidDefinitionError(
             "air_workload_asset needs exactly one of workload= and stages="
@@ -357,7 +344,9 @@ def air_workload_asset(
                     check_specs=list(check_specs),
                 )
             ]
-        workflow, specs, checks = _workflow_and_specs(fn.__name__, stage_list, given, stage_checks)
+        workflow, specs, checks = _workflow_and_specs(
+            fn.__name__, stage_list, given, translator, base_dir, stage_checks
+        )
         if stages is None and fn.__doc__:
             specs = [specs[0].replace_attributes(description=fn.__doc__.strip())]
 

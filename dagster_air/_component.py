@@ -7,10 +7,11 @@ attributes:
   overrides: {compute.num_accelerators: 2}
   asset: {key: models/train, group_name: training, deps: [raw/dataset]}
   checks: [{name: loss_below_threshold, blocking: true}]   # reported through Dagster Pipes
-  secret_env: {HF_TOKEN: HF_TOKEN}
-  pool: gpu                             # also retry_policy, backfill_policy, io_manager_key
-  accelerator_pool: gpu-a10             # one slot per accelerator, taken before submitting
-  max_gpu_hours: 40                     # the run is cancelled past it
+  op: {pool: gpu}                       # Dagster's OpSpec: name, tags, pool, backfill_policy
+  options:                              # AirAssetOptions, each field in its YAML shape
+    secret_env: {HF_TOKEN: HF_TOKEN}
+    accelerator_pool: gpu-a10           # one slot per accelerator, taken before submitting
+    max_gpu_hours: 40                   # the run is cancelled past it
 ```
 
 or ``stages:`` (each with ``key``, ``workload``, ``depends_on``, ``asset``, ``checks``...)
@@ -22,38 +23,43 @@ project without one may add a ``workspace: {host_env: ..., token_env: ...}`` blo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import dagster as dg
 import yaml
 from dagster.components.resolved.core_models import (
     AssetSpecUpdateKwargs,
-    DailyPartitionsDefinitionModel,
-    HourlyPartitionsDefinitionModel,
     OpSpec,
-    StaticPartitionsDefinitionModel,
-    TimeWindowPartitionsDefinitionModel,
-    WeeklyPartitionsDefinitionModel,
     resolve_asset_spec_update_kwargs_to_mapping,
-    resolve_partitions_def,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._assets import air_assets, check_env_vars_set
-from ._partitions import DEFAULT_MAX_TASKS_PER_RUN
+from ._options import AirAssetOptions
+from ._options import described as _described
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage
 from ._translator import DagsterAirTranslator
-from ._workflow import AirAssetOptions
+
+# Keys the component took at the top level until its options became one field: where each
+# went (a defs.yaml that still has one is refused with this move, not a bare "extra key").
+_OP_KEYS = {"name": "op.name", "pool": "op.pool", "backfill_policy": "op.backfill_policy"}
+_MOVED_KEYS = {
+    **{f.name: f"options.{f.name}" for f in fields(AirAssetOptions)},
+    **_OP_KEYS,
+    "max_retries": "options.retry_policy.max_retries",
+}
 
 
-def _described(description: str) -> dg.Resolver:
-    """A field's description, where Dagster's component schema (``dg`` docs, ``dg check
-    yaml``) reads it: the field's resolver."""
-    return dg.Resolver.default(description=description)
+def _refuse_moved_keys(attributes: Any) -> Any:
+    if isinstance(attributes, Mapping):
+        moved = [f"`{k}` -> `{_MOVED_KEYS[k]}`" for k in attributes if k in _MOVED_KEYS]
+        if moved:
+            raise ValueError(f"these keys moved under `options:` or `op:`: {', '.join(moved)}")
+    return attributes
 
 
 def _resolve_asset_attributes(context: dg.ResolutionContext, model: Any) -> Mapping[str, Any]:
@@ -67,35 +73,6 @@ AssetAttributes = Annotated[
         model_field_type=AssetSpecUpdateKwargs.model() | None,
         description="AssetSpec attributes (key, key_prefix, deps, group_name, description, "
         "tags, kinds, owners, metadata...) that win over the derived ones.",
-    ),
-]
-
-
-class DynamicPartitionsModel(dg.Resolvable, dg.Model):
-    # Read as a plain model (the partitions' resolver's model type): pydantic descriptions.
-    type: Literal["dynamic"] = Field(default="dynamic", description="Dynamic partitions.")
-    name: str = Field(description="The name of the dynamic partitions definition.")
-
-
-def _resolve_partitions(
-    context: dg.ResolutionContext, model: Any
-) -> dg.PartitionsDefinition | None:
-    if model is not None and model.type == "dynamic":
-        return dg.DynamicPartitionsDefinition(name=model.name)
-    return resolve_partitions_def(context, model)
-
-
-ResolvedPartitions = Annotated[
-    dg.PartitionsDefinition | None,
-    dg.Resolver(
-        _resolve_partitions,
-        model_field_type=StaticPartitionsDefinitionModel
-        | DynamicPartitionsModel
-        | DailyPartitionsDefinitionModel
-        | HourlyPartitionsDefinitionModel
-        | WeeklyPartitionsDefinitionModel
-        | TimeWindowPartitionsDefinitionModel,
-        description="Partitions of the assets, e.g. a sweep: {type: static, partition_keys: [...]}",
     ),
 ]
 
@@ -156,47 +133,6 @@ class AirCheckArgs(dg.Resolvable, dg.Model):
 
 def _check_specs(checks: list[AirCheckArgs]) -> list[str | Mapping[str, Any]]:
     return [c.model_dump(exclude_none=True) for c in checks]
-
-
-class AirRetryPolicyArgs(dg.Resolvable, dg.Model):
-    """Dagster retries of the step (a retry after a failed remote run starts a new one)."""
-
-    max_retries: Annotated[int, _described("How many times Dagster retries the step.")] = 1
-    delay: Annotated[float | None, _described("Seconds before a retry.")] = None
-    backoff: Annotated[
-        Literal["LINEAR", "EXPONENTIAL"] | None,
-        _described("How the delay grows from one retry to the next."),
-    ] = None
-    jitter: Annotated[
-        Literal["FULL", "PLUS_MINUS"] | None, _described("Randomness added to the delay.")
-    ] = None
-
-    def build(self) -> dg.RetryPolicy:
-        return dg.RetryPolicy(
-            max_retries=self.max_retries,
-            delay=self.delay,
-            backoff=dg.Backoff(self.backoff) if self.backoff else None,
-            jitter=dg.Jitter(self.jitter) if self.jitter else None,
-        )
-
-
-class AirBackfillPolicyArgs(dg.Resolvable, dg.Model):
-    """How a backfill of the partitioned assets is split into runs."""
-
-    type: Annotated[
-        Literal["single_run", "multi_run"],
-        _described(
-            "single_run: the whole backfill in one run; multi_run: runs of at most "
-            "max_partitions_per_run partitions. A run over several partitions trains each in a "
-            "task of its own."
-        ),
-    ] = "multi_run"
-    max_partitions_per_run: Annotated[int, _described("Partitions per run (multi_run).")] = 1
-
-    def build(self) -> dg.BackfillPolicy:
-        if self.type == "single_run":
-            return dg.BackfillPolicy.single_run()
-        return dg.BackfillPolicy.multi_run(self.max_partitions_per_run)
 
 
 class AirStageArgs(dg.Resolvable, dg.Model):
@@ -359,111 +295,19 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
     op: Annotated[
         OpSpec | None, _described("The step's op: name, tags, description, pool, backfill_policy.")
     ] = None
-    name: Annotated[
-        str | None, _described("Op name (default: the stage keys); same as op.name.")
-    ] = None
-    partitions_def: ResolvedPartitions = None
-    partition_parameters: Annotated[
-        dict[str, dict[str, Any]] | None,
-        _described("Per partition key, the parameters merged into `parameters`."),
-    ] = None
-    partition_overrides: Annotated[
-        dict[str, dict[str, Any]] | None,
+    options: Annotated[
+        AirAssetOptions | None,
         _described(
-            "Per partition key, dotted workload overrides (e.g. compute.num_accelerators: 2); "
-            "each partition's task of a range run gets its own."
+            "The asset options (AirAssetOptions): partitions, secret_env, run_env, "
+            "retry_policy, accelerator_pool, max_gpu_hours, failure_policy..."
         ),
     ] = None
-    partition_env: Annotated[
-        str | None, _described("Env var that receives the raw partition key (null: none).")
-    ] = "DAGSTER_PARTITION_KEY"
-    max_tasks_per_run: Annotated[
-        int,
-        _described(
-            "Most tasks in one remote run of a partition range (one per stage and "
-            "partition); a larger range is split into several runs."
-        ),
-    ] = DEFAULT_MAX_TASKS_PER_RUN
-    secret_env: Annotated[
-        dict[str, str],
-        _described("Workload secret NAME -> environment variable holding its value."),
-    ] = Field(default_factory=dict)
-    run_env: Annotated[
-        dict[str, str],
-        _described(
-            "Env vars set per materialization, formatted with {run_id}, "
-            "{partition_key}, {stage}: e.g. OUTPUT_DIR: /tmp/out/{run_id}."
-        ),
-    ] = Field(default_factory=dict)
     workspace: Annotated[
         AirWorkspaceArgs | None,
         _described(
             "A workspace resource of this component's own (default: the project's "
             "air_workspace resource)."
         ),
-    ] = None
-    resource_key: Annotated[str, _described("The key of the AirWorkspace resource.")] = (
-        "air_workspace"
-    )
-    log_node: Annotated[
-        int | None, _described("Print only this node's log lines (default: every node's).")
-    ] = None
-    max_retries: Annotated[
-        int, _described("Dagster retries of the step (retry_policy says more).")
-    ] = 0
-    retry_policy: Annotated[
-        AirRetryPolicyArgs | None,
-        _described("Dagster retries of the step: delay, backoff, jitter."),
-    ] = None
-    pool: Annotated[
-        str | None,
-        _described("Dagster concurrency pool of the step (one slot per step); same as op.pool."),
-    ] = None
-    accelerator_pool: Annotated[
-        str | None,
-        _described(
-            "Dagster pool counted in accelerators: the step waits for one slot per "
-            "accelerator its runs ask for before submitting (sized from the GPU pool when "
-            "unset). Not the step's pool."
-        ),
-    ] = None
-    max_gpu_hours: Annotated[
-        float | None,
-        _described(
-            "Most GPU-hours (accelerators x elapsed, every attempt) one remote run of the "
-            "step may use (a range run: each partition's task): past it the run is "
-            "cancelled and the step fails."
-        ),
-    ] = None
-    failure_policy: Annotated[
-        dict[str, str] | None,
-        _described(
-            "What an attempt that fails while the platform would retry it gets, by failure "
-            "class (infrastructure, deterministic, unknown): platform, stop or orchestrator. "
-            "Default: deterministic failures stop, the others are retried by the platform."
-        ),
-    ] = None
-    stop_deterministic_retries: Annotated[
-        bool | None,
-        _described(
-            "Deprecated: sets failure_policy's deterministic action (true: stop, false: "
-            "let the platform retry)."
-        ),
-    ] = None
-    backfill_policy: Annotated[
-        AirBackfillPolicyArgs | None,
-        _described("How backfills are split into runs; same as op.backfill_policy."),
-    ] = None
-    output_env: Annotated[
-        str | None,
-        _described(
-            "Env var naming where the stages write: recorded as dagster/uri; a stage "
-            "run without its upstream stage gets the upstream's last location in it."
-        ),
-    ] = None
-    io_manager_key: Annotated[
-        str | None,
-        _described("IO manager that loads a stage for downstream assets taking it as input."),
     ] = None
     checks: Annotated[
         list[AirCheckArgs],
@@ -484,12 +328,18 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
         if cached is not None and cached.__bases__[0] is base:
             return cached
 
+        name = base.__name__
+
         class Model(base):  # type: ignore[valid-type,misc]
+            model_config = ConfigDict(title=name)  # what a validation error names
+
             @classmethod
             def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
                 return schema_naming_nested_keys(super().model_json_schema(*args, **kwargs))
 
-        Model.__name__ = Model.__qualname__ = base.__name__
+            _moved = model_validator(mode="before")(_refuse_moved_keys)
+
+        Model.__name__ = Model.__qualname__ = name
         cls._model_naming_keys = Model  # type: ignore[attr-defined]
         return Model
 
@@ -536,69 +386,49 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
             )
         ]
 
-    def _retry_policy(self) -> dg.RetryPolicy | None:
-        if self.retry_policy is not None:
-            return self.retry_policy.build()
-        return dg.RetryPolicy(max_retries=self.max_retries) if self.max_retries else None
-
-    def _op_settings(self, context: dg.ComponentLoadContext) -> dict[str, Any]:
-        """The op's settings from ``op`` (Dagster's OpSpec) or the shorthand fields; the
-        same setting given both ways is refused."""
-        op = self.op or OpSpec()
-        backfill = self.backfill_policy.build() if self.backfill_policy else None
-        both = [
-            name
-            for name, short, long in (
-                ("name", self.name, op.name),
-                ("pool", self.pool, op.pool),
-                ("backfill_policy", backfill, op.backfill_policy),
-            )
-            if short is not None and long is not None
-        ]
+    def _options(self, context: dg.ComponentLoadContext, op: OpSpec) -> AirAssetOptions:
+        """``options`` with the op's settings from ``op`` (Dagster's OpSpec); a setting
+        given in both is refused."""
+        options = self.options or AirAssetOptions()
+        from_op: dict[str, Any] = {
+            "pool": op.pool,
+            "op_tags": op.tags,
+            "backfill_policy": op.backfill_policy,
+        }
+        both = [k for k, v in from_op.items() if v is not None and getattr(options, k) is not None]
         if both:
             raise dg.DagsterInvalidDefinitionError(
-                f"{context.path}: {', '.join(both)} given both at the top level and under "
-                "`op`: keep one (`op` is Dagster's usual place)"
+                f"{context.path}: {', '.join(both)} given both under `op` and under "
+                "`options`: keep one (`op` is Dagster's usual place)"
             )
-        return {
-            "name": op.name or self.name,
-            "pool": op.pool or self.pool,
-            "backfill_policy": op.backfill_policy or backfill,
-            "op_tags": op.tags,
-            "op_description": op.description,
-        }
+        return replace(options, **{k: v for k, v in from_op.items() if v is not None})
 
     def _read_env_vars(self) -> dict[str, str]:
         """Environment variables the component reads when it loads or runs, by what reads
         them."""
-        found = {f"secret_env.{name}": env_var_name(var) for name, var in self.secret_env.items()}
+        secret_env = (self.options.secret_env if self.options else None) or {}
+        found = {
+            f"options.secret_env.{name}": env_var_name(var) for name, var in secret_env.items()
+        }
         if self.workspace is not None:
             found.update({f"workspace.{f}": v for f, v in self.workspace.env_vars().items()})
         return found
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        op = self._op_settings(context)
-        # The fields named as the options are the options; the op's settings and the
-        # retries are built from their YAML shapes.
-        same = {f.name for f in fields(AirAssetOptions)} & set(type(self).model_fields)
-        options = AirAssetOptions(
-            **{
-                **{name: getattr(self, name) for name in same},
-                "translator": self.translator,
-                "base_dir": context.path,
-                "retry_policy": self._retry_policy(),
-                "pool": op["pool"],
-                "op_tags": op["op_tags"],
-                "backfill_policy": op["backfill_policy"],
-            }
-        )
+        op = self.op or OpSpec()
+        options = self._options(context, op)
         assets = air_assets(
-            self._stages(context), options, name=op["name"], op_description=op["op_description"]
+            self._stages(context),
+            options,
+            name=op.name,
+            translator=self.translator,
+            base_dir=context.path,
+            op_description=op.description,
         )
         if self.workspace is not None:
             check_env_vars_set(self.workspace.env_vars(), f"{context.path}: workspace")
         check_env_vars_declared(self._read_env_vars(), Path(context.path))
-        resources = {self.resource_key: self.workspace.build()} if self.workspace else {}
+        resources = {options.resource_key: self.workspace.build()} if self.workspace else {}
         return dg.Definitions(assets=[assets], resources=resources)
 
 

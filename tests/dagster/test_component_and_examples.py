@@ -87,7 +87,7 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
             )
         )
         attributes = {
-            "name": "pipeline",
+            "op": {"name": "pipeline"},
             "stages": [
                 {"key": "prepare", "workload": "prepare.yaml"},
                 {
@@ -102,9 +102,11 @@ def test_multi_stage_component_with_partitions_and_asset_attributes(
                     "asset": {"key": "models/train", "group_name": "training"},
                 },
             ],
-            "partitions_def": {"type": "static", "partition_keys": ["small", "large"]},
-            "partition_parameters": {"small": {"width": 64}, "large": {"width": 1024}},
-            "run_env": {"OUT_DIR": "/tmp/out/{partition_key}/{stage}"},
+            "options": {
+                "partitions_def": {"type": "static", "partition_keys": ["small", "large"]},
+                "partition_parameters": {"small": {"width": 64}, "large": {"width": 1024}},
+                "run_env": {"OUT_DIR": "/tmp/out/{partition_key}/{stage}"},
+            },
             "workspace": {"host_env": "TEST_AIR_HOST", "token_env": "TEST_AIR_TOKEN"},
         }
         (defs_path / "defs.yaml").write_text(

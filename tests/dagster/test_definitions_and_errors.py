@@ -86,12 +86,22 @@ def test_the_factories_take_their_options_as_one_object():
         assert assets.backfill_policy == dg.BackfillPolicy.single_run()
         assert assets.partitions_def == dg.StaticPartitionsDefinition(["a"])
 
-    # Each option is also a keyword argument of both factories, with the same default.
-    defaults = AirAssetOptions()
+    # The options are listed once, in AirAssetOptions: neither factory's signature nor the
+    # component's attributes name one; the factories take them by name through
+    # AirAssetOptions, and the component embeds it whole as `options`.
+    names = {field.name for field in dataclasses.fields(AirAssetOptions)}
     for factory in (build_air_assets, air_workload_asset):
-        parameters = inspect.signature(factory).parameters
-        for field in dataclasses.fields(AirAssetOptions):
-            assert parameters[field.name].default == getattr(defaults, field.name), field.name
+        assert not names & set(inspect.signature(factory).parameters), factory
+    from dagster_air import AirWorkloadComponent
+
+    attributes = set(AirWorkloadComponent.get_model_cls().model_json_schema()["properties"])
+    assert not names & attributes and "options" in attributes
+    by_name = build_air_assets(
+        AirStage(key="by_name", workload=workload("by_name", "true")), pool="gpu", max_gpu_hours=2
+    )
+    assert by_name.op.pool == "gpu"
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match=r"unknown option.*max_gpu_hour\b"):
+        build_air_assets(AirStage(key="typo", workload=workload("typo", "true")), max_gpu_hour=2)
 
     # Both ways at once: which would win is not obvious.
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="not both"):
@@ -118,12 +128,14 @@ def test_component_yaml_options_and_load_time_errors(monkeypatch):
             {
                 "workload": inline,
                 "checks": [{"name": "reward_ok"}, {"name": "loss_ok", "blocking": True}],
-                "pool": "gpu",
-                "retry_policy": {"max_retries": 3, "delay": 5, "backoff": "EXPONENTIAL"},
-                "backfill_policy": {"type": "multi_run", "max_partitions_per_run": 4},
-                "io_manager_key": "stage_outputs",
-                "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
-                "partition_parameters": {"a": {"x": 1}, "b": {"x": 2}},
+                "op": {"pool": "gpu"},
+                "options": {
+                    "retry_policy": {"max_retries": 3, "delay": 5, "backoff": "EXPONENTIAL"},
+                    "backfill_policy": {"type": "multi_run", "max_partitions_per_run": 4},
+                    "io_manager_key": "stage_outputs",
+                    "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                    "partition_parameters": {"a": {"x": 1}, "b": {"x": 2}},
+                },
                 "stages": None,
             },
         )
@@ -146,10 +158,18 @@ def test_component_yaml_options_and_load_time_errors(monkeypatch):
         (
             {
                 "workload": inline,
-                "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
-                "partition_parameters": {"a": {"x": 1}},
+                "options": {
+                    "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                    "partition_parameters": {"a": {"x": 1}},
+                },
             },
             "without an entry in partition_parameters: b",
+        ),
+        # A defs.yaml written before the options were one field: each key's new place.
+        (
+            {"workload": inline, "pool": "gpu", "max_gpu_hours": 3},
+            "moved under `options:` or `op:`: `max_gpu_hours` -> `options.max_gpu_hours`, "
+            "`pool` -> `op.pool`",
         ),
         (
             {
@@ -206,16 +226,20 @@ def test_yaml_schema_errors_name_the_nested_key():
     )
     good = {
         "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_name": "g"}}],
-        "partitions_def": {"type": "static", "partition_keys": ["x"]},
+        "options": {
+            "partitions_def": {"type": "static", "partition_keys": ["x"]},
+            "retry_policy": {"max_retries": 2},
+        },
         "checks": [{"name": "c", "blocking": True}],
-        "retry_policy": {"max_retries": 2},
     }
     assert [e.message for e in validator.iter_errors(good)] == []
     assert [e.message for e in validator.iter_errors({**good, "asset": "{{ asset }}"})] == []
     bad = {
         "stages": [{"key": "a", "workload": "a.yaml", "asset": {"group_nam": "g"}}],
-        "partitions_def": {"type": "static", "partition_keyz": ["x"]},
-        "retry_policy": {"max_retrys": 2},
+        "options": {
+            "partitions_def": {"type": "static", "partition_keyz": ["x"]},
+            "retry_policy": {"max_retrys": 2},
+        },
     }
     errors = [(tuple(e.absolute_path), e.message) for e in validator.iter_errors(bad)]
     assert (
@@ -223,11 +247,11 @@ def test_yaml_schema_errors_name_the_nested_key():
         "Additional properties are not allowed ('group_nam' was unexpected)",
     ) in errors
     assert (
-        ("retry_policy",),
+        ("options", "retry_policy"),
         "Additional properties are not allowed ('max_retrys' was unexpected)",
     ) in errors
     assert (
-        ("partitions_def",),
+        ("options", "partitions_def"),
         "Additional properties are not allowed ('partition_keyz' was unexpected)",
     ) in errors
     assert not any("any of the given schemas" in m for _, m in errors)
@@ -267,15 +291,17 @@ def test_component_conventions_op_spec_type_spec_and_described_fields(monkeypatc
                     "requirements": {"env": ["TEST_OP_SECRET"]},
                     "attributes": {
                         "workload": inline,
-                        "secret_env": {"HF_TOKEN": "TEST_OP_SECRET"},
-                        "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                        "options": {
+                            "secret_env": {"HF_TOKEN": "TEST_OP_SECRET"},
+                            "partitions_def": {"type": "static", "partition_keys": ["a", "b"]},
+                            "max_tasks_per_run": 10,
+                        },
                         "op": {
                             "name": "train_op",
                             "tags": {"team": "ml"},
                             "pool": "gpu",
                             "backfill_policy": {"type": "single_run"},
                         },
-                        "max_tasks_per_run": 10,
                     },
                 }
             )
@@ -291,14 +317,14 @@ def test_component_conventions_op_spec_type_spec_and_described_fields(monkeypatc
     # both ways: refused when the definitions load.
     for attributes, requirements, expected in [
         (
-            {"workload": inline, "secret_env": {"HF_TOKEN": "TEST_OP_SECRET"}},
+            {"workload": inline, "options": {"secret_env": {"HF_TOKEN": "TEST_OP_SECRET"}}},
             None,
-            "read but not declared: TEST_OP_SECRET (secret_env.HF_TOKEN)",
+            "read but not declared: TEST_OP_SECRET (options.secret_env.HF_TOKEN)",
         ),
         (
-            {"workload": inline, "pool": "a", "op": {"pool": "b"}},
+            {"workload": inline, "options": {"pool": "a"}, "op": {"pool": "b"}},
             None,
-            "pool given both at the top level and under `op`",
+            "pool given both under `op` and under `options`",
         ),
     ]:
         with create_defs_folder_sandbox() as sandbox:

@@ -141,6 +141,20 @@ def _validate_yaml(block: Block) -> None:
     assert document is not None, block.id
     if isinstance(document, dict) and "compute" in document and "experiment_name" in document:
         load_workload(block.body, base_dir=ROOT / "examples")
+    if isinstance(document, dict) and document.get("type") == "dagster_air.AirWorkloadComponent":
+        # What `dg check yaml` checks: the attributes against the component's schema.
+        import jsonschema
+
+        from dagster_air import AirWorkloadComponent
+
+        schema = AirWorkloadComponent.get_model_cls().model_json_schema()
+        errors = [
+            e.message
+            for e in jsonschema.Draft202012Validator(schema).iter_errors(
+                document.get("attributes") or {}
+            )
+        ]
+        assert errors == [], (block.id, errors)
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.marker == "skip"])
