@@ -37,8 +37,7 @@ from dagster.components.resolved.core_models import (
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._assets import air_assets, check_env_vars_set
-from ._options import AirAssetOptions
-from ._options import described as _described
+from ._options import AirAssetOptions, described
 from ._resource import AirWorkspace
 from ._secrets import env_var_name
 from ._stage import AirStage
@@ -46,10 +45,11 @@ from ._translator import DagsterAirTranslator
 
 # Keys the component took at the top level until its options became one field: where each
 # went (a defs.yaml that still has one is refused with this move, not a bare "extra key").
-_OP_KEYS = {"name": "op.name", "pool": "op.pool", "backfill_policy": "op.backfill_policy"}
 _MOVED_KEYS = {
     **{f.name: f"options.{f.name}" for f in fields(AirAssetOptions)},
-    **_OP_KEYS,
+    "name": "op.name",
+    "pool": "op.pool",
+    "backfill_policy": "op.backfill_policy",
     "max_retries": "options.retry_policy.max_retries",
 }
 
@@ -80,20 +80,20 @@ AssetAttributes = Annotated[
 class AirWorkspaceArgs(dg.Resolvable, dg.Model):
     """Where the workspace and its credentials come from. Secrets by env var name only."""
 
-    host: Annotated[str | None, _described("Workspace URL (not a secret).")] = None
-    host_env: Annotated[str | None, _described("Env var holding the workspace URL.")] = None
-    token_env: Annotated[str | None, _described("Env var holding a token.")] = None
-    client_id_env: Annotated[str | None, _described("Env var: OAuth client id.")] = None
-    client_secret_env: Annotated[str | None, _described("Env var: OAuth client secret.")] = None
-    poll_interval: Annotated[float, _described("Seconds between run state polls.")] = 5.0
+    host: Annotated[str | None, described("Workspace URL (not a secret).")] = None
+    host_env: Annotated[str | None, described("Env var holding the workspace URL.")] = None
+    token_env: Annotated[str | None, described("Env var holding a token.")] = None
+    client_id_env: Annotated[str | None, described("Env var: OAuth client id.")] = None
+    client_secret_env: Annotated[str | None, described("Env var: OAuth client secret.")] = None
+    poll_interval: Annotated[float, described("Seconds between run state polls.")] = 5.0
     request_budget: Annotated[
-        float, _described("Requests per second this process may send the workspace.")
+        float, described("Requests per second this process may send the workspace.")
     ] = 10.0
-    secret_scope: Annotated[str, _described("Secret scope where secret_env values are stored.")] = (
+    secret_scope: Annotated[str, described("Secret scope where secret_env values are stored.")] = (
         "dagster-air"
     )
     deployment_namespace: Annotated[
-        str | None, _described("Pins this deployment's identity (default: made once).")
+        str | None, described("Pins this deployment's identity (default: made once).")
     ] = None
 
     def env_vars(self) -> dict[str, str]:
@@ -120,11 +120,11 @@ class AirWorkspaceArgs(dg.Resolvable, dg.Model):
 class AirCheckArgs(dg.Resolvable, dg.Model):
     """An asset check of a stage's asset, reported by the workload through Dagster Pipes."""
 
-    name: Annotated[str, _described("The check name the workload reports (report_asset_check).")]
-    description: Annotated[str | None, _described("Shown with the check.")] = None
+    name: Annotated[str, described("The check name the workload reports (report_asset_check).")]
+    description: Annotated[str | None, described("Shown with the check.")] = None
     blocking: Annotated[
         bool,
-        _described(
+        described(
             "The stages downstream start only once it passed (a run of their own); after a "
             "failed check they never start."
         ),
@@ -138,28 +138,28 @@ def _check_specs(checks: list[AirCheckArgs]) -> list[str | Mapping[str, Any]]:
 class AirStageArgs(dg.Resolvable, dg.Model):
     """One stage of a multi-stage workflow."""
 
-    key: Annotated[str, _described("Stage name: the task key and default asset name.")]
+    key: Annotated[str, described("Stage name: the task key and default asset name.")]
     workload: Annotated[
         str | dict[str, Any],
-        _described("Workload file (relative to defs.yaml) or an inline workload mapping."),
+        described("Workload file (relative to defs.yaml) or an inline workload mapping."),
     ]
-    depends_on: Annotated[list[str], _described("Keys of the stages this one waits for.")] = Field(
+    depends_on: Annotated[list[str], described("Keys of the stages this one waits for.")] = Field(
         default_factory=list
     )
-    run_if: Annotated[str, _described("When a stage with dependencies runs (the Jobs run_if).")] = (
+    run_if: Annotated[str, described("When a stage with dependencies runs (the Jobs run_if).")] = (
         "ALL_SUCCESS"
     )
     overrides: Annotated[
-        dict[str, Any] | list[str] | None, _described("Dotted overrides of this stage's workload.")
+        dict[str, Any] | list[str] | None, described("Dotted overrides of this stage's workload.")
     ] = None
     asset: AssetAttributes = None
     checks: Annotated[
         list[AirCheckArgs],
-        _described("Asset checks of this stage's asset: {name, blocking, description}."),
+        described("Asset checks of this stage's asset: {name, blocking, description}."),
     ] = Field(default_factory=list)
     max_gpu_hours: Annotated[
         float | None,
-        _described(
+        described(
             "Most GPU-hours (accelerators x elapsed, every attempt) this stage's task may "
             "use: past it the run is cancelled and the step fails."
         ),
@@ -279,39 +279,39 @@ class AirWorkloadComponent(dg.Component, dg.Resolvable, dg.Model):
 
     workload: Annotated[
         str | dict[str, Any] | None,
-        _described("Workload file (relative to defs.yaml) or inline mapping."),
+        described("Workload file (relative to defs.yaml) or inline mapping."),
     ] = None
     key: Annotated[
-        str | None, _described("Stage/asset name of a single workload (default: folder name).")
+        str | None, described("Stage/asset name of a single workload (default: folder name).")
     ] = None
     overrides: Annotated[
-        dict[str, Any] | list[str] | None, _described("Dotted overrides of the single workload.")
+        dict[str, Any] | list[str] | None, described("Dotted overrides of the single workload.")
     ] = None
     asset: AssetAttributes = None
     stages: Annotated[
         list[AirStageArgs] | None,
-        _described("A multi-stage workflow: one asset per stage, any subset one multi-task run."),
+        described("A multi-stage workflow: one asset per stage, any subset one multi-task run."),
     ] = None
     op: Annotated[
-        OpSpec | None, _described("The step's op: name, tags, description, pool, backfill_policy.")
+        OpSpec | None, described("The step's op: name, tags, description, pool, backfill_policy.")
     ] = None
     options: Annotated[
         AirAssetOptions | None,
-        _described(
+        described(
             "The asset options (AirAssetOptions): partitions, secret_env, run_env, "
             "retry_policy, accelerator_pool, max_gpu_hours, failure_policy..."
         ),
     ] = None
     workspace: Annotated[
         AirWorkspaceArgs | None,
-        _described(
+        described(
             "A workspace resource of this component's own (default: the project's "
             "air_workspace resource)."
         ),
     ] = None
     checks: Annotated[
         list[AirCheckArgs],
-        _described(
+        described(
             "Asset checks of the single workload's asset ({name, blocking, "
             "description}), reported by the workload through Dagster Pipes."
         ),

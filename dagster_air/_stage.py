@@ -21,6 +21,8 @@ import dagster as dg
 from air_runtime import Workload, load_workload
 from air_runtime.plan import RUN_IF_VALUES, task_key_problem
 
+from ._options import check_gpu_hours
+
 WorkloadSource = str | os.PathLike[str] | Mapping[str, Any]
 Overrides = Mapping[str, Any] | Sequence[str]
 
@@ -71,15 +73,7 @@ class AirStage:
             raise dg.DagsterInvalidDefinitionError(
                 f"stage {self.key!r}: run_if {self.run_if!r} is not one of {', '.join(RUN_IF_VALUES)}"
             )
-        if self.max_gpu_hours is not None and (
-            isinstance(self.max_gpu_hours, bool)
-            or not isinstance(self.max_gpu_hours, int | float)
-            or not 0 < self.max_gpu_hours < float("inf")
-        ):
-            raise dg.DagsterInvalidDefinitionError(
-                f"stage {self.key!r}: max_gpu_hours {self.max_gpu_hours!r}: give a positive "
-                "number of GPU-hours (accelerators x hours)"
-            )
+        check_gpu_hours(self.max_gpu_hours, f"stage {self.key!r}: max_gpu_hours")
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
         # A check_specs attribute among the spec attributes (AssetSpec has none) joins the
         # stage's own checks.
